@@ -1,0 +1,39 @@
+# The two commands the README promises: `make demo` and `make test`. Both install what is
+# missing (Debian packages, then a .venv with the project and its extras) and are quick when
+# everything is already there.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test deps venv lint typecheck unit clean
+
+demo: deps venv
+	$(BIN)/sac demo
+
+test: deps venv lint typecheck
+	$(BIN)/pytest
+
+deps:
+	@scripts/deps.sh
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -U pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[all]'
+	@touch $@
+
+lint: venv
+	$(BIN)/ruff check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest tests/unit
+
+clean:
+	rm -rf $(VENV) .sac .pytest_cache .mypy_cache .ruff_cache

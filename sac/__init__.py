@@ -1,0 +1,1 @@
+"""The ``sac`` command line. The SDK is ``sdk``; servers are ``server``."""

@@ -1,0 +1,138 @@
+"""The ``sac`` command line: servers now, chaos campaigns and reports later.
+
+Built on argparse (standard library) so that the SDK's light install still has a working
+``sac``. Errors from ``server`` are printed as one line naming the cause, exit status 1; bad
+arguments exit 2 as argparse does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from server import LocalCluster, ServerError
+
+
+def _add_name(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--name", default="sac", help="cluster name (default: sac)")
+    parser.add_argument(
+        "--home", type=Path, default=None, help="state directory root (default: $SAC_HOME or .sac)"
+    )
+
+
+def _server_up(args: argparse.Namespace) -> int:
+    cluster = LocalCluster(
+        name=args.name,
+        nodes=args.nodes,
+        base_port=args.base_port,
+        zookeeper=args.zookeeper,
+        start_timeout=args.timeout,
+        home=args.home,
+    )
+    cluster.up()
+    print(f"cluster {cluster.name!r} is up: {len(cluster.nodes)} nodes")
+    for node, url in zip(cluster.nodes, cluster.display_urls(), strict=True):
+        print(f"  {node.name}  {url}  management http://127.0.0.1:{node.management_port}/")
+    if args.zookeeper:
+        print(f"  zookeeper  {cluster.zookeeper().hosts}")
+    print(f"credentials: {cluster.credentials_file} (mode 0600)")
+    return 0
+
+
+def _server_status(args: argparse.Namespace) -> int:
+    try:
+        cluster = LocalCluster.attach(args.name, home=args.home)
+    except ServerError:
+        print(json.dumps({"name": args.name, "running": False, "nodes": []}, indent=2))
+        return 1
+    status = cluster.status()
+    print(json.dumps(status, indent=2))
+    return 0 if status["running"] else 1
+
+
+def _server_down(args: argparse.Namespace) -> int:
+    cluster = LocalCluster.attach(args.name, home=args.home)
+    cluster.down()
+    print(f"cluster {args.name!r} is down; logs stay in {cluster.dir}")
+    return 0
+
+
+def _node_action(action: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        cluster = LocalCluster.attach(args.name, home=args.home)
+        node = getattr(cluster, action)(args.node)
+        print(f"{action}: {node.name}")
+        return 0
+
+    return run
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from recipes.demo import run_demo
+
+    return run_demo(messages=args.messages, name=args.name, home=args.home)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sac", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    srv = commands.add_parser("server", help="start, inspect and stop local servers")
+    sub = srv.add_subparsers(dest="action", required=True)
+
+    up = sub.add_parser("up", help="start a fresh RabbitMQ cluster (and ZooKeeper)")
+    _add_name(up)
+    up.add_argument("--nodes", type=int, default=3, help="number of RabbitMQ nodes (1-9)")
+    up.add_argument("--zookeeper", action="store_true", help="also start a ZooKeeper")
+    up.add_argument("--base-port", type=int, default=None,
+                    help="first port of the cluster's block of 100 (default: a free block)")
+    up.add_argument("--timeout", type=float, default=120.0,
+                    help="seconds each node may take to start (default: 120)")
+    up.set_defaults(func=_server_up)
+
+    status = sub.add_parser("status", help="print the cluster's state as JSON")
+    _add_name(status)
+    status.set_defaults(func=_server_status)
+
+    down = sub.add_parser("down", help="stop every process of the cluster")
+    _add_name(down)
+    down.set_defaults(func=_server_down)
+
+    for action, text in (
+        ("kill", "SIGKILL a node (a crash)"),
+        ("stop", "stop a node gracefully"),
+        ("start", "start a stopped or killed node; it rejoins"),
+    ):
+        cmd = sub.add_parser(action, help=text)
+        cmd.add_argument("node", help="node index (1..N) or Erlang node name")
+        _add_name(cmd)
+        cmd.set_defaults(func=_node_action(action))
+
+    demo = commands.add_parser("demo", help="the end-to-end single-active-consumer demo")
+    demo.add_argument("--messages", type=int, default=1000)
+    demo.add_argument("--name", default="demo")
+    demo.add_argument("--home", type=Path, default=None)
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], Any] = args.func
+    try:
+        return int(func(args))
+    except ServerError as exc:
+        print(f"sac: error: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"sac: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Where a server set keeps its state, and how secrets are written.
+
+One directory per cluster (``$SAC_HOME/<name>/``, ``.sac/<name>/`` by default) holds config,
+data, logs, pid records and credentials, so ``rm -r`` of it is a complete reset and two
+clusters never share a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
+
+
+def default_home() -> Path:
+    """``$SAC_HOME`` or ``./.sac``: state stays next to the project that started it."""
+    return Path(os.environ.get("SAC_HOME", ".sac")).resolve()
+
+
+def validate_name(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not NAME_RE.match(value):
+        raise ValueError(
+            f"{attribute.name} {value!r} is not valid: use 1-24 characters, lower-case letters, "
+            "digits and '-', starting with a letter"
+        )
+
+
+@attrs.frozen
+class Credentials:
+    """The one user a cluster has (guest is never created). The password never shows in repr."""
+
+    user: str
+    password: str = attrs.field(repr=lambda _: "'***'")
+
+    @classmethod
+    def generate(cls, cluster: str) -> Credentials:
+        return cls(user=f"sac-{cluster}", password=secrets.token_urlsafe(24))
+
+
+def write_secret(path: Path, text: str, mode: int = 0o600) -> None:
+    """Create ``path`` with ``mode`` before any byte is written, so no reader sees it open."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        path.chmod(0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    path.chmod(mode)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write atomically: a concurrent ``status`` never reads half a file."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} does not hold a JSON object")
+    return data
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    """The last lines of a log, for error messages."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,730 @@
+"""Local RabbitMQ clusters from Debian's ``rabbitmq-server``, on loopback, without systemd.
+
+We call the scripts in ``/usr/lib/rabbitmq/bin`` directly: the ``/usr/sbin`` wrappers switch
+to the ``rabbitmq`` user and ``/var/lib/rabbitmq``. Each cluster gets its own epmd port, its own
+Erlang cookie and its own CLI distribution ports, so several clusters run side by side and
+``down`` of one never touches another.
+
+Example::
+
+    with LocalCluster(name="demo", nodes=3) as cluster:
+        urls = cluster.urls()          # with credentials, for code
+        print(cluster.display_urls())  # password masked, for people
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import attrs
+
+from . import _proc
+from ._errors import (
+    AlreadyRunningError,
+    CommandError,
+    NotRunningError,
+    PackageMissingError,
+    ServerError,
+    ServerExitedError,
+    StartTimeoutError,
+)
+from ._files import (
+    Credentials,
+    default_home,
+    read_json,
+    tail,
+    validate_name,
+    write_json,
+    write_secret,
+)
+from ._ports import MAX_NODES, PortLayout, allocate_base, check_free
+
+RABBITMQ_DIR = Path("/usr/lib/rabbitmq")
+PLUGINS = ("rabbitmq_management", "rabbitmq_federation", "rabbitmq_federation_management")
+AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
+
+
+def _positive(_inst: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if value <= 0:
+        raise ValueError(f"{attribute.name} must be positive, got {value!r}")
+
+
+def _resolved(path: Path | str) -> Path:
+    return Path(path).resolve()
+
+
+@attrs.frozen
+class ClusterSpec:
+    """What to start. Ports come from ``base_port`` or, when None, from a free block."""
+
+    name: str = attrs.field(default="sac", validator=validate_name)
+    nodes: int = attrs.field(
+        default=3,
+        validator=[attrs.validators.instance_of(int), attrs.validators.ge(1),
+                   attrs.validators.le(MAX_NODES)],
+    )
+    base_port: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(
+            [attrs.validators.instance_of(int), attrs.validators.ge(1024),
+             attrs.validators.le(65435)]
+        ),
+    )
+    zookeeper: bool = False
+    start_timeout: float = attrs.field(default=120.0, validator=_positive)
+    home: Path = attrs.field(factory=default_home, converter=_resolved)
+    rabbitmq_dir: Path = attrs.field(default=RABBITMQ_DIR, converter=Path)
+
+
+@attrs.frozen
+class Node:
+    """One RabbitMQ node of a local cluster. ``index`` counts from 1."""
+
+    index: int
+    name: str
+    amqp_port: int
+    management_port: int
+    dist_port: int
+    dir: Path
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / "rabbitmq.pid"
+
+    @property
+    def log_file(self) -> Path:
+        """RabbitMQ's own log: the one to read when the node misbehaves."""
+        return self.dir / "log" / f"{self.name}.log"
+
+    @property
+    def console_log(self) -> Path:
+        """What the node printed on stdout/stderr (boot failures land here)."""
+        return self.dir / "console.log"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.amqp_port}"
+
+
+def amqp_ready(port: int, timeout: float = 1.0) -> bool:
+    """True if 127.0.0.1:port answers the AMQP 0-9-1 header with a method frame."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+            sock.sendall(AMQP_HEADER)
+            data = sock.recv(8)
+    except OSError:
+        return False
+    return len(data) >= 1 and data[0] == 1
+
+
+class LocalCluster:
+    """A RabbitMQ cluster of ``nodes`` nodes on 127.0.0.1, started and stopped by us.
+
+    ``up()`` wipes any earlier state of the same name and boots a fresh cluster; ``attach()``
+    finds a running one again (as the CLI does between calls).
+    """
+
+    def __init__(
+        self,
+        name: str = "sac",
+        nodes: int = 3,
+        *,
+        base_port: int | None = None,
+        zookeeper: bool = False,
+        start_timeout: float = 120.0,
+        home: Path | str | None = None,
+        rabbitmq_dir: Path | str = RABBITMQ_DIR,
+    ) -> None:
+        self.spec = ClusterSpec(
+            name=name,
+            nodes=nodes,
+            base_port=base_port,
+            zookeeper=zookeeper,
+            start_timeout=start_timeout,
+            home=default_home() if home is None else Path(home),
+            rabbitmq_dir=Path(rabbitmq_dir),
+        )
+        self.dir = self.spec.home / self.spec.name
+        self._layout: PortLayout | None = None
+        self._credentials: Credentials | None = None
+
+    # ------------------------------------------------------------------ lookup
+
+    @classmethod
+    def attach(cls, name: str = "sac", home: Path | str | None = None) -> LocalCluster:
+        """The cluster ``name`` as recorded by an earlier ``up``; NotRunningError if none."""
+        probe = cls(name=name, home=home)
+        state = read_json(probe.dir / "state.json")
+        if state is None:
+            raise NotRunningError(
+                f"cluster {name!r} is not running: no state in {probe.dir} "
+                f"(start it with `sac server up --name {name}`)"
+            )
+        cluster = cls(
+            name=name,
+            nodes=int(state["nodes"]),
+            base_port=int(state["base_port"]),
+            zookeeper=bool(state.get("zookeeper", False)),
+            home=home,
+            rabbitmq_dir=state.get("rabbitmq_dir", RABBITMQ_DIR),
+        )
+        cluster._layout = PortLayout(int(state["base_port"]))
+        return cluster
+
+    def __repr__(self) -> str:
+        return f"LocalCluster(name={self.spec.name!r}, nodes={self.spec.nodes}, dir={self.dir})"
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def layout(self) -> PortLayout:
+        if self._layout is None:
+            raise NotRunningError(f"cluster {self.name!r} has no ports yet: call up() first")
+        return self._layout
+
+    @property
+    def nodes(self) -> list[Node]:
+        layout = self.layout
+        return [
+            Node(
+                index=i + 1,
+                name=f"sac-{self.name}-{i + 1}@localhost",
+                amqp_port=layout.amqp(i),
+                management_port=layout.management(i),
+                dist_port=layout.dist(i),
+                dir=self.dir / f"node{i + 1}",
+            )
+            for i in range(self.spec.nodes)
+        ]
+
+    def node(self, ref: int | str) -> Node:
+        """A node by 1-based index (``2``, ``"2"``) or by Erlang name."""
+        for node in self.nodes:
+            if str(ref) in (str(node.index), node.name, node.name.split("@")[0]):
+                return node
+        names = ", ".join(n.name for n in self.nodes)
+        raise ValueError(
+            f"no node {ref!r} in cluster {self.name!r}; nodes are 1..{self.spec.nodes} ({names})"
+        )
+
+    @property
+    def credentials(self) -> Credentials:
+        if self._credentials is None:
+            data = read_json(self.dir / "credentials.json")
+            if data is None:
+                raise NotRunningError(f"cluster {self.name!r} has no credentials in {self.dir}")
+            self._credentials = Credentials(user=data["user"], password=data["password"])
+        return self._credentials
+
+    @property
+    def credentials_file(self) -> Path:
+        return self.dir / "credentials.json"
+
+    def urls(self) -> list[str]:
+        """AMQP URLs with the password, one per node: for code, never for printing."""
+        creds = self.credentials
+        user = urllib.parse.quote(creds.user, safe="")
+        password = urllib.parse.quote(creds.password, safe="")
+        return [f"amqp://{user}:{password}@{n.address}/%2F" for n in self.nodes]
+
+    def display_urls(self) -> list[str]:
+        """The same URLs with the password masked: safe to print and log."""
+        user = urllib.parse.quote(self.credentials.user, safe="")
+        return [f"amqp://{user}:***@{n.address}/%2F" for n in self.nodes]
+
+    def log_files(self) -> list[Path]:
+        files = []
+        for node in self.nodes:
+            files += [node.log_file, node.console_log]
+        files += [self.dir / "epmd.log"]
+        if self.spec.zookeeper:
+            files += [self.dir / "zookeeper" / "zookeeper.log"]
+        return [f for f in files if f.exists()]
+
+    # ------------------------------------------------------------------ state
+
+    def _state(self) -> dict[str, Any]:
+        state = read_json(self.dir / "state.json")
+        if state is None:
+            raise NotRunningError(f"cluster {self.name!r} is not running (no state in {self.dir})")
+        return state
+
+    def _record_pid(self, key: str, pid: int | None) -> None:
+        state = self._state()
+        state.setdefault("pids", {})[key] = pid
+        write_json(self.dir / "state.json", state)
+
+    def _pid(self, key: str) -> int | None:
+        value = self._state().get("pids", {}).get(key)
+        return int(value) if value is not None else None
+
+    def _beam_pid(self, node: Node) -> int | None:
+        """The Erlang VM's pid, from the node's pid file (the group leader is a shell script)."""
+        try:
+            pid = int(node.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _proc.is_ours(pid, self.dir) else None
+
+    def is_running(self, node: Node) -> bool:
+        pid = self._pid(f"node{node.index}")
+        group_alive = pid is not None and _proc.is_ours(pid, self.dir)
+        return group_alive or self._beam_pid(node) is not None
+
+    # ------------------------------------------------------------------ environment
+
+    def _check_installed(self) -> None:
+        server = self.spec.rabbitmq_dir / "bin" / "rabbitmq-server"
+        if not server.exists():
+            raise PackageMissingError(
+                f"RabbitMQ is not installed: {server} is missing. Install the Debian package "
+                "rabbitmq-server (`apt-get install -y rabbitmq-server`, or `make deps`)."
+            )
+        if self._epmd_binary() is None:
+            raise PackageMissingError(
+                "epmd is missing: install the Debian package erlang-base "
+                "(it comes with rabbitmq-server)."
+            )
+
+    @staticmethod
+    def _epmd_binary() -> str | None:
+        return shutil.which("epmd") or shutil.which("epmd", path="/usr/lib/erlang/bin")
+
+    def _env(self, node: Node | None = None) -> dict[str, str]:
+        layout = self.layout
+        ctl_min, ctl_max = layout.ctl_dist_range
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            # The Erlang cookie is read from $HOME by the server and the CLI alike.
+            "HOME": str(self.dir),
+            _proc.MARKER: str(self.dir),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "ERL_EPMD_PORT": str(layout.epmd),
+            "RABBITMQ_CONF_ENV_FILE": str(self.dir / "rabbitmq-env.conf"),
+            "RABBITMQ_CTL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+            "RABBITMQ_CTL_DIST_PORT_MIN": str(ctl_min),
+            "RABBITMQ_CTL_DIST_PORT_MAX": str(ctl_max),
+        }
+        if node is not None:
+            env.update(
+                {
+                    "RABBITMQ_NODENAME": node.name,
+                    "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+                    "RABBITMQ_NODE_PORT": str(node.amqp_port),
+                    "RABBITMQ_DIST_PORT": str(node.dist_port),
+                    "RABBITMQ_CONFIG_FILE": str(node.dir / "rabbitmq.conf"),
+                    "RABBITMQ_ADVANCED_CONFIG_FILE": str(node.dir / "advanced.config"),
+                    "RABBITMQ_ENABLED_PLUGINS_FILE": str(node.dir / "enabled_plugins"),
+                    "RABBITMQ_MNESIA_BASE": str(node.dir / "mnesia"),
+                    "RABBITMQ_LOG_BASE": str(node.dir / "log"),
+                    "RABBITMQ_PID_FILE": str(node.pid_file),
+                }
+            )
+        return env
+
+    def _write_config(self, creds: Credentials) -> None:
+        write_secret(self.dir / ".erlang.cookie", secrets.token_hex(20), mode=0o400)
+        (self.dir / "rabbitmq-env.conf").write_text("")
+        write_secret(
+            self.credentials_file,
+            json.dumps({"user": creds.user, "password": creds.password}) + "\n",
+        )
+        for node in self.nodes:
+            (node.dir / "log").mkdir(parents=True, exist_ok=True)
+            (node.dir / "mnesia").mkdir(parents=True, exist_ok=True)
+            # The password sits in this file: owner-only, like the credentials file.
+            write_secret(
+                node.dir / "rabbitmq.conf",
+                "\n".join(
+                    [
+                        f"listeners.tcp.1 = 127.0.0.1:{node.amqp_port}",
+                        "management.tcp.ip = 127.0.0.1",
+                        f"management.tcp.port = {node.management_port}",
+                        "distribution.listener.interface = 127.0.0.1",
+                        f"distribution.listener.port_range.min = {node.dist_port}",
+                        f"distribution.listener.port_range.max = {node.dist_port}",
+                        "loopback_users = none",
+                        # Created instead of guest on the first boot: guest never exists.
+                        f"default_user = {creds.user}",
+                        f"default_pass = {creds.password}",
+                        "default_user_tags.administrator = true",
+                        "default_permissions.configure = .*",
+                        "default_permissions.read = .*",
+                        "default_permissions.write = .*",
+                        # Consumer activity in the management API within a second, not five.
+                        "collect_statistics_interval = 1000",
+                        "log.console = false",
+                        "log.file.level = info",
+                        "",
+                    ]
+                ),
+            )
+            (node.dir / "advanced.config").write_text("[].\n")
+            (node.dir / "enabled_plugins").write_text("[" + ",".join(PLUGINS) + "].\n")
+
+    # ------------------------------------------------------------------ processes
+
+    def _start_epmd(self) -> None:
+        epmd = self._epmd_binary()
+        assert epmd is not None
+        port = self.layout.epmd
+        pid = _proc.spawn(
+            [epmd, "-address", "127.0.0.1", "-port", str(port)],
+            self._env(),
+            self.dir / "epmd.log",
+            self.dir,
+        )
+        self._record_pid("epmd", pid)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if not _proc.is_alive(pid):
+                raise ServerExitedError(
+                    f"epmd on port {port} exited at once; see {self.dir / 'epmd.log'}:\n"
+                    + tail(self.dir / "epmd.log")
+                )
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise StartTimeoutError(f"epmd did not listen on 127.0.0.1:{port} within 10 s")
+
+    def _spawn_node(self, node: Node) -> int:
+        node.pid_file.unlink(missing_ok=True)
+        pid = _proc.spawn(
+            [str(self.spec.rabbitmq_dir / "bin" / "rabbitmq-server")],
+            self._env(node),
+            node.console_log,
+            node.dir,
+        )
+        self._record_pid(f"node{node.index}", pid)
+        return pid
+
+    def _wait_node(self, node: Node, pid: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if not _proc.is_alive(pid):
+                raise ServerExitedError(
+                    f"node {node.name} exited while starting; read {node.log_file} and "
+                    f"{node.console_log}. Last lines:\n{tail(node.console_log)}"
+                )
+            if amqp_ready(node.amqp_port):
+                return
+            if time.monotonic() >= deadline:
+                raise StartTimeoutError(
+                    f"node {node.name} did not accept AMQP on {node.address} within "
+                    f"{timeout:g} s; read {node.log_file}"
+                )
+            time.sleep(0.2)
+
+    def ctl(self, node: Node, *args: str, timeout: float = 60.0) -> str:
+        """Run ``rabbitmqctl -n <node> args`` for this cluster; raise CommandError on failure."""
+        return self._cli("rabbitmqctl", node, *args, timeout=timeout)
+
+    def _cli(self, tool: str, node: Node, *args: str, timeout: float = 60.0) -> str:
+        argv = [str(self.spec.rabbitmq_dir / "bin" / tool), "-n", node.name, *args]
+        try:
+            done = subprocess.run(
+                argv,
+                env=self._env(),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise CommandError(
+                f"`{tool} {' '.join(args)}` on {node.name} did not finish within {timeout:g} s"
+            ) from exc
+        if done.returncode != 0:
+            detail = (done.stderr.strip() or done.stdout.strip())[-2000:]
+            raise CommandError(
+                f"`{tool} {' '.join(args)}` on {node.name} failed (exit {done.returncode}): "
+                f"{detail}"
+            )
+        return done.stdout
+
+    def _join(self, node: Node, seed: Node) -> None:
+        self.ctl(node, "stop_app")
+        self.ctl(node, "join_cluster", seed.name)
+        self.ctl(node, "start_app")
+
+    # ------------------------------------------------------------------ management API
+
+    def management_api(
+        self, path: str, *, method: str = "GET", body: Any = None, node: Node | None = None
+    ) -> Any:
+        """Call the management HTTP API (on ``node``, or the first node that answers)."""
+        creds = self.credentials
+        token = base64.b64encode(f"{creds.user}:{creds.password}".encode()).decode()
+        data = None if body is None else json.dumps(body).encode()
+        last: Exception | None = None
+        for candidate in [node] if node is not None else self.nodes:
+            url = f"http://127.0.0.1:{candidate.management_port}/api/{path.lstrip('/')}"
+            req = urllib.request.Request(url, data=data, method=method)
+            req.add_header("Authorization", f"Basic {token}")
+            req.add_header("Content-Type", "application/json")
+            try:
+                with urllib.request.urlopen(req, timeout=5) as resp:
+                    raw = resp.read()
+                    return json.loads(raw) if raw else None
+            except urllib.error.HTTPError as exc:
+                # The broker answered: another node would answer the same.
+                detail = exc.read().decode(errors="replace")[:500]
+                raise CommandError(
+                    f"management API {method} /api/{path} answered {exc.code}: {detail}"
+                ) from exc
+            except OSError as exc:
+                last = exc
+        raise NotRunningError(
+            f"no node of cluster {self.name!r} answered the management API ({last})"
+        )
+
+    def members(self) -> list[dict[str, Any]]:
+        """Cluster members as the management API sees them: ``[{"name", "running"}]``."""
+        nodes = self.management_api("nodes?columns=name,running")
+        return [{"name": n["name"], "running": bool(n["running"])} for n in nodes]
+
+    def wait_members(self, running: Sequence[Node], timeout: float) -> None:
+        """Wait until the management API lists exactly ``running`` as running members."""
+        want = sorted(n.name for n in running)
+        deadline = time.monotonic() + timeout
+        seen: Any = None
+        while time.monotonic() < deadline:
+            try:
+                seen = sorted(m["name"] for m in self.members() if m["running"])
+                if seen == want:
+                    return
+            except (NotRunningError, CommandError) as exc:
+                seen = str(exc)
+            time.sleep(0.25)
+        raise StartTimeoutError(
+            f"cluster {self.name!r}: running members should be {want} but are {seen} after "
+            f"{timeout:g} s; read the node logs under {self.dir}"
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _running_pids(self) -> list[int]:
+        state = read_json(self.dir / "state.json")
+        pids = [] if state is None else [int(p) for p in state.get("pids", {}).values() if p]
+        return [p for p in pids if _proc.is_ours(p, self.dir)]
+
+    def up(self) -> Self:
+        """Boot a fresh cluster (and ZooKeeper if asked); tear everything down on failure."""
+        self._check_installed()
+        if self._running_pids():
+            raise AlreadyRunningError(
+                f"cluster {self.name!r} is already running (state in {self.dir}); "
+                f"`sac server down --name {self.name}` first"
+            )
+        base = self.spec.base_port
+        if base is None:
+            base = allocate_base(self.spec.home, self.name, self._port_offsets())
+        layout = PortLayout(base)
+        check_free(layout.listening_ports(self.spec.nodes, self.spec.zookeeper))
+        self._layout = layout
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+        self.dir.mkdir(parents=True)
+        creds = Credentials.generate(self.name)
+        self._credentials = creds
+        write_json(
+            self.dir / "state.json",
+            {
+                "name": self.name,
+                "nodes": self.spec.nodes,
+                "base_port": layout.base,
+                "zookeeper": self.spec.zookeeper,
+                "rabbitmq_dir": str(self.spec.rabbitmq_dir),
+                "pids": {},
+            },
+        )
+        try:
+            self._write_config(creds)
+            self._start_epmd()
+            pids = {node.index: self._spawn_node(node) for node in self.nodes}
+            with concurrent.futures.ThreadPoolExecutor(len(pids)) as pool:
+                futures = [
+                    pool.submit(self._wait_node, node, pids[node.index], self.spec.start_timeout)
+                    for node in self.nodes
+                ]
+                for future in futures:
+                    future.result()
+            seed, *rest = self.nodes
+            for node in rest:
+                self._join(node, seed)
+            self.wait_members(self.nodes, self.spec.start_timeout)
+            if self.spec.zookeeper:
+                self.zookeeper().up()
+        except BaseException:
+            self._teardown()
+            raise
+        return self
+
+    def zookeeper(self) -> Any:
+        """This cluster's ZooKeeper (started by ``up`` when ``zookeeper=True``)."""
+        from .zookeeper import LocalZooKeeper
+
+        return LocalZooKeeper.inside(self.dir / "zookeeper", self.layout.zookeeper)
+
+    def _port_offsets(self) -> dict[int, str]:
+        probe = PortLayout(1024)
+        ports = probe.listening_ports(self.spec.nodes, self.spec.zookeeper)
+        return {port - probe.base: role for port, role in ports.items()}
+
+    def _teardown(self) -> list[int]:
+        """Stop every process of this cluster; return the pids that were running."""
+        pids = sorted(set(self._running_pids()) | set(_proc.find_marked(self.dir)))
+        state = read_json(self.dir / "state.json") or {}
+        epmd = state.get("pids", {}).get("epmd")
+        servers = [p for p in pids if p != epmd]
+        # SIGTERM is RabbitMQ's graceful stop; nodes stopping together need no ordering.
+        _proc.terminate(servers, grace=20.0)
+        _proc.terminate([p for p in pids if p == epmd], grace=2.0)
+        left = _proc.find_marked(self.dir)
+        if left:
+            _proc.terminate(left, grace=1.0)
+            left = _proc.find_marked(self.dir)
+        if left:
+            raise ServerError(f"cluster {self.name!r}: processes {left} survived SIGKILL")
+        (self.dir / "state.json").unlink(missing_ok=True)
+        return pids
+
+    def down(self) -> None:
+        """Stop every process this cluster started (epmd included) and forget its state.
+
+        Logs stay under the cluster directory for reading afterwards.
+        """
+        if read_json(self.dir / "state.json") is None and not _proc.find_marked(self.dir):
+            raise NotRunningError(
+                f"cluster {self.name!r} is not running (no state in {self.dir})"
+            )
+        if not self._teardown():
+            raise NotRunningError(
+                f"cluster {self.name!r} was not running: its processes had already exited "
+                f"(stale state in {self.dir} removed)"
+            )
+
+    def __enter__(self) -> Self:
+        return self.up()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._teardown()
+
+    # ------------------------------------------------------------------ faults
+
+    def kill(self, ref: int | str) -> Node:
+        """SIGKILL a node's whole process group, as a crash would."""
+        node = self.node(ref)
+        pid = self._require_running(node)
+        beam = self._beam_pid(node)
+        _proc.signal_group(pid, signal.SIGKILL)
+        if beam is not None:
+            _proc.signal_group(beam, signal.SIGKILL)
+        pids = [pid] if beam is None else [pid, beam]
+        if _proc.wait_dead(pids, 10.0):
+            raise ServerError(f"node {node.name} (pids {pids}) survived SIGKILL")
+        return node
+
+    def stop(self, ref: int | str, timeout: float = 60.0) -> Node:
+        """Stop a node gracefully (SIGTERM), SIGKILL if it takes longer than ``timeout``."""
+        node = self.node(ref)
+        pid = self._require_running(node)
+        beam = self._beam_pid(node)
+        # The VM stops gracefully on SIGTERM; the launcher script exits with it.
+        _proc.terminate([pid] if beam is None else [beam, pid], grace=timeout)
+        return node
+
+    def start(self, ref: int | str, timeout: float | None = None) -> Node:
+        """Start a stopped or killed node again; it rejoins from its data directory."""
+        node = self.node(ref)
+        self._state()
+        if self.is_running(node):
+            raise AlreadyRunningError(f"node {node.name} is already running")
+        epmd = self._pid("epmd")
+        if epmd is None or not _proc.is_ours(epmd, self.dir):
+            self._start_epmd()
+        wait = self.spec.start_timeout if timeout is None else timeout
+        pid = self._spawn_node(node)
+        self._wait_node(node, pid, wait)
+        self.wait_members([n for n in self.nodes if self.is_running(n)], wait)
+        return node
+
+    def _require_running(self, node: Node) -> int:
+        pid = self._pid(f"node{node.index}")
+        if pid is None or not self.is_running(node):
+            raise NotRunningError(f"node {node.name} is not running")
+        return pid
+
+    # ------------------------------------------------------------------ status
+
+    def status(self) -> dict[str, Any]:
+        """What runs, where: JSON-ready, without secrets."""
+        state = read_json(self.dir / "state.json")
+        if state is None:
+            return {"name": self.name, "dir": str(self.dir), "running": False, "nodes": []}
+        pids = state.get("pids", {})
+        nodes = []
+        for node in self.nodes:
+            running = self.is_running(node)
+            nodes.append(
+                {
+                    "index": node.index,
+                    "name": node.name,
+                    "amqp_port": node.amqp_port,
+                    "management_port": node.management_port,
+                    "dist_port": node.dist_port,
+                    "pid": self._beam_pid(node),
+                    "pgid": pids.get(f"node{node.index}"),
+                    "running": running,
+                    "log": str(node.log_file),
+                }
+            )
+        try:
+            members: list[dict[str, Any]] | None = self.members()
+        except (NotRunningError, CommandError):
+            members = None
+        epmd = pids.get("epmd")
+        result: dict[str, Any] = {
+            "name": self.name,
+            "dir": str(self.dir),
+            "running": any(n["running"] for n in nodes),
+            "nodes": nodes,
+            "members": members,
+            "epmd": {
+                "port": self.layout.epmd,
+                "pid": epmd,
+                "running": epmd is not None and _proc.is_ours(int(epmd), self.dir),
+            },
+            "urls": self.display_urls(),
+            "credentials_file": str(self.credentials_file),
+        }
+        if self.spec.zookeeper:
+            result["zookeeper"] = self.zookeeper().status()
+        return result

@@ -1,0 +1,262 @@
+"""A local standalone ZooKeeper from Debian's ``zookeeper`` package, on loopback.
+
+``zkServer.sh`` is tied to ``/etc/zookeeper`` and ``/var/log/zookeeper``, so we start the server
+class with Java directly, with a config of our own: the admin server off (it would open port
+8080) and only the four-letter words we use for probes.
+
+Example::
+
+    with LocalZooKeeper(name="zk") as zk:
+        KazooClient(hosts=zk.hosts)
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from . import _proc
+from ._errors import (
+    AlreadyRunningError,
+    NotRunningError,
+    PackageMissingError,
+    ServerError,
+    ServerExitedError,
+    StartTimeoutError,
+)
+from ._files import default_home, read_json, tail, write_json
+from ._ports import PortLayout, allocate_base, check_free
+
+JARS = (
+    Path("/usr/share/java/zookeeper.jar"),
+    Path("/usr/share/java/slf4j-log4j12.jar"),
+    Path("/usr/share/java/log4j-1.2.jar"),
+)
+LOG4J = """log4j.rootLogger=INFO, FILE
+log4j.appender.FILE=org.apache.log4j.FileAppender
+log4j.appender.FILE.File={log}
+log4j.appender.FILE.layout=org.apache.log4j.PatternLayout
+log4j.appender.FILE.layout.ConversionPattern=%d{{ISO8601}} %-5p [%t:%C{{1}}@%L] - %m%n
+"""
+
+
+def four_letter(port: int, word: str, timeout: float = 1.0) -> str | None:
+    """Send a four-letter word; the answer, or None if nothing answered."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+            sock.sendall(word.encode())
+            chunks = []
+            while chunk := sock.recv(4096):
+                chunks.append(chunk)
+    except OSError:
+        return None
+    return b"".join(chunks).decode(errors="replace")
+
+
+class LocalZooKeeper:
+    """One ZooKeeper server (standalone mode) with its state under one directory."""
+
+    def __init__(
+        self,
+        name: str = "zk",
+        *,
+        port: int | None = None,
+        home: Path | str | None = None,
+        start_timeout: float = 30.0,
+        java: str | None = None,
+        jars: tuple[Path, ...] = JARS,
+    ) -> None:
+        self.home = default_home() if home is None else Path(home).resolve()
+        self.dir = self.home / name
+        self.name = name
+        self._port = port
+        self.start_timeout = start_timeout
+        self._java = java
+        self.jars = jars
+        self._owns_block = True
+
+    @classmethod
+    def inside(cls, state_dir: Path, port: int) -> LocalZooKeeper:
+        """The ZooKeeper that belongs to a cluster: its ports come from the cluster's block."""
+        zk = cls(name=state_dir.name, port=port, home=state_dir.parent)
+        zk._owns_block = False
+        return zk
+
+    @classmethod
+    def attach(cls, name: str = "zk", home: Path | str | None = None) -> LocalZooKeeper:
+        zk = cls(name=name, home=home)
+        state = read_json(zk.dir / "zookeeper.json")
+        if state is None:
+            raise NotRunningError(f"ZooKeeper {name!r} is not running (no state in {zk.dir})")
+        zk._port = int(state["port"])
+        return zk
+
+    def __repr__(self) -> str:
+        return f"LocalZooKeeper(dir={self.dir}, port={self._port})"
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise NotRunningError("ZooKeeper has no port yet: call up() first")
+        return self._port
+
+    @property
+    def hosts(self) -> str:
+        """The connection string kazoo takes."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / "zookeeper.log"
+
+    def _java_binary(self) -> str:
+        java = self._java or shutil.which("java")
+        if java is None:
+            raise PackageMissingError(
+                "java is not installed: install a Java runtime (`apt-get install -y "
+                "default-jre-headless`, or `make deps`)"
+            )
+        for jar in self.jars:
+            if not jar.exists():
+                raise PackageMissingError(
+                    f"ZooKeeper is not installed: {jar} is missing. Install the Debian package "
+                    "zookeeper (`apt-get install -y zookeeper`, or `make deps`)."
+                )
+        return java
+
+    def _pid(self) -> int | None:
+        state = read_json(self.dir / "zookeeper.json")
+        pid = None if state is None else state.get("pid")
+        return int(pid) if pid is not None else None
+
+    def is_running(self) -> bool:
+        pid = self._pid()
+        return pid is not None and _proc.is_ours(pid, self.dir)
+
+    def up(self) -> Self:
+        java = self._java_binary()
+        if self.is_running():
+            raise AlreadyRunningError(f"ZooKeeper in {self.dir} is already running")
+        if self._port is None:
+            base = allocate_base(self.home, self.name, {PortLayout(1024).zookeeper - 1024: "zk"})
+            self._port = PortLayout(base).zookeeper
+            block = base
+        else:
+            block = self._port
+        check_free({self.port: "ZooKeeper client port"})
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+        (self.dir / "data").mkdir(parents=True)
+        (self.dir / "zoo.cfg").write_text(
+            "\n".join(
+                [
+                    "tickTime=2000",
+                    "initLimit=10",
+                    "syncLimit=5",
+                    f"dataDir={self.dir / 'data'}",
+                    f"clientPort={self.port}",
+                    "clientPortAddress=127.0.0.1",
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=ruok,srvr,stat,mntr,envi,conf",
+                    "maxSessionTimeout=60000",
+                    "",
+                ]
+            )
+        )
+        (self.dir / "log4j.properties").write_text(LOG4J.format(log=self.log_file))
+        state: dict[str, Any] = {"port": self.port, "pid": None}
+        if self._owns_block:
+            state["base_port"] = block - (PortLayout(1024).zookeeper - 1024)
+        write_json(self.dir / "zookeeper.json", state)
+        env = {
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "LANG": "C.UTF-8",
+            _proc.MARKER: str(self.dir),
+        }
+        argv = [
+            java,
+            "-Xmx256m",
+            "-Dzookeeper.admin.enableServer=false",
+            f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}",
+            "-cp",
+            ":".join(str(j) for j in self.jars),
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            str(self.dir / "zoo.cfg"),
+        ]
+        pid = _proc.spawn(argv, env, self.dir / "console.log", self.dir)
+        state["pid"] = pid
+        write_json(self.dir / "zookeeper.json", state)
+        try:
+            self._wait_ready(pid)
+        except BaseException:
+            self._teardown()
+            raise
+        return self
+
+    def _wait_ready(self, pid: int) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            if not _proc.is_alive(pid):
+                raise ServerExitedError(
+                    f"ZooKeeper exited while starting; read {self.log_file} and "
+                    f"{self.dir / 'console.log'}:\n{tail(self.dir / 'console.log')}"
+                )
+            if four_letter(self.port, "ruok") == "imok":
+                return
+            if time.monotonic() >= deadline:
+                raise StartTimeoutError(
+                    f"ZooKeeper did not answer on {self.hosts} within {self.start_timeout:g} s; "
+                    f"read {self.log_file}"
+                )
+            time.sleep(0.1)
+
+    def _teardown(self) -> list[int]:
+        pids = sorted(set(_proc.find_marked(self.dir)) | ({p} if (p := self._pid()) else set()))
+        pids = [p for p in pids if _proc.is_ours(p, self.dir)]
+        _proc.terminate(pids, grace=10.0)
+        left = _proc.find_marked(self.dir)
+        if left:
+            raise ServerError(f"ZooKeeper processes {left} survived SIGKILL")
+        (self.dir / "zookeeper.json").unlink(missing_ok=True)
+        return pids
+
+    def down(self) -> None:
+        if not self._teardown():
+            raise NotRunningError(f"ZooKeeper in {self.dir} is not running")
+
+    def kill(self) -> None:
+        pid = self._pid()
+        if pid is None or not _proc.is_ours(pid, self.dir):
+            raise NotRunningError(f"ZooKeeper in {self.dir} is not running")
+        _proc.terminate([pid], grace=0.0)
+
+    def status(self) -> dict[str, Any]:
+        pid = self._pid()
+        mode = None
+        srvr = four_letter(self.port, "srvr") if self._port is not None else None
+        if srvr:
+            for line in srvr.splitlines():
+                if line.startswith("Mode:"):
+                    mode = line.split(":", 1)[1].strip()
+        return {
+            "port": self._port,
+            "pid": pid,
+            "running": self.is_running(),
+            "mode": mode,
+            "log": str(self.log_file),
+        }
+
+    def __enter__(self) -> Self:
+        return self.up()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._teardown()
