@@ -18,6 +18,10 @@ from pathlib import Path
 
 MARKER = "SAC_STATE_DIR"
 
+# Children started by this process, kept so that they are reaped by ``poll()`` and never
+# garbage-collected while running (Popen warns about that).
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
 
 def spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Path) -> int:
     """Start ``argv`` in a new session, output appended to ``log_path``; return its pid."""
@@ -33,11 +37,17 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Path
             start_new_session=True,
             close_fds=True,
         )
+    _children[proc.pid] = proc
     return proc.pid
 
 
 def _reap(pid: int) -> None:
     # A child we started and that died stays a zombie (and "alive" to kill(0)) until reaped.
+    child = _children.get(pid)
+    if child is not None:
+        if child.poll() is not None:
+            del _children[pid]
+        return
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
 

@@ -1,0 +1,77 @@
+"""Real servers for the whole run: one 3-node RabbitMQ cluster and one ZooKeeper.
+
+Started once per session with readiness probes (AMQP header, management API membership,
+ZooKeeper ``ruok``). A server that cannot start makes the tests that need it error out: never
+skip. When a test fails, the tail of every server log is attached to its report.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from server import LocalCluster, LocalZooKeeper
+
+LOG_TAIL_LINES = 40
+_servers_key = pytest.StashKey[list[object]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_servers_key] = []
+
+
+@pytest.fixture(scope="session")
+def sac_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where this run's servers keep their state (pytest keeps the last runs for reading)."""
+    return tmp_path_factory.mktemp("sac-home")
+
+
+@pytest.fixture(scope="session")
+def cluster(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    local = LocalCluster(name=f"test-{os.getpid()}", nodes=3, home=sac_home)
+    pytestconfig.stash[_servers_key].append(local)
+    with local:
+        yield local
+
+
+@pytest.fixture(scope="session")
+def zookeeper(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalZooKeeper]:
+    local = LocalZooKeeper(name=f"zk-{os.getpid()}", home=sac_home)
+    pytestconfig.stash[_servers_key].append(local)
+    with local:
+        yield local
+
+
+@pytest.fixture
+def queue_name(request: pytest.FixtureRequest) -> str:
+    """A queue name unique to the test, readable in the management UI."""
+    return f"{request.node.name[:80]}-{os.urandom(4).hex()}"
+
+
+def _log_tails(config: pytest.Config) -> list[tuple[str, str]]:
+    sections = []
+    for srv in config.stash[_servers_key]:
+        if isinstance(srv, LocalCluster):
+            files = srv.log_files()
+        elif isinstance(srv, LocalZooKeeper):
+            files = [f for f in (srv.log_file, srv.dir / "console.log") if f.exists()]
+        else:
+            files = []
+        for path in files:
+            lines = path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            sections.append((f"server log {path}", "\n".join(lines)))
+    return sections
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Iterator[None]:
+    report = yield
+    if report.failed:
+        for title, text in _log_tails(item.config):
+            report.sections.append((title, text))
+    return report

@@ -1,0 +1,75 @@
+"""Small helpers for tests against real servers: listening sockets, waiting on events."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_until(predicate: Callable[[], T], timeout: float, what: str) -> T:
+    """Poll ``predicate`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return inodes
+    for fd in fds:
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    return inodes
+
+
+def _decode_address(hex_addr: str) -> str:
+    addr, port = hex_addr.split(":")
+    raw = bytes.fromhex(addr)
+    if len(raw) == 4:
+        host = ".".join(str(b) for b in raw[::-1])
+    else:  # IPv6: four little-endian 32-bit words
+        words = [raw[i : i + 4][::-1] for i in range(0, 16, 4)]
+        full = b"".join(words)
+        host = ":".join(full[i : i + 2].hex() for i in range(0, 16, 2))
+    return f"{host}:{int(port, 16)}"
+
+
+def listening_addresses(pids: list[int]) -> set[str]:
+    """Every TCP address that one of ``pids`` listens on (from /proc, no ss needed)."""
+    inodes: set[str] = set()
+    for pid in pids:
+        inodes |= _socket_inodes(pid)
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and inode in inodes:  # 0A = LISTEN
+                found.add(_decode_address(local))
+    return found
+
+
+def is_loopback(address: str) -> bool:
+    """127.0.0.0/8, ::1 and IPv4-mapped 127.x (Java's dual-stack sockets) are loopback."""
+    host = ipaddress.ip_address(address.rsplit(":", 1)[0])
+    if isinstance(host, ipaddress.IPv6Address) and host.ipv4_mapped is not None:
+        return host.ipv4_mapped.is_loopback
+    return host.is_loopback

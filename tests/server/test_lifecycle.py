@@ -1,0 +1,135 @@
+"""`sac server` end to end on clusters of their own, and every bad input's error."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from server import (
+    AlreadyRunningError,
+    LocalCluster,
+    LocalZooKeeper,
+    NotRunningError,
+    PackageMissingError,
+    PortBusyError,
+    StartTimeoutError,
+    _proc,
+)
+from server._ports import port_is_free
+from server.zookeeper import four_letter
+
+
+def sac(home: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``sac`` console script, as an operator would."""
+    exe = Path(sys.executable).with_name("sac")
+    return subprocess.run(
+        [str(exe), *args, "--home", str(home)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, "SAC_HOME": str(home)},
+    )
+
+
+def test_cli_up_status_kill_start_down_leaves_no_process(
+    tmp_path: Path, cluster: LocalCluster
+) -> None:
+    name = f"cli-{os.getpid()}"
+    up = sac(tmp_path, "server", "up", "--nodes", "1", "--zookeeper", "--name", name)
+    assert up.returncode == 0, up.stderr
+    assert "***" in up.stdout
+    local = LocalCluster.attach(name, home=tmp_path)
+    assert local.credentials.password not in up.stdout + up.stderr
+
+    status = json.loads(sac(tmp_path, "server", "status", "--name", name).stdout)
+    node = status["nodes"][0]
+    assert node["running"] is True
+    assert status["members"] == [{"name": node["name"], "running": True}]
+    assert status["zookeeper"]["running"] is True
+    assert four_letter(status["zookeeper"]["port"], "ruok") == "imok"
+    # A second cluster runs beside the session's on ports of its own.
+    session_ports = {n.amqp_port for n in cluster.nodes}
+    assert node["amqp_port"] not in session_ports
+
+    killed = sac(tmp_path, "server", "kill", "1", "--name", name)
+    assert killed.returncode == 0, killed.stderr
+    status = json.loads(sac(tmp_path, "server", "status", "--name", name).stdout)
+    assert status["nodes"][0]["running"] is False
+    assert not _proc.is_alive(node["pid"])
+
+    started = sac(tmp_path, "server", "start", "1", "--name", name)
+    assert started.returncode == 0, started.stderr
+    status = json.loads(sac(tmp_path, "server", "status", "--name", name).stdout)
+    assert status["nodes"][0]["running"] is True
+    assert status["nodes"][0]["pid"] != node["pid"]
+
+    pids = _proc.find_marked(local.dir)
+    assert len(pids) >= 3  # node launcher and VM, epmd, ZooKeeper
+    down = sac(tmp_path, "server", "down", "--name", name)
+    assert down.returncode == 0, down.stderr
+    assert _proc.find_marked(local.dir) == []
+    assert [p for p in pids if _proc.is_alive(p)] == []
+    layout = local.layout
+    assert all(port_is_free(p) for p in layout.listening_ports(1, zookeeper=True))
+    # Downing one cluster left the other alone.
+    assert all(m["running"] for m in cluster.members())
+
+
+def test_down_of_a_cluster_that_is_not_running(tmp_path: Path) -> None:
+    done = sac(tmp_path, "server", "down", "--name", "nothing-here")
+    assert done.returncode == 1
+    assert "cluster 'nothing-here' is not running" in done.stderr
+    assert "Traceback" not in done.stderr
+    with pytest.raises(NotRunningError, match="not running"):
+        LocalCluster.attach("nothing-here", home=tmp_path)
+
+
+def test_up_of_a_running_cluster(cluster: LocalCluster) -> None:
+    again = LocalCluster(name=cluster.name, nodes=3, home=cluster.spec.home)
+    with pytest.raises(AlreadyRunningError, match="already running"):
+        again.up()
+    assert all(m["running"] for m in cluster.members())
+
+
+def test_busy_port_is_named(tmp_path: Path) -> None:
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        with pytest.raises(PortBusyError, match=rf"127\.0\.0\.1:{port} \(AMQP of node 1\)"):
+            LocalCluster(name="busy", nodes=1, base_port=port, home=tmp_path).up()
+    assert _proc.find_marked(tmp_path / "busy") == []
+
+
+def test_missing_debian_packages_are_named(tmp_path: Path) -> None:
+    with pytest.raises(PackageMissingError, match="rabbitmq-server"):
+        LocalCluster(name="nopkg", nodes=1, home=tmp_path, rabbitmq_dir=tmp_path / "no").up()
+    with pytest.raises(PackageMissingError, match="Debian package zookeeper"):
+        LocalZooKeeper(name="nozk", home=tmp_path, jars=(tmp_path / "zookeeper.jar",)).up()
+
+
+def test_node_that_does_not_come_up_in_time(tmp_path: Path) -> None:
+    local = LocalCluster(name="slow", nodes=1, start_timeout=1.0, home=tmp_path)
+    with pytest.raises(StartTimeoutError) as caught:
+        local.up()
+    message = str(caught.value)
+    assert "within 1 s" in message
+    assert str(local.nodes[0].log_file) in message
+    assert _proc.find_marked(local.dir) == []  # nothing left behind
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"name": "Bad Name"}, "name"), ({"nodes": 0}, "nodes"), ({"nodes": 10}, "nodes"),
+     ({"base_port": 80}, "base_port"), ({"start_timeout": 0}, "start_timeout")],
+)
+def test_bad_cluster_settings_are_rejected(kwargs: dict[str, object], field: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=field):
+        LocalCluster(**kwargs)  # type: ignore[arg-type]
