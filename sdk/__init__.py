@@ -1,0 +1,70 @@
+"""sac's client SDK: exactly one consumer working on a queue, nothing lost or done twice.
+
+Everything an application needs is exported here; the modules behind it are private.
+
+Example::
+
+    from sdk import ConnectionSettings, PublisherSettings, QueueSettings, Publisher
+
+    conn = ConnectionSettings.from_env()      # SAC_AMQP_URLS=amqp://...,amqp://...
+    with Publisher(PublisherSettings(conn, queue=QueueSettings("orders"))) as pub:
+        pub.publish(b"order 1")
+"""
+
+from ._core.backoff import Backoff
+from ._core.ids import new_message_id
+from ._delivery import RETRANSMIT_HEADER, Delivery
+from ._errors import (
+    AuthenticationError,
+    BlockedTimeout,
+    ClosedError,
+    ConfigurationError,
+    ConfirmTimeout,
+    ConnectError,
+    ConsumerError,
+    MessageNacked,
+    MessageReturned,
+    MessageTooLarge,
+    PublishError,
+    QueueError,
+    QueueMismatch,
+    QueueNotFound,
+    SacError,
+    StaleEpoch,
+    Unconfirmed,
+)
+from ._history import HistoryRecorder
+from ._settings import ConnectionSettings, ConsumerSettings, PublisherSettings, QueueSettings
+from .publisher import AsyncPublisher, Publisher, PublisherStats
+
+__all__ = [
+    "RETRANSMIT_HEADER",
+    "AsyncPublisher",
+    "AuthenticationError",
+    "Backoff",
+    "BlockedTimeout",
+    "ClosedError",
+    "ConfigurationError",
+    "ConfirmTimeout",
+    "ConnectError",
+    "ConnectionSettings",
+    "ConsumerError",
+    "ConsumerSettings",
+    "Delivery",
+    "HistoryRecorder",
+    "MessageNacked",
+    "MessageReturned",
+    "MessageTooLarge",
+    "PublishError",
+    "Publisher",
+    "PublisherSettings",
+    "PublisherStats",
+    "QueueError",
+    "QueueMismatch",
+    "QueueNotFound",
+    "QueueSettings",
+    "SacError",
+    "StaleEpoch",
+    "Unconfirmed",
+    "new_message_id",
+]

@@ -1,0 +1,64 @@
+"""When the consumer acknowledges, and how.
+
+Handlers run one at a time in delivery order, so after a handler returns every earlier
+delivery is settled and one ``basic.ack`` with ``multiple`` can cover a batch: the batch is
+sent when it is full or when no further delivery is waiting, so an idle consumer never sits on
+acks. A failed handler first flushes the acks before it, then rejects its own delivery with
+requeue (the quorum queue's delivery limit turns a poison message into a dead letter).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen
+class Ack:
+    tag: int
+    multiple: bool
+
+
+@attrs.frozen
+class Reject:
+    tag: int
+    requeue: bool
+
+
+Action = Ack | Reject
+
+
+class AckBatcher:
+    """Turns handler outcomes into ack/reject frames for one channel."""
+
+    def __init__(self, batch: int) -> None:
+        if batch < 1:
+            raise ValueError(f"ack batch must be >= 1, got {batch}")
+        self.batch = batch
+        self._pending: list[int] = []
+
+    @property
+    def pending(self) -> int:
+        """Handled deliveries whose ack has not been sent yet."""
+        return len(self._pending)
+
+    def done(self, tag: int) -> list[Action]:
+        self._pending.append(tag)
+        if len(self._pending) >= self.batch:
+            return self.flush()
+        return []
+
+    def failed(self, tag: int, requeue: bool = True) -> list[Action]:
+        return [*self.flush(), Reject(tag, requeue)]
+
+    def flush(self) -> list[Action]:
+        if not self._pending:
+            return []
+        tag = self._pending[-1]
+        multiple = len(self._pending) > 1
+        self._pending.clear()
+        return [Ack(tag, multiple)]
+
+    def channel_lost(self) -> list[int]:
+        """Tags handled but never acked: the broker will redeliver them (dedup catches them)."""
+        lost, self._pending = self._pending, []
+        return lost

@@ -1,0 +1,67 @@
+"""Bounded exponential backoff with full jitter, as an immutable value.
+
+Full jitter (a uniform draw between 0 and the exponential cap) spreads the reconnects of many
+clients that lost the same node, instead of having them return in lock-step. Every policy is
+bounded: by a number of attempts, by a total time, or both. The caller supplies the clock and
+the random source, so the asyncio face sleeps with ``asyncio.sleep`` and the blocking face
+with ``time.sleep``, and tests are deterministic.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+
+def _positive(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not value > 0:
+        raise ValueError(f"{attribute.name} must be positive, got {value!r}")
+
+
+@attrs.frozen
+class Backoff:
+    """Delay before retry number ``attempt`` (1-based): ``uniform(0, min(maximum, initial *
+    multiplier ** (attempt - 1)))``; no retry past ``max_attempts`` or ``max_elapsed`` s."""
+
+    initial: float = attrs.field(default=0.1, validator=_positive)
+    maximum: float = attrs.field(default=5.0, validator=_positive)
+    multiplier: float = attrs.field(default=2.0, validator=attrs.validators.ge(1.0))
+    max_attempts: int | None = attrs.field(default=20, validator=_positive)
+    max_elapsed: float | None = attrs.field(default=120.0, validator=_positive)
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_attempts is None and self.max_elapsed is None:
+            raise ValueError("a backoff must be bounded: set max_attempts or max_elapsed")
+        if self.maximum < self.initial:
+            raise ValueError(f"maximum ({self.maximum}) is below initial ({self.initial})")
+
+    def cap(self, attempt: int) -> float:
+        """The largest delay retry number ``attempt`` may wait."""
+        exponent = min(attempt - 1, 64)  # beyond this the cap is reached anyway
+        try:
+            grown = self.initial * self.multiplier**exponent
+        except OverflowError:  # a large multiplier passes the float range before 64 steps
+            return float(self.maximum)
+        return float(min(self.maximum, grown))
+
+    def delay(
+        self, attempt: int, elapsed: float, rng: Callable[[], float] = random.random
+    ) -> float | None:
+        """Seconds to wait before retry ``attempt``, or None when the policy is exhausted.
+
+        ``elapsed`` is the time since the first failure; the delay never overshoots
+        ``max_elapsed``.
+        """
+        if attempt < 1:
+            raise ValueError(f"attempt counts from 1, got {attempt}")
+        if self.max_attempts is not None and attempt > self.max_attempts:
+            return None
+        if self.max_elapsed is not None and elapsed >= self.max_elapsed:
+            return None
+        wait = self.cap(attempt) * rng()
+        if self.max_elapsed is not None:
+            wait = min(wait, self.max_elapsed - elapsed)
+        return wait

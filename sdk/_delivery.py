@@ -1,0 +1,50 @@
+"""What a handler receives."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+RETRANSMIT_HEADER = "x-sac-retransmit"
+"""Set by our publisher on a message it sends again after a lost confirm (value: how many
+times it was sent before). Such a copy arrives with ``redelivered`` false, so dedup must look
+it up even though the broker did not flag it."""
+
+
+def delivery_count(headers: Mapping[str, Any] | None) -> int | None:
+    """The quorum queue's ``x-delivery-count``: absent on a first delivery, then 1, 2, ..."""
+    if not headers:
+        return None
+    value = headers.get("x-delivery-count")
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@attrs.frozen
+class Delivery:
+    """One message handed to a handler. Acknowledging is the consumer's job, not the
+    handler's: return normally to ack, raise to reject with requeue."""
+
+    body: bytes = attrs.field(repr=lambda b: f"<{len(b)} bytes>")
+    message_id: str | None
+    headers: Mapping[str, Any]
+    redelivered: bool
+    delivery_count: int | None
+    queue: str
+    routing_key: str
+    exchange: str
+    content_type: str | None = None
+    correlation_id: str | None = None
+    timestamp: int | None = None
+    delivery_tag: int = attrs.field(default=0, repr=False)
+
+    @property
+    def retransmitted(self) -> bool:
+        """Our publisher sent this message more than once (it may be a duplicate)."""
+        return bool(self.headers.get(RETRANSMIT_HEADER))
+
+    @property
+    def maybe_duplicate(self) -> bool:
+        """Whether a dedup lookup is needed under the default policy."""
+        return self.redelivered or self.delivery_count is not None or self.retransmitted

@@ -1,0 +1,63 @@
+"""Recording what a publisher or consumer did, in the history format chaos runs use
+(``shared/HISTORY.md``): one JSON object per line with ``ts``, ``actor`` and ``type``.
+
+Publishers and consumers take ``recorder=None`` by default and test for it before building
+an event, so an unrecorded client pays one comparison per step.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Self
+
+
+class HistoryRecorder:
+    """Appends events of one actor to a JSONL file. Thread-safe; flushed on ``close``."""
+
+    def __init__(self, path: Path | str, actor: str, *, flush_every: int = 1000) -> None:
+        self.path = Path(path)
+        self.actor = actor
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        self._lock = threading.Lock()
+        self._flush_every = flush_every
+        self._unflushed = 0
+
+    def record(self, type: str, **fields: Any) -> None:
+        event = {"ts": time.time(), "actor": self.actor, "type": type, **fields}
+        line = json.dumps(event, separators=(",", ":")) + "\n"
+        with self._lock:
+            if self._file is None:
+                raise ValueError(f"history {self.path} is closed")
+            self._file.write(line)
+            self._unflushed += 1
+            if self._unflushed >= self._flush_every:
+                self._file.flush()
+                self._unflushed = 0
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+                self._unflushed = 0
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

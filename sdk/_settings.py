@@ -1,0 +1,264 @@
+"""Settings, as frozen attrs classes validated when built.
+
+A bad value is refused at construction with a ``ConfigurationError`` that names the setting:
+nothing falls back silently to a default. Passwords never show in a ``repr``. Variants are made
+with ``attrs.evolve``; ``from_url`` and ``from_env`` are the named constructors.
+
+Example::
+
+    conn = ConnectionSettings.from_url("amqp://app:secret@10.0.0.1:5672/,amqp://app:secret@10.0.0.2/")
+    queue = QueueSettings("orders", delivery_limit=5, dead_letter_exchange="orders.dlx")
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from ._core.backoff import Backoff
+from ._errors import ConfigurationError
+
+DEFAULT_MAX_MESSAGE_SIZE = 128 * 1024 * 1024  # RabbitMQ 3.10's default max_message_size
+
+
+def parse_amqp_url(url: str) -> urllib.parse.SplitResult:
+    """Validate one AMQP URL; raise ConfigurationError naming what is wrong (never the
+    password)."""
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigurationError(f"AMQP URL must be a non-empty string, got {type(url).__name__}")
+    parts = urllib.parse.urlsplit(url.strip())
+    shown = mask_url(url)
+    if parts.scheme not in ("amqp", "amqps"):
+        raise ConfigurationError(
+            f"AMQP URL {shown!r} must start with amqp:// or amqps://, not {parts.scheme!r}"
+        )
+    if not parts.hostname:
+        raise ConfigurationError(f"AMQP URL {shown!r} has no host")
+    try:
+        port = parts.port
+    except ValueError:
+        # not chained: urllib's message quotes the port text, which is part of the password
+        # when the password holds an unescaped '/'
+        raise ConfigurationError(f"AMQP URL {shown!r} has an invalid port") from None
+    if port == 0:
+        raise ConfigurationError(f"AMQP URL {shown!r} has an invalid port 0")
+    if parts.path.count("/") > 1:
+        raise ConfigurationError(
+            f"AMQP URL {shown!r}: the vhost must be one path segment (write '/' as %2F)"
+        )
+    return parts
+
+
+def mask_url(url: str) -> str:
+    """The URL with its password replaced by ``***``: safe to log."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        if parts.password is None:
+            if "@" in url and "@" not in parts.netloc:
+                # user info the parser did not see as such (no scheme, an unescaped '/' in
+                # the password, ...): hide everything before the last '@'
+                head, _, tail = url.rpartition("@")
+                scheme = head.partition("://")[0] + "://" if "://" in head else ""
+                return f"{scheme}***@{tail}"
+            return url
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = f"{parts.username}:***@{host}"
+        if parts.port is not None:
+            netloc += f":{parts.port}"
+        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    except ValueError:
+        return "<unparseable URL>"
+
+
+def _urls(value: str | Sequence[str]) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    urls = tuple(u.strip() for u in items if u.strip())
+    if not urls:
+        raise ConfigurationError("at least one AMQP URL is needed")
+    for url in urls:
+        parse_amqp_url(url)
+    return urls
+
+
+def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigurationError(f"{attribute.name} must be a positive number, got {value!r}")
+
+
+def _at_least(minimum: int) -> Any:
+    def check(_inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ConfigurationError(
+                f"{attribute.name} must be an integer >= {minimum}, got {value!r}"
+            )
+
+    return check
+
+
+def _optional(check: Any) -> Any:
+    def run(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is not None:
+            check(inst, attribute, value)
+
+    return run
+
+
+@attrs.frozen
+class ConnectionSettings:
+    """How to reach the cluster: one URL per node, tried in order, round-robin on failure."""
+
+    urls: tuple[str, ...] = attrs.field(converter=_urls, repr=lambda u: repr(
+        tuple(mask_url(x) for x in u)))
+    heartbeat: int = attrs.field(default=5, validator=_at_least(1))
+    """Seconds. A dead peer is noticed within about two intervals."""
+    connect_timeout: float = attrs.field(default=5.0, validator=_positive)
+    blocked_timeout: float = attrs.field(default=60.0, validator=_positive)
+    """How long publishing may stay paused by ``connection.blocked`` before it raises."""
+    reconnect: Backoff = attrs.field(factory=Backoff)
+    name: str | None = None
+    """Shown as the connection name in the management UI."""
+    ca_file: str | None = None
+    """CA bundle for amqps:// (default: the system's trust store)."""
+
+    @classmethod
+    def from_url(cls, url: str, **overrides: Any) -> ConnectionSettings:
+        """From one URL or a comma-separated list of URLs (one per cluster node)."""
+        return cls(urls=url, **overrides)
+
+    @classmethod
+    def from_env(
+        cls, prefix: str = "SAC_", environ: Mapping[str, str] | None = None
+    ) -> ConnectionSettings:
+        """From ``SAC_AMQP_URLS`` (comma-separated) and optional ``SAC_HEARTBEAT``,
+        ``SAC_CONNECT_TIMEOUT``, ``SAC_BLOCKED_TIMEOUT``, ``SAC_CONNECTION_NAME``,
+        ``SAC_CA_FILE``."""
+        env = os.environ if environ is None else environ
+        urls = env.get(f"{prefix}AMQP_URLS")
+        if not urls:
+            raise ConfigurationError(f"{prefix}AMQP_URLS is not set")
+        try:
+            _urls(urls)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{prefix}AMQP_URLS: {exc}") from None
+        fields = attrs.fields_dict(cls)
+        kwargs: dict[str, Any] = {}
+        for key, field, kind in (
+            ("HEARTBEAT", "heartbeat", int),
+            ("CONNECT_TIMEOUT", "connect_timeout", float),
+            ("BLOCKED_TIMEOUT", "blocked_timeout", float),
+        ):
+            raw = env.get(f"{prefix}{key}")
+            if raw is not None:
+                try:
+                    kwargs[field] = kind(raw)
+                except ValueError as exc:
+                    raise ConfigurationError(
+                        f"{prefix}{key}={raw!r} is not a valid {kind.__name__}"
+                    ) from exc
+                attribute = fields[field]
+                if attribute.validator is not None:
+                    try:  # name the variable, not only the field, when the value is refused
+                        attribute.validator(None, attribute, kwargs[field])
+                    except ConfigurationError as exc:
+                        raise ConfigurationError(f"{prefix}{key}={raw!r}: {exc}") from None
+        if name := env.get(f"{prefix}CONNECTION_NAME"):
+            kwargs["name"] = name
+        if ca_file := env.get(f"{prefix}CA_FILE"):
+            kwargs["ca_file"] = ca_file
+        return cls(urls=urls, **kwargs)
+
+    def display_urls(self) -> list[str]:
+        return [mask_url(u) for u in self.urls]
+
+
+QueueType = Literal["quorum", "classic"]
+
+
+def _queue_name(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not isinstance(value, str) or not value or len(value.encode()) > 255:
+        raise ConfigurationError(f"queue name must be 1-255 bytes of UTF-8, got {value!r}")
+    if value.startswith("amq."):
+        raise ConfigurationError(f"queue name {value!r}: the 'amq.' prefix is reserved")
+
+
+def _queue_type(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if value not in ("quorum", "classic"):
+        raise ConfigurationError(f"queue type must be 'quorum' or 'classic', got {value!r}")
+
+
+@attrs.frozen
+class QueueSettings:
+    """The queue a consumer reads (and a publisher may declare)."""
+
+    name: str = attrs.field(validator=_queue_name)
+    type: QueueType = attrs.field(default="quorum", validator=_queue_type)
+    single_active_consumer: bool = True
+    delivery_limit: int | None = attrs.field(default=None, validator=_optional(_at_least(1)))
+    """Quorum queues: after this many redeliveries the message is dead-lettered (or dropped
+    if there is no dead-letter exchange)."""
+    dead_letter_exchange: str | None = None
+    dead_letter_routing_key: str | None = None
+    declare: bool = True
+    """False: only check, passively, that the queue exists (arguments are then not checked)."""
+    extra_arguments: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
+
+    def __attrs_post_init__(self) -> None:
+        if self.delivery_limit is not None and self.type != "quorum":
+            raise ConfigurationError(
+                "delivery_limit needs a quorum queue (classic queues count no deliveries)"
+            )
+
+    def arguments(self) -> dict[str, Any]:
+        """The x-arguments ``queue.declare`` sends."""
+        args: dict[str, Any] = {"x-queue-type": self.type}
+        if self.single_active_consumer:
+            args["x-single-active-consumer"] = True
+        if self.delivery_limit is not None:
+            args["x-delivery-limit"] = self.delivery_limit
+        if self.dead_letter_exchange is not None:
+            args["x-dead-letter-exchange"] = self.dead_letter_exchange
+        if self.dead_letter_routing_key is not None:
+            args["x-dead-letter-routing-key"] = self.dead_letter_routing_key
+        args.update(self.extra_arguments)
+        return args
+
+
+@attrs.frozen
+class PublisherSettings:
+    """A publisher with confirms always on."""
+
+    connection: ConnectionSettings
+    window: int = attrs.field(default=1000, validator=_at_least(1))
+    """At most this many messages unconfirmed at once."""
+    mandatory: bool = True
+    nack_retries: int = attrs.field(default=5, validator=_at_least(0))
+    nack_backoff: Backoff = attrs.field(
+        factory=lambda: Backoff(initial=0.05, maximum=1.0, max_attempts=None, max_elapsed=30.0)
+    )
+    confirm_timeout: float = attrs.field(default=60.0, validator=_positive)
+    """Longest wait for one message's confirm, reconnects included."""
+    close_timeout: float = attrs.field(default=30.0, validator=_positive)
+    max_message_size: int = attrs.field(default=DEFAULT_MAX_MESSAGE_SIZE, validator=_at_least(1))
+    queue: QueueSettings | None = None
+    """Declared (or checked) on every connect, so that messages are routable from the start."""
+
+
+@attrs.frozen
+class ConsumerSettings:
+    """A consumer with manual acks, sent only after the handler returned."""
+
+    connection: ConnectionSettings
+    queue: QueueSettings
+    prefetch: int = attrs.field(default=100, validator=_at_least(1))
+    ack_batch: int = attrs.field(default=50, validator=_at_least(1))
+    """Acks go out as one ``multiple`` ack per this many handled messages, and at once
+    whenever no further delivery is waiting, so batching never delays an idle consumer."""
+    consumer_name: str | None = None
+    stop_timeout: float = attrs.field(default=30.0, validator=_positive)
+    """Graceful stop: how long in-flight handlers may take to finish."""

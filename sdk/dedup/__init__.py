@@ -1,0 +1,1 @@
+"""Exactly-once effects: deduplication, the idempotent inbox and fencing (issue 4)."""

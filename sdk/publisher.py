@@ -1,0 +1,556 @@
+"""Publishers that lose nothing: confirms always on, and every unconfirmed message sent again,
+with the same id and in its original order, after a reconnect.
+
+``AsyncPublisher`` is the asyncio face; ``Publisher`` is the blocking face over the same code.
+
+Example::
+
+    async with AsyncPublisher(PublisherSettings(conn, queue=QueueSettings("orders"))) as pub:
+        message_id = await pub.publish(b"order 1")          # returns once confirmed
+        futures = [await pub.send(b"...") for _ in range(10_000)]   # pipelined
+        await asyncio.gather(*futures)
+
+A message sent again after a lost confirm carries the header ``x-sac-retransmit`` (it arrives
+with ``redelivered`` false, so the consumer's dedup must look it up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import collections
+import concurrent.futures
+import contextlib
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any, Self
+
+import attrs
+import pika
+from pika.spec import Basic, BasicProperties
+
+from ._core.confirms import ConfirmWindow, InFlight
+from ._core.ids import new_message_id
+from ._delivery import RETRANSMIT_HEADER
+from ._errors import (
+    BlockedTimeout,
+    ClosedError,
+    ConfigurationError,
+    ConfirmTimeout,
+    ConnectError,
+    MessageNacked,
+    MessageReturned,
+    MessageTooLarge,
+    SacError,
+    Unconfirmed,
+)
+from ._history import HistoryRecorder
+from ._loop_thread import LoopThread, to_concurrent
+from ._settings import PublisherSettings
+from ._transport import Link, LinkLost, connect_any
+
+
+@attrs.define(slots=True)
+class _Outgoing:
+    exchange: str
+    routing_key: str
+    body: bytes
+    properties: BasicProperties
+    future: asyncio.Future[str]
+    submitted: float
+    first_nack: float | None = None
+
+
+@attrs.frozen
+class PublisherStats:
+    published: int
+    confirmed: int
+    retransmitted: int
+    nacked: int
+    returned: int
+    reconnects: int
+
+
+class AsyncPublisher:
+    """Publishes with confirms, at most ``settings.window`` messages unconfirmed."""
+
+    def __init__(
+        self,
+        settings: PublisherSettings,
+        *,
+        recorder: HistoryRecorder | None = None,
+    ) -> None:
+        self.settings = settings
+        self._recorder = recorder
+        self._window: ConfirmWindow[_Outgoing] = ConfirmWindow(settings.window)
+        self._backlog: collections.deque[InFlight[_Outgoing]] = collections.deque()
+        self._parked = 0  # nacked messages waiting for their retry
+        self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._drained: asyncio.Event | None = None
+        self._link: Link | None = None
+        self._node_index = 0
+        self._seq = 0
+        self._blocked = False
+        self._blocked_timer: asyncio.TimerHandle | None = None
+        self._reconnecting: asyncio.Task[None] | None = None
+        self._failure: SacError | None = None
+        self._closed = False
+        self._started = False
+        self._published = self._confirmed = self._retransmitted = 0
+        self._nacked = self._returned = self._reconnects = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> Self:
+        """Connect to the first node that answers (fail fast if none does)."""
+        if self._started:
+            raise ClosedError("this publisher was already started")
+        self._started = True
+        self._drained = asyncio.Event()
+        self._drained.set()
+        await self._connect(retry=False)
+        return self
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def stats(self) -> PublisherStats:
+        return PublisherStats(
+            self._published, self._confirmed, self._retransmitted,
+            self._nacked, self._returned, self._reconnects,
+        )
+
+    @property
+    def outstanding(self) -> int:
+        """Accepted but not yet confirmed (in flight, waiting to be sent, or parked)."""
+        return len(self._window) + len(self._backlog) + self._parked
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Wait (bounded) for every outstanding confirm, then close.
+
+        Raises ``Unconfirmed`` naming what stayed unconfirmed; those messages may or may
+        not have reached the queue.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        wait = self.settings.close_timeout if timeout is None else timeout
+        if self._drained is not None and self.outstanding:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._drained.wait(), wait)
+        leftovers = [item.message_id for item in self._window] + [
+            item.message_id for item in self._backlog
+        ]
+        if self._reconnecting is not None:
+            self._reconnecting.cancel()
+        link, self._link = self._link, None
+        if link is not None:
+            await link.close()
+        error = Unconfirmed(leftovers)
+        for item in [*self._window.channel_lost(), *self._backlog]:
+            if not item.message.future.done():
+                item.message.future.set_exception(error)
+        self._backlog.clear()
+        self._wake_room(error)
+        if self._recorder is not None:
+            self._recorder.flush()
+        if leftovers:
+            raise error
+
+    # ------------------------------------------------------------------ publishing
+
+    async def publish(
+        self,
+        body: bytes,
+        *,
+        routing_key: str | None = None,
+        exchange: str = "",
+        message_id: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        content_type: str | None = None,
+        correlation_id: str | None = None,
+    ) -> str:
+        """Publish one message and return its id once the broker confirmed it."""
+        mid = message_id or new_message_id()
+        fut = await self.send(
+            body,
+            routing_key=routing_key,
+            exchange=exchange,
+            message_id=mid,
+            headers=headers,
+            content_type=content_type,
+            correlation_id=correlation_id,
+        )
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), self.settings.confirm_timeout)
+        except TimeoutError:
+            raise ConfirmTimeout(
+                mid, f"no confirm within {self.settings.confirm_timeout:g} s"
+            ) from None
+
+    async def send(
+        self,
+        body: bytes,
+        *,
+        routing_key: str | None = None,
+        exchange: str = "",
+        message_id: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        content_type: str | None = None,
+        correlation_id: str | None = None,
+    ) -> asyncio.Future[str]:
+        """Hand one message over, waiting only for room in the window; a future that
+        resolves to its id when confirmed (pipelined publishing)."""
+        self._check_usable()
+        key = self._routing_key(routing_key)
+        if not isinstance(body, bytes | bytearray | memoryview):
+            raise ConfigurationError(f"message body must be bytes, got {type(body).__name__}")
+        mid = message_id or new_message_id()
+        if len(body) > self.settings.max_message_size:
+            raise MessageTooLarge(
+                mid,
+                f"{len(body)} bytes is over the maximum message size of "
+                f"{self.settings.max_message_size} bytes",
+            )
+        while self.outstanding >= self.settings.window:
+            waiter = asyncio.get_running_loop().create_future()
+            self._room_waiters.append(waiter)
+            await waiter
+            self._check_usable()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[str] = loop.create_future()
+        props = BasicProperties(
+            delivery_mode=2,
+            message_id=mid,
+            headers=dict(headers) if headers else None,
+            content_type=content_type,
+            correlation_id=correlation_id,
+        )
+        self._seq += 1
+        outgoing = _Outgoing(exchange, key, bytes(body), props, fut, loop.time())
+        self._backlog.append(InFlight(self._seq, mid, outgoing))
+        if self._drained is not None:
+            self._drained.clear()
+        self._pump()
+        return fut
+
+    def _routing_key(self, routing_key: str | None) -> str:
+        if routing_key is not None:
+            return routing_key
+        if self.settings.queue is not None:
+            return self.settings.queue.name
+        raise ConfigurationError("routing_key is required when the settings name no queue")
+
+    def _check_usable(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if self._closed:
+            raise ClosedError("publisher is closed")
+        if not self._started:
+            raise ClosedError("publisher is not started: call start() or use `async with`")
+
+    def _pump(self) -> None:
+        link = self._link
+        if link is None or not link.usable or self._blocked:
+            return
+        channel = link.channel
+        assert channel is not None
+        window = self._window
+        backlog = self._backlog
+        rec = self._recorder
+        while backlog and window.has_room():
+            item = backlog.popleft()
+            out = item.message
+            props = out.properties
+            if item.sends:
+                headers = dict(props.headers or {})
+                headers[RETRANSMIT_HEADER] = item.sends
+                props = BasicProperties(
+                    delivery_mode=2, message_id=item.message_id, headers=headers,
+                    content_type=props.content_type, correlation_id=props.correlation_id,
+                )
+            try:
+                channel.basic_publish(
+                    out.exchange, out.routing_key, out.body, props,
+                    mandatory=self.settings.mandatory,
+                )
+            except (pika.exceptions.AMQPError, OSError):
+                backlog.appendleft(item)  # the link is going down: resend on the next one
+                return
+            retransmit = item.sends > 0
+            window.sent(item)
+            if retransmit:
+                self._retransmitted += 1
+                if rec is not None:
+                    rec.record("retransmit", msg=item.message_id, seq=item.seq)
+            else:
+                self._published += 1
+                if rec is not None:
+                    rec.record("publish", msg=item.message_id, seq=item.seq,
+                               queue=out.routing_key)
+
+    # ------------------------------------------------------------------ broker events
+
+    def _on_confirm(self, frame: Any) -> None:
+        method = frame.method
+        rec = self._recorder
+        if isinstance(method, Basic.Ack):
+            for item in self._window.acked(method.delivery_tag, method.multiple):
+                fut = item.message.future
+                if item.returned is not None:
+                    self._returned += 1
+                    if not fut.done():
+                        fut.set_exception(MessageReturned(item.message_id, item.returned))
+                    continue
+                self._confirmed += 1
+                if rec is not None:
+                    rec.record("confirm", msg=item.message_id)
+                if not fut.done():
+                    fut.set_result(item.message_id)
+        else:
+            for item in self._window.nacked(method.delivery_tag, method.multiple):
+                self._nacked += 1
+                if rec is not None:
+                    rec.record("nack", msg=item.message_id)
+                self._retry_nacked(item)
+        self._after_settle()
+
+    def _retry_nacked(self, item: InFlight[_Outgoing]) -> None:
+        loop = asyncio.get_running_loop()
+        out = item.message
+        if out.first_nack is None:
+            out.first_nack = loop.time()
+        delay = None
+        if item.nacks <= self.settings.nack_retries:
+            delay = self.settings.nack_backoff.delay(item.nacks, loop.time() - out.first_nack)
+        if delay is None:
+            if not out.future.done():
+                out.future.set_exception(
+                    MessageNacked(item.message_id, f"nacked by the broker {item.nacks} times")
+                )
+            return
+        self._parked += 1
+        loop.call_later(delay, self._unpark, item)
+
+    def _unpark(self, item: InFlight[_Outgoing]) -> None:
+        self._parked -= 1
+        if self._closed and self._link is None:
+            return
+        keys = [i.seq for i in self._backlog]
+        self._backlog.insert(bisect.bisect(keys, item.seq), item)
+        self._pump()
+
+    def _on_return(self, _channel: Any, method: Any, props: BasicProperties, _body: bytes) -> None:
+        mid = props.message_id
+        reason = f"unroutable: {method.reply_code} {method.reply_text} (exchange " \
+                 f"{method.exchange!r}, routing key {method.routing_key!r})"
+        known = mid is not None and self._window.returned(mid, reason)
+        if known and self._recorder is not None:
+            self._recorder.record("return", msg=mid)
+
+    def _after_settle(self) -> None:
+        self._pump()
+        self._wake_room()
+        if not self.outstanding and self._drained is not None:
+            self._drained.set()
+
+    def _wake_room(self, error: BaseException | None = None) -> None:
+        while self._room_waiters and (error or self.outstanding < self.settings.window):
+            waiter = self._room_waiters.popleft()
+            if not waiter.done():
+                if error is not None:
+                    waiter.set_exception(error)
+                else:
+                    waiter.set_result(None)
+
+    def _on_blocked(self, blocked: bool) -> None:
+        self._blocked = blocked
+        if self._blocked_timer is not None:
+            self._blocked_timer.cancel()
+            self._blocked_timer = None
+        if blocked:
+            self._arm_blocked_timer()
+        else:
+            self._pump()
+
+    def _arm_blocked_timer(self) -> None:
+        loop = asyncio.get_running_loop()
+        unsent = [i.message.submitted for i in self._backlog if not i.sends]
+        start = min(unsent) if unsent else loop.time()
+        when = start + self.settings.connection.blocked_timeout
+        self._blocked_timer = loop.call_at(when, self._blocked_expired)
+
+    def _blocked_expired(self) -> None:
+        """Messages never sent and blocked too long fail; sent ones keep waiting for their
+        confirm (the broker holds them)."""
+        self._blocked_timer = None
+        if not self._blocked:
+            return
+        now = asyncio.get_running_loop().time()
+        limit = self.settings.connection.blocked_timeout
+        keep: collections.deque[InFlight[_Outgoing]] = collections.deque()
+        for item in self._backlog:
+            out = item.message
+            if not item.sends and now - out.submitted >= limit:
+                if not out.future.done():
+                    out.future.set_exception(BlockedTimeout(
+                        item.message_id,
+                        f"the broker blocked publishing (connection.blocked) for over "
+                        f"{limit:g} s; the message was not sent",
+                    ))
+            else:
+                keep.append(item)
+        self._backlog = keep
+        self._after_settle()
+        self._arm_blocked_timer()
+
+    # ------------------------------------------------------------------ connection
+
+    async def _connect(self, retry: bool) -> None:
+        link, index = await connect_any(
+            self.settings.connection,
+            "publisher",
+            self._on_link_lost,
+            start=self._node_index,
+            retry=retry,
+            on_blocked=self._on_blocked,
+        )
+        try:
+            channel = link.channel
+            assert channel is not None
+            await link.rpc(lambda cb: channel.confirm_delivery(self._on_confirm, callback=cb))
+            channel.add_on_return_callback(self._on_return)
+            if self.settings.queue is not None:
+                await link.declare_queue(self.settings.queue)
+        except BaseException:
+            await link.close()
+            raise
+        self._node_index = index
+        self._link = link
+        self._blocked = False
+        if self._recorder is not None:
+            self._recorder.record("connected", node=link.node, reason="retry" if retry else "start")
+        self._pump()
+
+    def _on_link_lost(self, link: Link, reason: LinkLost) -> None:
+        if link is not self._link:
+            return
+        self._link = None
+        unconfirmed = self._window.channel_lost()
+        if unconfirmed:
+            merged = sorted([*unconfirmed, *self._backlog], key=lambda i: i.seq)
+            self._backlog = collections.deque(merged)
+        if self._recorder is not None:
+            self._recorder.record("connection_lost", node=link.node, reason=reason.reason)
+        if self._closed:
+            return
+        self._node_index += 1  # try the next node first
+        self._reconnects += 1
+        self._reconnecting = asyncio.get_running_loop().create_task(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        try:
+            await self._connect(retry=True)
+        except asyncio.CancelledError:
+            raise
+        except SacError as exc:
+            self._fail_all(exc)
+
+    def _fail_all(self, exc: SacError) -> None:
+        """The reconnect policy is exhausted: every outstanding publish fails with why."""
+        self._failure = exc if isinstance(exc, ConnectError) else ConnectError(str(exc))
+        for item in [*self._window.channel_lost(), *self._backlog]:
+            if not item.message.future.done():
+                item.message.future.set_exception(self._failure)
+        self._backlog.clear()
+        self._wake_room(self._failure)
+        if self._drained is not None:
+            self._drained.set()
+
+
+class Publisher:
+    """The blocking face: the same publisher, run on a private event loop thread.
+
+    Example::
+
+        with Publisher(PublisherSettings(conn, queue=QueueSettings("orders"))) as pub:
+            pub.publish(b"order 1")                  # returns the id once confirmed
+            ids = pub.publish_many([b"a", b"b"])     # pipelined, all confirmed
+    """
+
+    def __init__(
+        self, settings: PublisherSettings, *, recorder: HistoryRecorder | None = None
+    ) -> None:
+        self.settings = settings
+        self._thread = LoopThread(name="sac-publisher")
+        self._inner = AsyncPublisher(settings, recorder=recorder)
+
+    def start(self) -> Self:
+        self._thread.start()
+        try:
+            self._thread.run(self._inner.start())
+        except BaseException:
+            self._thread.stop()
+            raise
+        return self
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def stats(self) -> PublisherStats:
+        return self._inner.stats
+
+    def publish(self, body: bytes, **options: Any) -> str:
+        """Publish one message; its id once confirmed. Options as ``AsyncPublisher.publish``."""
+        return self._thread.run(self._inner.publish(body, **options))
+
+    def send(self, body: bytes, **options: Any) -> concurrent.futures.Future[str]:
+        """Pipelined: returns once there is room in the window; the future gives the id."""
+        return self._thread.run(self._send(body, options))
+
+    async def _send(
+        self, body: bytes, options: dict[str, Any]
+    ) -> concurrent.futures.Future[str]:
+        return to_concurrent(await self._inner.send(body, **options))
+
+    def publish_many(self, bodies: Iterable[bytes], **options: Any) -> list[str]:
+        """Publish all, keeping the window full; their ids once every one is confirmed.
+        The first failure is raised after all have settled."""
+        return self._thread.run(self._publish_many(list(bodies), options))
+
+    async def _publish_many(self, bodies: list[bytes], options: dict[str, Any]) -> list[str]:
+        futures = [await self._inner.send(body, **options) for body in bodies]
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return [str(r) for r in results]
+
+    def close(self, timeout: float | None = None) -> None:
+        if not self._thread.running:
+            return
+        try:
+            self._thread.run(self._inner.close(timeout))
+        finally:
+            self._thread.stop()
+
+
+__all__ = ["AsyncPublisher", "Publisher", "PublisherStats"]
