@@ -180,6 +180,11 @@ class ConnectionSettings:
 QueueType = Literal["quorum", "classic"]
 
 
+def _copy_mapping(value: Mapping[str, Any]) -> dict[str, Any]:
+    # a typed converter: with ``converter=dict`` mypy's attrs plugin rejects a plain dict
+    return dict(value)
+
+
 def _queue_name(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
     if not isinstance(value, str) or not value or len(value.encode()) > 255:
         raise ConfigurationError(f"queue name must be 1-255 bytes of UTF-8, got {value!r}")
@@ -206,7 +211,7 @@ class QueueSettings:
     dead_letter_routing_key: str | None = None
     declare: bool = True
     """False: only check, passively, that the queue exists (arguments are then not checked)."""
-    extra_arguments: Mapping[str, Any] = attrs.field(factory=dict, converter=dict)
+    extra_arguments: Mapping[str, Any] = attrs.field(factory=dict, converter=_copy_mapping)
 
     def __attrs_post_init__(self) -> None:
         if self.delivery_limit is not None and self.type != "quorum":
@@ -237,10 +242,15 @@ class PublisherSettings:
     window: int = attrs.field(default=1000, validator=_at_least(1))
     """At most this many messages unconfirmed at once."""
     mandatory: bool = True
-    nack_retries: int = attrs.field(default=5, validator=_at_least(0))
     nack_backoff: Backoff = attrs.field(
-        factory=lambda: Backoff(initial=0.05, maximum=1.0, max_attempts=None, max_elapsed=30.0)
+        factory=lambda: Backoff(initial=0.05, maximum=1.0, max_attempts=50, max_elapsed=30.0)
     )
+    """A nacked message is sent again under this policy (a quorum queue nacks while it
+    elects a leader, for up to a few seconds); then its publish fails with MessageNacked."""
+    nack_stall_timeout: float = attrs.field(default=2.0, validator=_positive)
+    """A channel that gets only nacks for this long is replaced by a new connection.
+    Seen with RabbitMQ 3.10: a channel that starts publishing to a quorum queue while the
+    queue elects a new leader can go on nacking every message long after the election."""
     confirm_timeout: float = attrs.field(default=60.0, validator=_positive)
     """Longest wait for one message's confirm, reconnects included."""
     close_timeout: float = attrs.field(default=30.0, validator=_positive)

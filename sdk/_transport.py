@@ -24,6 +24,10 @@ from typing import Any
 import pika
 import pika.exceptions
 from pika.adapters.asyncio_connection import AsyncioConnection
+from pika.adapters.utils.connection_workflow import (
+    AMQPConnectionWorkflowFailed,
+    AMQPConnectorException,
+)
 from pika.channel import Channel
 
 from ._core.queues import parse_inequivalent
@@ -88,18 +92,22 @@ def build_parameters(url: str, settings: ConnectionSettings, role: str) -> pika.
 
 def _translate_open_error(url: str, exc: BaseException) -> SacError:
     node = node_of(url)
-    if isinstance(
-        exc, pika.exceptions.ProbableAuthenticationError | pika.exceptions.AuthenticationError
+    # pika says "probable" for any connection dropped during the handshake: a node that is
+    # going down does that too, and must be retried. Only the broker's explicit refusal
+    # (403 ACCESS_REFUSED, 530 NOT_ALLOWED) is an authentication failure.
+    refused = "ACCESS_REFUSED" in str(exc) or "NOT_ALLOWED" in str(exc)
+    if isinstance(exc, pika.exceptions.AuthenticationError) or (
+        refused and isinstance(exc, pika.exceptions.ProbableAuthenticationError)
     ):
         user = urllib.parse.unquote(urllib.parse.urlsplit(url).username or "guest")
         return AuthenticationError(f"{node} refused user {user!r}: wrong user name or password")
-    if isinstance(exc, pika.exceptions.ProbableAccessDeniedError):
+    if refused and isinstance(exc, pika.exceptions.ProbableAccessDeniedError):
         vhost = urllib.parse.unquote(urllib.parse.urlsplit(url).path.lstrip("/")) or "/"
         return AuthenticationError(f"{node} refused access to vhost {vhost!r}")
-    if isinstance(exc, pika.exceptions.AMQPConnectionWorkflowFailed):
+    if isinstance(exc, AMQPConnectionWorkflowFailed):
         inner = exc.exceptions[-1] if exc.exceptions else exc
         return _translate_open_error(url, inner)
-    if isinstance(exc, pika.exceptions.AMQPConnectorException):
+    if isinstance(exc, AMQPConnectorException):
         inner = getattr(exc, "args", (exc,))[0]
         if isinstance(inner, BaseException) and inner is not exc:
             return _translate_open_error(url, inner)
@@ -270,7 +278,11 @@ async def open_link(
     if on_blocked is not None:
         conn.add_on_connection_blocked_callback(lambda _c, _f: on_blocked(True))
         conn.add_on_connection_unblocked_callback(lambda _c, _f: on_blocked(False))
-    await link.open_channel()
+    try:
+        await link.open_channel()
+    except BaseException:
+        await link.close()
+        raise
     return link
 
 

@@ -98,6 +98,7 @@ class AsyncPublisher:
         self._started = False
         self._published = self._confirmed = self._retransmitted = 0
         self._nacked = self._returned = self._reconnects = 0
+        self._last_ack = 0.0  # loop time of the last ack, or of the last (re)connect
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -303,7 +304,9 @@ class AsyncPublisher:
     def _on_confirm(self, frame: Any) -> None:
         method = frame.method
         rec = self._recorder
+        now = asyncio.get_running_loop().time()
         if isinstance(method, Basic.Ack):
+            self._last_ack = now
             for item in self._window.acked(method.delivery_tag, method.multiple):
                 fut = item.message.future
                 if item.returned is not None:
@@ -322,16 +325,27 @@ class AsyncPublisher:
                 if rec is not None:
                     rec.record("nack", msg=item.message_id)
                 self._retry_nacked(item)
+            if now - self._last_ack > self.settings.nack_stall_timeout:
+                self._recycle_link("only nacks for "
+                                   f"{now - self._last_ack:.1f} s: replacing the channel")
         self._after_settle()
+
+    def _recycle_link(self, why: str) -> None:
+        link = self._link
+        if link is None:
+            return
+        self._last_ack = asyncio.get_running_loop().time()
+        link.connection_closed(RuntimeError(why))  # reported as lost: reconnect, resend
+        if link.conn.is_open:
+            link.closing = True
+            link.conn.close()
 
     def _retry_nacked(self, item: InFlight[_Outgoing]) -> None:
         loop = asyncio.get_running_loop()
         out = item.message
         if out.first_nack is None:
             out.first_nack = loop.time()
-        delay = None
-        if item.nacks <= self.settings.nack_retries:
-            delay = self.settings.nack_backoff.delay(item.nacks, loop.time() - out.first_nack)
+        delay = self.settings.nack_backoff.delay(item.nacks, loop.time() - out.first_nack)
         if delay is None:
             if not out.future.done():
                 out.future.set_exception(
@@ -437,6 +451,7 @@ class AsyncPublisher:
         self._node_index = index
         self._link = link
         self._blocked = False
+        self._last_ack = asyncio.get_running_loop().time()
         if self._recorder is not None:
             self._recorder.record("connected", node=link.node, reason="retry" if retry else "start")
         self._pump()

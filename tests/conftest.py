@@ -8,6 +8,7 @@ skip. When a test fails, the tail of every server log is attached to its report.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,8 +48,9 @@ def zookeeper(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalZooK
 
 @pytest.fixture
 def queue_name(request: pytest.FixtureRequest) -> str:
-    """A queue name unique to the test, readable in the management UI."""
-    return f"{request.node.name[:80]}-{os.urandom(4).hex()}"
+    """A queue name unique to the test, readable in the management UI, safe in URLs."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name[:80]).strip("-")
+    return f"{readable}-{os.urandom(4).hex()}"
 
 
 def _log_tails(config: pytest.Config) -> list[tuple[str, str]]:

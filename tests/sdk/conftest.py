@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pika
+import pytest
+
+from sdk import ConnectionSettings, PublisherSettings, QueueSettings
+from server import LocalCluster
+from tests.sdk.faces import FACES, PublisherFace, make_publisher
+
+
+@pytest.fixture(params=FACES)
+def face(request: pytest.FixtureRequest) -> str:
+    """Each SDK test runs once per face: blocking (pika thread) and asyncio."""
+    return str(request.param)
+
+
+@pytest.fixture
+def conn(cluster: LocalCluster, request: pytest.FixtureRequest) -> ConnectionSettings:
+    """Settings for the session cluster, connections named after the test."""
+    return ConnectionSettings(urls=cluster.urls(), heartbeat=2, name=request.node.nodeid[-120:])
+
+
+@pytest.fixture
+def queue(queue_name: str) -> QueueSettings:
+    return QueueSettings(queue_name)
+
+
+@pytest.fixture
+def publishers() -> Iterator[Callable[..., PublisherFace]]:
+    """Makes publishers of the test's face and closes whatever a failing test left open."""
+    made: list[PublisherFace] = []
+
+    def make(face: str, settings: PublisherSettings, *args: Any) -> PublisherFace:
+        pub = make_publisher(face, settings, *args)
+        made.append(pub)
+        return pub
+
+    yield make
+    for pub in made:
+        with contextlib.suppress(Exception):
+            pub.close(timeout=1)
+
+
+@pytest.fixture
+def healed(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """The cluster, with every node running again after the test (the session shares it)."""
+    yield cluster
+    for node in cluster.nodes:
+        if not cluster.is_running(node):
+            cluster.start(node.index)
+    cluster.wait_members(cluster.nodes, timeout=90)
+
+
+def drain(url: str, queue: str, expected: int, timeout: float = 60) -> list[str]:
+    """Every message id in ``queue`` (acked away): until ``expected`` distinct ids arrived
+    and the queue stayed quiet for a second, so that duplicates are counted too."""
+    ids: list[str] = []
+    deadline = time.monotonic() + timeout
+    with pika.BlockingConnection(pika.URLParameters(url)) as connection:
+        channel = connection.channel()
+        channel.basic_qos(prefetch_count=1000)
+        for method, props, _body in channel.consume(queue, inactivity_timeout=1.0):
+            if method is None:
+                if len(set(ids)) >= expected or time.monotonic() > deadline:
+                    break
+                continue
+            ids.append(str(props.message_id))
+            channel.basic_ack(method.delivery_tag)
+        channel.cancel()
+    return ids
+
+
+def queue_leader(cluster: LocalCluster, queue: str) -> int:
+    """The index of the node leading a quorum queue."""
+    info = cluster.management_api(f"queues/%2F/{queue}")
+    return cluster.node(str(info["leader"])).index
+
+
+def close_connection_by_name(cluster: LocalCluster, name: str) -> int:
+    """``rabbitmqctl close_connection`` for every connection named ``name``; how many."""
+    node = next(n for n in cluster.nodes if cluster.is_running(n))
+    out = cluster.ctl(
+        node, "list_connections", "pid", "client_properties", "--no-table-headers", "--quiet"
+    )
+    closed = 0
+    for line in out.splitlines():
+        pid, _, props = line.partition("\t")
+        if f'"{name}"' in props or f'<<"{name}">>' in props or name in props:
+            cluster.ctl(node, "close_connection", pid.strip(), "closed by test")
+            closed += 1
+    return closed

@@ -1,0 +1,227 @@
+"""The publisher, both faces, against the real 3-node cluster: confirms survive faults, and
+bad input gets a specific error."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+import pika
+import pytest
+
+from sdk import (
+    AuthenticationError,
+    Backoff,
+    ConfigurationError,
+    ConnectError,
+    ConnectionSettings,
+    HistoryRecorder,
+    MessageReturned,
+    MessageTooLarge,
+    PublisherSettings,
+    QueueMismatch,
+    QueueNotFound,
+    QueueSettings,
+)
+from server import LocalCluster
+from tests.helpers import wait_until
+from tests.sdk.conftest import close_connection_by_name, drain, queue_leader
+from tests.sdk.faces import PublisherFace
+
+MakePublisher = Callable[..., PublisherFace]
+
+BODY = b"x" * 256
+
+
+def test_publish_returns_once_confirmed(
+    face: str,
+    publishers: MakePublisher,
+    cluster: LocalCluster,
+    conn: ConnectionSettings,
+    queue: QueueSettings,
+    tmp_path: Path,
+) -> None:
+    history = HistoryRecorder(tmp_path / "publisher.jsonl", actor="publisher-0")
+    pub = publishers(face, PublisherSettings(conn, queue=queue), history)
+    pub.start()
+    try:
+        first = pub.publish(b"hello", message_id="my-id-1")
+        rest = pub.publish_many([BODY] * 500)
+    finally:
+        pub.close()
+    history.close()
+    assert first == "my-id-1"
+    assert len(set(rest)) == 500
+    assert rest == sorted(rest)  # generated ids are time-ordered
+    assert pub.stats.confirmed == pub.stats.published == 501
+    assert sorted(drain(cluster.urls()[1], queue.name, 501)) == sorted([first, *rest])
+
+    events = [json.loads(line) for line in (tmp_path / "publisher.jsonl").read_text().splitlines()]
+    kinds = [e["type"] for e in events]
+    assert kinds.count("publish") == kinds.count("confirm") == 501
+    assert kinds[0] == "connected"
+    publishes = [e for e in events if e["type"] == "publish"]
+    assert [e["seq"] for e in publishes] == list(range(1, 502))
+    assert all(e["actor"] == "publisher-0" and e["queue"] == queue.name for e in publishes)
+
+
+def test_confirms_survive_sigkill_of_the_queue_leader(
+    face: str,
+    publishers: MakePublisher,
+    healed: LocalCluster,
+    conn: ConnectionSettings,
+    queue: QueueSettings,
+) -> None:
+    cluster = healed
+    total = 6000
+    pub = publishers(face, PublisherSettings(conn, queue=queue, window=200))
+    pub.start()
+    leader = queue_leader(cluster, queue.name)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        job = pool.submit(pub.publish_many, [BODY] * total)
+        wait_until(lambda: pub.stats.confirmed >= total // 4, 60, "a quarter confirmed")
+        cluster.kill(leader)
+        ids = job.result(timeout=120)
+    pub.close()
+    stats = pub.stats
+    assert len(set(ids)) == total
+    assert stats.confirmed == total
+    survivor = next(
+        u for n, u in zip(cluster.nodes, cluster.urls(), strict=True) if n.index != leader
+    )
+    received = drain(survivor, queue.name, total)
+    assert set(ids) - set(received) == set()  # nothing confirmed is missing
+    if leader == 1:  # the publisher's own node died: it had to reconnect and resend
+        assert stats.reconnects >= 1
+
+
+def test_confirms_survive_the_broker_closing_the_connection(
+    face: str,
+    publishers: MakePublisher,
+    cluster: LocalCluster,
+    conn: ConnectionSettings,
+    queue: QueueSettings,
+) -> None:
+    total = 6000
+    pub = publishers(face, PublisherSettings(conn, queue=queue, window=200))
+    pub.start()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        job = pool.submit(pub.publish_many, [BODY] * total)
+        wait_until(lambda: pub.stats.confirmed >= total // 4, 60, "a quarter confirmed")
+        assert close_connection_by_name(cluster, conn.name or "") == 1
+        ids = job.result(timeout=120)
+    pub.close()
+    assert pub.stats.reconnects >= 1
+    assert pub.stats.confirmed == total
+    received = drain(cluster.urls()[1], queue.name, total)
+    assert set(ids) - set(received) == set()
+
+
+def test_unroutable_message_fails_instead_of_vanishing(
+    face: str, publishers: MakePublisher, conn: ConnectionSettings
+) -> None:
+    pub = publishers(face, PublisherSettings(conn))
+    pub.start()
+    try:
+        with pytest.raises(MessageReturned, match="unroutable: 312 NO_ROUTE") as caught:
+            pub.publish(b"lost?", routing_key="no-such-queue-anywhere", message_id="m-1")
+        assert caught.value.message_id == "m-1"
+    finally:
+        pub.close()
+
+
+def test_oversized_message_is_refused_before_sending(
+    face: str, publishers: MakePublisher, conn: ConnectionSettings, queue: QueueSettings
+) -> None:
+    pub = publishers(face, PublisherSettings(conn, queue=queue, max_message_size=1024))
+    pub.start()
+    try:
+        with pytest.raises(MessageTooLarge, match="2048 bytes is over the maximum"):
+            pub.publish(b"x" * 2048)
+        assert pub.publish(b"x" * 1024)
+    finally:
+        pub.close()
+
+
+def test_mismatched_queue_arguments_are_named(
+    face: str,
+    publishers: MakePublisher,
+    cluster: LocalCluster,
+    conn: ConnectionSettings,
+    queue_name: str,
+) -> None:
+    existing = {"x-queue-type": "quorum", "x-single-active-consumer": True, "x-delivery-limit": 3}
+    with pika.BlockingConnection(pika.URLParameters(cluster.urls()[0])) as raw:
+        raw.channel().queue_declare(queue_name, durable=True, arguments=existing)
+    wanted = QueueSettings(queue_name, delivery_limit=5)
+    pub = publishers(face, PublisherSettings(conn, queue=wanted))
+    with pytest.raises(QueueMismatch) as caught:
+        pub.start()
+    assert caught.value.argument == "x-delivery-limit"
+    assert "exists with x-delivery-limit='3'" in str(caught.value)
+    assert "ask for x-delivery-limit='5'" in str(caught.value)
+
+
+def test_missing_queue_checked_passively(
+    face: str, publishers: MakePublisher, conn: ConnectionSettings
+) -> None:
+    settings = PublisherSettings(conn, queue=QueueSettings("never-declared-q", declare=False))
+    pub = publishers(face, settings)
+    with pytest.raises(QueueNotFound, match="queue 'never-declared-q' does not exist"):
+        pub.start()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_unreachable_nodes_fail_fast_naming_each(face: str, publishers: MakePublisher) -> None:
+    ports = [_free_port(), _free_port()]
+    conn = ConnectionSettings(
+        urls=[f"amqp://u:p@127.0.0.1:{p}/" for p in ports],
+        connect_timeout=2,
+        reconnect=Backoff(initial=0.01, maximum=0.05, max_attempts=2),
+    )
+    pub = publishers(face, PublisherSettings(conn))
+    with pytest.raises(ConnectError) as caught:
+        pub.start()
+    text = str(caught.value)
+    assert all(f"127.0.0.1:{p}" in text for p in ports)
+    assert "could not connect to any of 2 node(s)" in text
+    assert ":p@" not in text
+
+
+def test_wrong_credentials(face: str, publishers: MakePublisher, cluster: LocalCluster) -> None:
+    url = f"amqp://{cluster.credentials.user}:not-the-password@{cluster.nodes[0].address}/"
+    pub = publishers(face, PublisherSettings(ConnectionSettings(urls=[url])))
+    with pytest.raises(
+        AuthenticationError, match=f"refused user '{cluster.credentials.user}'"
+    ) as caught:
+        pub.start()
+    assert "not-the-password" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://h:5672/", "must start with amqp:// or amqps://"),
+        ("amqp://", "has no host"),
+        ("amqp://u:secret@h:notaport/", "invalid port"),
+        ("amqp://u:secret@h:5672/a/b", "vhost must be one path segment"),
+    ],
+)
+def test_malformed_url(url: str, problem: str) -> None:
+    with pytest.raises(ConfigurationError, match=problem) as caught:
+        ConnectionSettings(urls=[url])
+    assert "secret" not in str(caught.value)
+
+
+def test_settings_variants_keep_validation(conn: ConnectionSettings) -> None:
+    with pytest.raises(ConfigurationError, match="window"):
+        attrs.evolve(PublisherSettings(conn), window=0)

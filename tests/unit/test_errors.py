@@ -1,0 +1,122 @@
+"""sdk._errors: one exception tree, every exception picklable."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from sdk import _errors
+from sdk._errors import (
+    AuthenticationError,
+    BlockedTimeout,
+    ClosedError,
+    ConfigurationError,
+    ConfirmTimeout,
+    ConnectError,
+    ConsumerError,
+    MessageNacked,
+    MessageReturned,
+    MessageTooLarge,
+    PublishError,
+    QueueError,
+    QueueMismatch,
+    QueueNotFound,
+    SacError,
+    StaleEpoch,
+    Unconfirmed,
+)
+
+EXAMPLES: list[SacError] = [
+    SacError("boom"),
+    ConfigurationError("heartbeat must be an integer >= 1, got 0"),
+    ConnectError("no node answered"),
+    AuthenticationError("ACCESS_REFUSED"),
+    QueueError("odd queue"),
+    QueueNotFound("orders"),
+    QueueNotFound("orders", vhost="prod"),
+    QueueMismatch("orders", "x-queue-type", "quorum", None),
+    QueueMismatch("orders", "x-delivery-limit", 5, 3),
+    PublishError("m-1", "broken"),
+    MessageNacked("m-2", "nacked 5 times"),
+    MessageReturned("m-3", "NO_ROUTE"),
+    MessageTooLarge("m-4", "200 MiB > 128 MiB"),
+    ConfirmTimeout("m-5", "no confirm within 60 s"),
+    BlockedTimeout("m-6", "blocked for 60 s"),
+    Unconfirmed(["m-7", "m-8"]),
+    Unconfirmed([f"m-{n}" for n in range(12)]),
+    ConsumerError("stop"),
+    StaleEpoch("orders", 3, 4),
+    ClosedError("closed"),
+]
+
+
+def _every_exception_class() -> set[type[BaseException]]:
+    return {
+        value
+        for value in vars(_errors).values()
+        if isinstance(value, type) and issubclass(value, BaseException)
+    }
+
+
+def test_examples_cover_every_exception_class() -> None:
+    assert {type(e) for e in EXAMPLES} == _every_exception_class()
+
+
+@pytest.mark.parametrize("error", EXAMPLES, ids=lambda e: type(e).__name__)
+def test_pickle_round_trip_keeps_type_attributes_and_text(error: SacError) -> None:
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error)
+    assert copy.args == error.args
+    assert vars(copy) == vars(error)
+    assert str(copy) == str(error)
+
+
+@pytest.mark.parametrize("error", EXAMPLES, ids=lambda e: type(e).__name__)
+def test_everything_is_a_sac_error(error: SacError) -> None:
+    assert isinstance(error, SacError)
+
+
+@pytest.mark.parametrize(
+    ("child", "parent"),
+    [
+        (ConfigurationError, ValueError),
+        (AuthenticationError, ConnectError),
+        (QueueNotFound, QueueError),
+        (QueueMismatch, QueueError),
+        (MessageNacked, PublishError),
+        (MessageReturned, PublishError),
+        (MessageTooLarge, PublishError),
+        (ConfirmTimeout, PublishError),
+        (BlockedTimeout, PublishError),
+        (StaleEpoch, ConsumerError),
+    ],
+)
+def test_tree(child: type[Exception], parent: type[Exception]) -> None:
+    assert issubclass(child, parent)
+
+
+def test_messages_name_what_went_wrong() -> None:
+    assert str(QueueNotFound("orders")) == "queue 'orders' does not exist in vhost '/'"
+    mismatch = str(QueueMismatch("orders", "x-delivery-limit", 5, 3))
+    assert "x-delivery-limit=3" in mismatch
+    assert "x-delivery-limit=5" in mismatch
+    assert str(MessageReturned("m-3", "NO_ROUTE")) == "message m-3: NO_ROUTE"
+    stale = str(StaleEpoch("orders", 3, 4))
+    assert "epoch 3" in stale
+    assert "is 4" in stale
+
+
+def test_publish_error_attributes() -> None:
+    error = MessageNacked("m-2", "nacked")
+    assert (error.message_id, error.reason) == ("m-2", "nacked")
+
+
+def test_unconfirmed_shows_at_most_ten_ids() -> None:
+    few = Unconfirmed(("a", "b"))
+    assert few.message_ids == ["a", "b"]
+    assert str(few) == "2 message(s) stayed unconfirmed: a, b"
+    many = Unconfirmed([f"m-{n}" for n in range(12)])
+    assert str(many).startswith("12 message(s) stayed unconfirmed: m-0, ")
+    assert "m-9 and 2 more" in str(many)
+    assert "m-10" not in str(many)

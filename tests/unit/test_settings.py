@@ -1,0 +1,364 @@
+"""sdk._settings (and the Delivery a handler receives): validation, masking, frozen values."""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import attrs
+import pytest
+
+from sdk._core.backoff import Backoff
+from sdk._delivery import RETRANSMIT_HEADER, Delivery, delivery_count
+from sdk._errors import ConfigurationError
+from sdk._settings import (
+    ConnectionSettings,
+    ConsumerSettings,
+    PublisherSettings,
+    QueueSettings,
+    mask_url,
+    parse_amqp_url,
+)
+
+SECRET = "s3cr3t-pw"
+URL = f"amqp://app:{SECRET}@10.0.0.1:5672/"
+
+
+# --- URLs ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "match"),
+    [
+        pytest.param(f"app:{SECRET}@localhost:5672/", "amqp://", id="no-scheme"),
+        pytest.param("localhost:5672", "amqp://", id="no-scheme-no-user"),
+        pytest.param(f"http://app:{SECRET}@localhost/", "'http'", id="http"),
+        pytest.param(f"amqp://app:{SECRET}@/", "no host", id="no-host"),
+        pytest.param(f"amqp:app:{SECRET}@localhost", "no host", id="no-slashes"),
+        pytest.param(f"amqp://app:{SECRET}@localhost:abc/", "invalid port", id="port-text"),
+        pytest.param(f"amqp://app:{SECRET}@localhost:99999/", "invalid port", id="port-range"),
+        pytest.param(f"amqp://app:{SECRET}@localhost:0/", "invalid port", id="port-zero"),
+        pytest.param("amqp://h:99999", "invalid port", id="port-range-no-user"),
+        pytest.param(f"amqp://app:{SECRET}@localhost/a/b", "one path segment", id="vhost"),
+        pytest.param(
+            f"amqp://app:{SECRET[:3]}/{SECRET[3:]}@localhost/",
+            "invalid port",
+            id="unescaped-slash-in-password",
+        ),
+        pytest.param("", "at least one", id="empty"),
+        pytest.param(" , ,", "at least one", id="empty-list"),
+    ],
+)
+def test_malformed_urls_are_refused_without_showing_the_password(url: str, match: str) -> None:
+    with pytest.raises(ConfigurationError, match=match) as info:
+        ConnectionSettings.from_url(url)
+    shown = "".join(traceback.format_exception(info.value))  # what a log would show
+    assert SECRET not in shown
+    assert SECRET[:3] + "'" not in shown
+    assert isinstance(info.value, ValueError)
+
+
+def test_empty_sequence_of_urls_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="at least one"):
+        ConnectionSettings(urls=[])
+
+
+def test_one_bad_url_in_a_list_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="amqp://"):
+        ConnectionSettings.from_url(f"{URL},http://other/")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "amqp://localhost",
+        "amqps://broker.example.com:5671/prod",
+        "amqp://guest:guest@127.0.0.1:5672/%2F",
+        "amqp://[::1]:5672/",
+    ],
+)
+def test_good_urls_are_accepted(url: str) -> None:
+    assert parse_amqp_url(url).hostname
+    assert ConnectionSettings.from_url(url).urls == (url,)
+
+
+def test_comma_list_gives_several_urls_in_order() -> None:
+    settings = ConnectionSettings.from_url(
+        f"{URL}, amqp://app:{SECRET}@10.0.0.2/ ,amqp://10.0.0.3,"
+    )
+    assert settings.urls == (URL, f"amqp://app:{SECRET}@10.0.0.2/", "amqp://10.0.0.3")
+
+
+def test_from_url_passes_overrides() -> None:
+    settings = ConnectionSettings.from_url(URL, heartbeat=10, name="svc")
+    assert (settings.heartbeat, settings.name) == (10, "svc")
+
+
+def test_mask_url_hides_only_the_password() -> None:
+    assert mask_url(URL) == "amqp://app:***@10.0.0.1:5672/"
+    assert mask_url("amqp://[::1]:5672/") == "amqp://[::1]:5672/"
+    assert mask_url(f"amqp://app:{SECRET}@[::1]/v") == "amqp://app:***@[::1]/v"
+    assert mask_url("amqp://app@host/") == "amqp://app@host/"
+
+
+def test_repr_never_contains_the_password() -> None:
+    settings = ConnectionSettings.from_url(f"{URL},amqps://app:{SECRET}@10.0.0.2/")
+    text = repr(settings)
+    assert SECRET not in text
+    assert "10.0.0.1" in text
+    assert "10.0.0.2" in text
+    assert SECRET not in repr(PublisherSettings(connection=settings))
+    assert SECRET not in repr(ConsumerSettings(connection=settings, queue=QueueSettings("q")))
+    assert all(SECRET not in u for u in settings.display_urls())
+    assert settings.urls[0] == URL  # the real URL is still there to connect with
+
+
+# --- environment -----------------------------------------------------------------------------
+
+
+def test_from_env_reads_urls_and_heartbeat() -> None:
+    env = {
+        "SAC_AMQP_URLS": f"{URL},amqp://10.0.0.2",
+        "SAC_HEARTBEAT": "11",
+        "SAC_CONNECT_TIMEOUT": "2.5",
+        "SAC_CONNECTION_NAME": "billing",
+    }
+    settings = ConnectionSettings.from_env(environ=env)
+    assert settings.urls == (URL, "amqp://10.0.0.2")
+    assert settings.heartbeat == 11
+    assert settings.connect_timeout == 2.5
+    assert settings.name == "billing"
+
+
+def test_from_env_defaults_and_prefix() -> None:
+    settings = ConnectionSettings.from_env(prefix="APP_", environ={"APP_AMQP_URLS": URL})
+    assert settings.heartbeat == ConnectionSettings.from_url(URL).heartbeat
+    assert settings.name is None
+
+
+def test_from_env_without_urls_names_the_variable() -> None:
+    with pytest.raises(ConfigurationError, match="SAC_AMQP_URLS"):
+        ConnectionSettings.from_env(environ={"SAC_HEARTBEAT": "5"})
+
+
+def test_from_env_with_a_bad_url_names_the_variable_not_the_password() -> None:
+    with pytest.raises(ConfigurationError, match="SAC_AMQP_URLS") as info:
+        ConnectionSettings.from_env(environ={"SAC_AMQP_URLS": f"http://app:{SECRET}@h/"})
+    assert SECRET not in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["abc", "1.5", "", "0", "-3"])
+def test_bad_heartbeat_names_the_variable(value: str) -> None:
+    with pytest.raises(ConfigurationError, match="SAC_HEARTBEAT"):
+        ConnectionSettings.from_env(environ={"SAC_AMQP_URLS": URL, "SAC_HEARTBEAT": value})
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-1", "nan"])
+def test_bad_timeout_names_the_variable(value: str) -> None:
+    with pytest.raises(ConfigurationError, match="SAC_BLOCKED_TIMEOUT"):
+        ConnectionSettings.from_env(environ={"SAC_AMQP_URLS": URL, "SAC_BLOCKED_TIMEOUT": value})
+
+
+# --- numbers ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("heartbeat", 0),
+        ("heartbeat", 2.5),
+        ("heartbeat", True),
+        ("connect_timeout", 0),
+        ("connect_timeout", -1.0),
+        ("blocked_timeout", "60"),
+    ],
+)
+def test_bad_connection_numbers_name_the_setting(field: str, value: Any) -> None:
+    with pytest.raises(ConfigurationError, match=field):
+        ConnectionSettings.from_url(URL, **{field: value})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("window", 0),
+        ("confirm_timeout", 0),
+        ("close_timeout", -5),
+        ("max_message_size", 0),
+    ],
+)
+def test_bad_publisher_numbers_name_the_setting(field: str, value: Any) -> None:
+    connection = ConnectionSettings.from_url(URL)
+    with pytest.raises(ConfigurationError, match=field):
+        PublisherSettings(connection, **{field: value})
+
+
+def test_publisher_nack_retries_are_bounded_by_default() -> None:
+    publisher = PublisherSettings(ConnectionSettings.from_url(URL))
+    assert publisher.nack_backoff.max_elapsed is not None
+    assert publisher.nack_backoff.max_attempts is not None
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("prefetch", 0), ("ack_batch", 0), ("ack_batch", False), ("stop_timeout", 0)],
+)
+def test_bad_consumer_numbers_name_the_setting(field: str, value: Any) -> None:
+    connection = ConnectionSettings.from_url(URL)
+    with pytest.raises(ConfigurationError, match=field):
+        ConsumerSettings(connection, QueueSettings("q"), **{field: value})
+
+
+# --- queues ----------------------------------------------------------------------------------
+
+
+def test_queue_arguments_for_quorum_sac_delivery_limit_and_dlx() -> None:
+    queue = QueueSettings(
+        "orders",
+        delivery_limit=5,
+        dead_letter_exchange="orders.dlx",
+        dead_letter_routing_key="dead",
+    )
+    assert queue.arguments() == {
+        "x-queue-type": "quorum",
+        "x-single-active-consumer": True,
+        "x-delivery-limit": 5,
+        "x-dead-letter-exchange": "orders.dlx",
+        "x-dead-letter-routing-key": "dead",
+    }
+
+
+def test_queue_arguments_minimal_and_extra() -> None:
+    queue = QueueSettings(
+        "jobs", type="classic", single_active_consumer=False, extra_arguments={"x-max-length": 9}
+    )
+    assert queue.arguments() == {"x-queue-type": "classic", "x-max-length": 9}
+
+
+def test_queue_arguments_are_a_fresh_dict() -> None:
+    queue = QueueSettings("orders")
+    queue.arguments()["x-queue-type"] = "classic"
+    assert queue.arguments()["x-queue-type"] == "quorum"
+
+
+def test_delivery_limit_on_a_classic_queue_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="delivery_limit"):
+        QueueSettings("orders", type="classic", delivery_limit=5)
+
+
+@pytest.mark.parametrize("limit", [0, -1])
+def test_delivery_limit_below_one_is_refused(limit: int) -> None:
+    with pytest.raises(ConfigurationError, match="delivery_limit"):
+        QueueSettings("orders", delivery_limit=limit)
+
+
+def test_unknown_queue_type_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="stream"):
+        QueueSettings("orders", type="stream")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "match"),
+    [
+        ("amq.x", "reserved"),
+        ("", "1-255 bytes"),
+        ("a" * 256, "1-255 bytes"),
+        ("é" * 128, "1-255 bytes"),  # 128 characters but 256 bytes
+    ],
+)
+def test_bad_queue_names_are_refused(name: str, match: str) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        QueueSettings(name)
+
+
+@pytest.mark.parametrize("name", ["a" * 255, "amq", "x.amq.y", "é" * 127])
+def test_queue_names_up_to_255_bytes_are_accepted(name: str) -> None:
+    assert QueueSettings(name).name == name
+
+
+# --- frozen ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "field", "value"),
+    [
+        (ConnectionSettings.from_url(URL), "heartbeat", 9),
+        (QueueSettings("q"), "name", "other"),
+        (PublisherSettings(ConnectionSettings.from_url(URL)), "window", 2),
+        (ConsumerSettings(ConnectionSettings.from_url(URL), QueueSettings("q")), "prefetch", 1),
+    ],
+)
+def test_settings_are_frozen(settings: object, field: str, value: object) -> None:
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        setattr(settings, field, value)
+
+
+def test_evolve_validates_the_new_value() -> None:
+    connection = ConnectionSettings.from_url(URL)
+    assert attrs.evolve(connection, heartbeat=30).heartbeat == 30
+    with pytest.raises(ConfigurationError, match="heartbeat"):
+        attrs.evolve(connection, heartbeat=0)
+    assert isinstance(connection.reconnect, Backoff)
+
+
+# --- deliveries ------------------------------------------------------------------------------
+
+
+def _delivery(**overrides: Any) -> Delivery:
+    values: dict[str, Any] = {
+        "body": b"payload",
+        "message_id": "m-1",
+        "headers": {},
+        "redelivered": False,
+        "delivery_count": None,
+        "queue": "orders",
+        "routing_key": "orders",
+        "exchange": "",
+    }
+    values.update(overrides)
+    return Delivery(**values)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        (None, None),
+        ({}, None),
+        ({"other": 1}, None),
+        ({"x-delivery-count": 1}, 1),
+        ({"x-delivery-count": 4}, 4),
+        ({"x-delivery-count": True}, None),
+        ({"x-delivery-count": "2"}, None),
+    ],
+)
+def test_delivery_count(headers: dict[str, Any] | None, expected: int | None) -> None:
+    assert delivery_count(headers) == expected
+
+
+@pytest.mark.parametrize(
+    ("overrides", "retransmitted", "maybe_duplicate"),
+    [
+        ({}, False, False),
+        ({"redelivered": True}, False, True),
+        ({"delivery_count": 1}, False, True),
+        ({"headers": {RETRANSMIT_HEADER: 1}}, True, True),
+        ({"headers": {RETRANSMIT_HEADER: 0}}, False, False),
+        ({"headers": {"x-other": 1}}, False, False),
+    ],
+)
+def test_delivery_duplicate_flags(
+    overrides: dict[str, Any], retransmitted: bool, maybe_duplicate: bool
+) -> None:
+    delivery = _delivery(**overrides)
+    assert delivery.retransmitted is retransmitted
+    assert delivery.maybe_duplicate is maybe_duplicate
+
+
+def test_delivery_repr_shows_the_body_size_not_the_body() -> None:
+    delivery = _delivery(body=b"secret body", delivery_tag=77)
+    text = repr(delivery)
+    assert "<11 bytes>" in text
+    assert "secret body" not in text
+    assert "77" not in text
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        delivery.redelivered = True  # type: ignore[misc]
