@@ -13,6 +13,7 @@ Example::
 
 from ._core.backoff import Backoff
 from ._core.ids import new_message_id
+from ._core.roles import Role
 from ._delivery import RETRANSMIT_HEADER, Delivery
 from ._errors import (
     AuthenticationError,
@@ -35,10 +36,12 @@ from ._errors import (
 )
 from ._history import HistoryRecorder
 from ._settings import ConnectionSettings, ConsumerSettings, PublisherSettings, QueueSettings
+from .consumer import AsyncConsumer, Consumer, ConsumerStats
 from .publisher import AsyncPublisher, Publisher, PublisherStats
 
 __all__ = [
     "RETRANSMIT_HEADER",
+    "AsyncConsumer",
     "AsyncPublisher",
     "AuthenticationError",
     "Backoff",
@@ -48,8 +51,10 @@ __all__ = [
     "ConfirmTimeout",
     "ConnectError",
     "ConnectionSettings",
+    "Consumer",
     "ConsumerError",
     "ConsumerSettings",
+    "ConsumerStats",
     "Delivery",
     "HistoryRecorder",
     "MessageNacked",
@@ -63,6 +68,7 @@ __all__ = [
     "QueueMismatch",
     "QueueNotFound",
     "QueueSettings",
+    "Role",
     "SacError",
     "StaleEpoch",
     "Unconfirmed",

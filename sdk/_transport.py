@@ -132,6 +132,36 @@ class Link:
         self.lost: LinkLost | None = None
         self.closing = False
         self.closed = asyncio.get_running_loop().create_future()
+        self._watchdog: asyncio.TimerHandle | None = None
+
+    def watch(self, heartbeat: float) -> None:
+        """Declare the peer dead when nothing arrived for two heartbeat intervals.
+
+        pika's own checker waits ``heartbeat + 5`` s per check and needs a silent interval
+        to act, up to about 2 x (heartbeat + 5) s; the broker sends a heartbeat every
+        ``heartbeat / 2`` s, so two intervals of silence mean a black hole, not a lull.
+        """
+        loop = asyncio.get_running_loop()
+        period = heartbeat / 2
+        state = {"bytes": self.conn.bytes_received, "since": loop.time()}
+
+        def check() -> None:
+            if self.lost is not None or self.closing:
+                return
+            now = loop.time()
+            if self.conn.bytes_received != state["bytes"]:
+                state["bytes"], state["since"] = self.conn.bytes_received, now
+            elif now - state["since"] >= 2 * heartbeat:
+                error = pika.exceptions.AMQPHeartbeatTimeout(
+                    f"nothing received from {self.node} for {now - state['since']:.1f} s"
+                )
+                # The same private call pika's own heartbeat checker makes: drop the socket
+                # at once, without a close handshake that a black hole would never answer.
+                self.conn._terminate_stream(error)
+                return
+            self._watchdog = loop.call_later(period, check)
+
+        self._watchdog = loop.call_later(period, check)
 
     @property
     def usable(self) -> bool:
@@ -149,6 +179,8 @@ class Link:
             self._on_lost(self, reason)
 
     def connection_closed(self, exc: BaseException | None) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         self._fail(LinkLost(self.node, describe(exc)))
         if not self.closed.done():
             self.closed.set_result(None)
@@ -283,6 +315,7 @@ async def open_link(
     except BaseException:
         await link.close()
         raise
+    link.watch(settings.heartbeat)
     return link
 
 

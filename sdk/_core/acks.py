@@ -16,6 +16,8 @@ import attrs
 class Ack:
     tag: int
     multiple: bool
+    count: int = attrs.field(default=1, eq=False)
+    """How many deliveries this ack settles."""
 
 
 @attrs.frozen
@@ -54,9 +56,9 @@ class AckBatcher:
         if not self._pending:
             return []
         tag = self._pending[-1]
-        multiple = len(self._pending) > 1
+        count = len(self._pending)
         self._pending.clear()
-        return [Ack(tag, multiple)]
+        return [Ack(tag, count > 1, count)]
 
     def channel_lost(self) -> list[int]:
         """Tags handled but never acked: the broker will redeliver them (dedup catches them)."""

@@ -1,0 +1,609 @@
+"""Consumers for a single-active-consumer queue that keep consuming across faults.
+
+``AsyncConsumer`` is the asyncio face; ``Consumer`` is the blocking face over the same code
+(the connection lives on a private loop thread, the handler runs in the caller's thread).
+
+What they do for you:
+
+- declare the queue from its settings (quorum, single active consumer) or check it
+  passively; a queue that exists with other arguments raises ``QueueMismatch`` naming it;
+- manual acks, sent only after the handler returned (batched as ``multiple`` acks, flushed
+  whenever no further delivery waits); a handler that raises rejects with requeue, and the
+  quorum queue's delivery limit dead-letters a poison message;
+- a server-sent ``basic.cancel`` (queue deleted, mirrored-queue failover: classic queues are
+  consumed with ``x-cancel-on-ha-failover``) leads to a new ``basic.consume`` with backoff;
+- a dead connection (closed, reset, or silent for two heartbeat intervals) leads to a
+  reconnect to the next node and a new subscription;
+- the consumer knows whether it is the active one: from its first delivery on;
+- ``stop()`` hands over gracefully: cancel, let the running handler finish and ack, then
+  close, so the broker requeues what was prefetched but not started, for the next consumer.
+
+Example::
+
+    async def handle(delivery: Delivery) -> None:
+        await save(delivery.body)
+
+    async with AsyncConsumer(ConsumerSettings(conn, QueueSettings("orders")), handle) as c:
+        await c.wait()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+import queue as thread_queue
+import threading
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any, Self
+
+import attrs
+from pika.spec import Basic, BasicProperties
+
+from ._core.acks import Ack, AckBatcher, Action, Reject
+from ._core.roles import Change, Role, RoleTracker
+from ._delivery import Delivery, delivery_count
+from ._errors import ClosedError, ConsumerError, SacError
+from ._history import HistoryRecorder
+from ._loop_thread import LoopThread
+from ._settings import ConsumerSettings
+from ._transport import Link, LinkLost, connect_any
+
+log = logging.getLogger("sac.consumer")
+
+Handler = Callable[[Delivery], Awaitable[None]] | Callable[[Delivery], None]
+RoleCallback = Callable[[Role], None]
+_tags = itertools.count(1)
+
+
+@attrs.frozen
+class ConsumerStats:
+    delivered: int
+    acked: int
+    rejected: int
+    handler_errors: int
+    reconnects: int
+    resubscribes: int
+
+
+@attrs.define
+class _Outcome:
+    generation: int
+    tag: int
+    ok: bool
+
+
+class AsyncConsumer:
+    """Consumes one queue, one message at a time, until ``stop()``."""
+
+    def __init__(
+        self,
+        settings: ConsumerSettings,
+        handler: Handler,
+        *,
+        recorder: HistoryRecorder | None = None,
+        on_role_change: RoleCallback | None = None,
+    ) -> None:
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, got {type(handler).__name__}")
+        self.settings = settings
+        self._handler = handler
+        self._recorder = recorder
+        self._on_role_change = on_role_change
+        self._roles = RoleTracker()
+        self._batcher = AckBatcher(settings.ack_batch)
+        self._link: Link | None = None
+        self._generation = 0
+        self._consumer_tag: str | None = None
+        self._node_index = 0
+        self._ids_by_tag: dict[int, str | None] = {}
+        self._done: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._resubscribing: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._stopped = asyncio.Event()
+        self._started = False
+        self._queue: asyncio.Queue[tuple[int, Delivery] | None] | None = None
+        self._delivered = self._acked = self._rejected = self._errors = 0
+        self._reconnects = self._resubscribes = 0
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def role(self) -> Role:
+        """``waiting`` until the broker hands this consumer its first message, then
+        ``active``; ``connecting`` while it recovers; ``stopped`` after ``stop()``."""
+        return self._roles.role
+
+    @property
+    def stats(self) -> ConsumerStats:
+        return ConsumerStats(
+            self._delivered, self._acked, self._rejected, self._errors,
+            self._reconnects, self._resubscribes,
+        )
+
+    async def start(self) -> Self:
+        """Connect, declare or check the queue, subscribe. Fails fast if no node answers."""
+        if self._started:
+            raise ClosedError("this consumer was already started")
+        self._started = True
+        loop = asyncio.get_running_loop()
+        self._done = loop.create_future()
+        self._change(self._roles.connecting())
+        self._start_dispatch()
+        try:
+            await self._connect(retry=False)
+        except BaseException:
+            self._stopping = True
+            await self._stop_dispatch()
+            self._change(self._roles.stopped())
+            self._stopped.set()
+            raise
+        return self
+
+    async def wait(self) -> None:
+        """Until the consumer stops; raises what stopped it if that was an error."""
+        if self._done is None:
+            raise ClosedError("consumer is not started")
+        await asyncio.shield(self._done)
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Graceful handover: cancel the subscription, let the running handler finish and
+        ack, then close; what was prefetched but not started goes back to the queue."""
+        if self._done is None:
+            return
+        if self._stopping:
+            await self._stopped.wait()
+            return
+        self._stopping = True
+        self._change(self._roles.stopping())
+        wait = self.settings.stop_timeout if timeout is None else timeout
+        link = self._link
+        if self._resubscribing is not None:
+            self._resubscribing.cancel()
+        if link is not None and link.usable and self._consumer_tag is not None:
+            channel = link.channel
+            assert channel is not None
+            tag = self._consumer_tag
+            try:
+                await asyncio.wait_for(
+                    link.rpc(lambda cb: channel.basic_cancel(tag, callback=cb)), wait
+                )
+                self._record("cancelled", queue=self.settings.queue.name, by="client")
+            except (LinkLost, TimeoutError):
+                pass
+        try:
+            await asyncio.wait_for(self._stop_dispatch(), wait)
+        except TimeoutError:
+            log.warning("a handler did not finish within %.1f s; closing anyway", wait)
+        if link is not None and link.usable:
+            self._apply(self._batcher.flush())
+        self._link = None
+        if link is not None:
+            await link.close()
+        self._change(self._roles.stopped())
+        if self._recorder is not None:
+            self._recorder.flush()
+        if self._done is not None and not self._done.done():
+            self._done.set_result(None)
+        self._stopped.set()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------ dispatch
+    # The asyncio face runs handlers on one worker task, in delivery order; the blocking
+    # face overrides these three methods to run them in the caller's thread.
+
+    def _start_dispatch(self) -> None:
+        self._queue = asyncio.Queue()
+        self._task = asyncio.get_running_loop().create_task(self._work())
+
+    def _dispatch(self, generation: int, delivery: Delivery) -> None:
+        assert self._queue is not None
+        self._queue.put_nowait((generation, delivery))
+
+    async def _stop_dispatch(self) -> None:
+        if self._queue is not None and self._task is not None:
+            self._queue.put_nowait(None)
+            await asyncio.shield(self._task)
+
+    async def _work(self) -> None:
+        assert self._queue is not None
+        is_async = inspect.iscoroutinefunction(self._handler)
+        while (item := await self._queue.get()) is not None:
+            generation, delivery = item
+            if self._stopping or generation != self._generation:
+                continue  # not started: the broker requeues it when the channel closes
+            ok = await self._run_handler(delivery, is_async)
+            self._settle([_Outcome(generation, delivery.delivery_tag, ok)],
+                         idle=self._queue.empty())
+
+    async def _run_handler(self, delivery: Delivery, is_async: bool) -> bool:
+        try:
+            if is_async:
+                await self._handler(delivery)  # type: ignore[misc]
+            else:
+                # A plain function runs in a thread, so it cannot stall the heartbeats.
+                await asyncio.to_thread(self._handler, delivery)
+        except Exception:
+            self._errors += 1
+            log.exception("handler failed for message %s; rejecting it with requeue",
+                          delivery.message_id)
+            return False
+        return True
+
+    # ------------------------------------------------------------------ broker events
+
+    def _on_message(
+        self, _channel: Any, method: Basic.Deliver, props: BasicProperties, body: bytes
+    ) -> None:
+        headers = props.headers or {}
+        delivery = Delivery(
+            body=body,
+            message_id=props.message_id,
+            headers=headers,
+            redelivered=bool(method.redelivered),
+            delivery_count=delivery_count(headers),
+            queue=self.settings.queue.name,
+            routing_key=method.routing_key,
+            exchange=method.exchange,
+            content_type=props.content_type,
+            correlation_id=props.correlation_id,
+            timestamp=props.timestamp,
+            delivery_tag=method.delivery_tag,
+        )
+        self._delivered += 1
+        change = self._roles.delivered()
+        if change is not None:
+            self._change(change)
+        if self._recorder is not None:
+            self._ids_by_tag[method.delivery_tag] = props.message_id
+            self._record("deliver", msg=props.message_id, redelivered=delivery.redelivered,
+                         delivery_count=delivery.delivery_count)
+        self._dispatch(self._generation, delivery)
+
+    def _settle(self, outcomes: list[_Outcome], idle: bool) -> None:
+        """Handler results, in delivery order; acks for those of the current channel."""
+        link = self._link
+        current = link is not None and link.usable
+        actions: list[Action] = []
+        for outcome in outcomes:
+            if outcome.generation != self._generation or not current:
+                continue  # that channel is gone: the broker redelivers the message
+            if outcome.ok:
+                actions += self._batcher.done(outcome.tag)
+            else:
+                actions += self._batcher.failed(outcome.tag, requeue=True)
+        if idle and current:
+            actions += self._batcher.flush()
+        self._apply(actions)
+
+    def _apply(self, actions: list[Action]) -> None:
+        if not actions:
+            return
+        link = self._link
+        if link is None or link.channel is None or not link.usable:
+            return
+        channel = link.channel
+        rec = self._recorder
+        for action in actions:
+            if isinstance(action, Ack):
+                channel.basic_ack(action.tag, multiple=action.multiple)
+                self._acked += action.count
+                if rec is not None:
+                    tags = [t for t in self._ids_by_tag if t <= action.tag] \
+                        if action.multiple else [action.tag]
+                    for tag in tags:
+                        rec.record("ack", msg=self._ids_by_tag.pop(tag, None))
+            elif isinstance(action, Reject):
+                channel.basic_reject(action.tag, requeue=action.requeue)
+                self._rejected += 1
+                if rec is not None:
+                    rec.record("reject", msg=self._ids_by_tag.pop(action.tag, None),
+                               requeue=action.requeue)
+
+    def _on_server_cancel(self, _frame: Any) -> None:
+        """The broker cancelled us (queue deleted, mirrored queue failed over)."""
+        self._record("cancelled", queue=self.settings.queue.name, by="server")
+        self._consumer_tag = None
+        self._change(self._roles.lost())
+        if self._stopping:
+            return
+        link = self._link
+        if link is not None and link.usable:
+            # Acks of messages already handled still count on this channel.
+            self._apply(self._batcher.flush())
+        self._resubscribing = asyncio.get_running_loop().create_task(self._resubscribe())
+
+    async def _resubscribe(self) -> None:
+        backoff = self.settings.connection.reconnect
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        attempt = 0
+        while not self._stopping:
+            attempt += 1
+            delay = backoff.delay(attempt, loop.time() - began)
+            if delay is None:
+                self._fatal(ConsumerError(
+                    f"could not consume {self.settings.queue.name!r} again after "
+                    f"{attempt - 1} attempts"))
+                return
+            await asyncio.sleep(delay)
+            link = self._link
+            if link is None or not link.usable:
+                return  # the reconnect path subscribes again
+            try:
+                await self._subscribe(link)
+                self._resubscribes += 1
+                return
+            except LinkLost:
+                return
+            except SacError as exc:
+                log.warning("consume again on %r failed: %s", self.settings.queue.name, exc)
+
+    # ------------------------------------------------------------------ connection
+
+    async def _connect(self, retry: bool) -> None:
+        link, index = await connect_any(
+            self.settings.connection, "consumer", self._on_link_lost,
+            start=self._node_index, retry=retry,
+        )
+        try:
+            channel = link.channel
+            assert channel is not None
+            await link.declare_queue(self.settings.queue)
+            await link.rpc(lambda cb: channel.basic_qos(
+                prefetch_count=self.settings.prefetch, callback=cb))
+            channel.add_on_cancel_callback(self._on_server_cancel)
+            self._link = link
+            self._node_index = index
+            self._record("connected", node=link.node, reason="retry" if retry else "start")
+            await self._subscribe(link)
+        except BaseException:
+            self._link = None
+            await link.close()
+            raise
+
+    async def _subscribe(self, link: Link) -> None:
+        channel = link.channel
+        assert channel is not None
+        queue = self.settings.queue
+        if self._roles.subscriptions:  # again after a cancel: the queue may have gone
+            await link.declare_queue(queue)
+        name = self.settings.consumer_name or "sac"
+        tag = f"{name}-{next(_tags)}-{id(self):x}"
+        arguments = {"x-cancel-on-ha-failover": True} if queue.type == "classic" else None
+        await link.rpc(lambda cb: channel.basic_consume(
+            queue.name, self._on_message, consumer_tag=tag, arguments=arguments, callback=cb))
+        self._consumer_tag = tag
+        self._record("subscribed", queue=queue.name, by="client")
+        self._change(self._roles.subscribed())
+
+    def _on_link_lost(self, link: Link, reason: LinkLost) -> None:
+        if link is not self._link:
+            return
+        self._link = None
+        self._consumer_tag = None
+        self._generation += 1  # outcomes of the old channel can no longer be acked
+        self._batcher.channel_lost()
+        self._ids_by_tag.clear()
+        self._record("connection_lost", node=link.node, reason=reason.reason)
+        if self._stopping:
+            return
+        self._change(self._roles.lost())
+        self._node_index += 1
+        self._reconnects += 1
+        if self._resubscribing is not None:
+            self._resubscribing.cancel()
+        self._resubscribing = asyncio.get_running_loop().create_task(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        try:
+            await self._connect(retry=True)
+        except asyncio.CancelledError:
+            raise
+        except SacError as exc:
+            self._fatal(exc)
+
+    def _fatal(self, exc: SacError) -> None:
+        log.error("consumer of %r gives up: %s", self.settings.queue.name, exc)
+        if self._done is not None and not self._done.done():
+            self._done.set_exception(exc)
+        asyncio.get_running_loop().create_task(self.stop(timeout=1.0))
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _change(self, change: Change | None) -> None:
+        if change is None:
+            return
+        if change.new is Role.ACTIVE:
+            self._record("active", queue=self.settings.queue.name, epoch=None)
+        if self._on_role_change is not None:
+            try:
+                self._on_role_change(change.new)
+            except Exception:
+                log.exception("on_role_change callback failed")
+
+    def _record(self, kind: str, **fields: Any) -> None:
+        if self._recorder is not None:
+            self._recorder.record(kind, **fields)
+
+
+class _ThreadedConsumer(AsyncConsumer):
+    """The engine of the blocking ``Consumer``: deliveries go to the caller's thread,
+    outcomes come back to the loop in batches."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.inbox: thread_queue.SimpleQueue[tuple[int, Delivery] | None] = \
+            thread_queue.SimpleQueue()
+        self.handlers_done = threading.Event()
+        self.handlers_done.set()
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def _start_dispatch(self) -> None:
+        self.loop = asyncio.get_running_loop()
+
+    def _dispatch(self, generation: int, delivery: Delivery) -> None:
+        self.inbox.put((generation, delivery))
+
+    async def _stop_dispatch(self) -> None:
+        self.inbox.put(None)
+        await asyncio.get_running_loop().run_in_executor(None, self.handlers_done.wait)
+
+    def stale(self, generation: int) -> bool:
+        return self._stopping or generation != self._generation
+
+    def settle_from_thread(self, outcomes: list[_Outcome], idle: bool) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._settle, outcomes, idle)
+
+
+class Consumer:
+    """The blocking face. ``run()`` blocks the calling thread and runs the handler there;
+    the connection (and its heartbeats) lives on a background loop thread.
+
+    Example::
+
+        def handle(delivery: Delivery) -> None:
+            save(delivery.body)
+
+        consumer = Consumer(ConsumerSettings(conn, QueueSettings("orders")), handle)
+        consumer.run()              # until consumer.stop() from another thread or a signal
+    """
+
+    def __init__(
+        self,
+        settings: ConsumerSettings,
+        handler: Callable[[Delivery], None],
+        *,
+        recorder: HistoryRecorder | None = None,
+        on_role_change: RoleCallback | None = None,
+    ) -> None:
+        if inspect.iscoroutinefunction(handler):
+            raise TypeError("the blocking Consumer takes a plain function; use AsyncConsumer")
+        self.settings = settings
+        self._handler = handler
+        self._thread = LoopThread(name="sac-consumer")
+        self._engine = _ThreadedConsumer(
+            settings, handler, recorder=recorder, on_role_change=on_role_change
+        )
+        self._running = False
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+
+    @property
+    def role(self) -> Role:
+        return self._engine.role
+
+    @property
+    def stats(self) -> ConsumerStats:
+        return self._engine.stats
+
+    def start(self) -> Self:
+        """Connect and subscribe; deliveries wait until ``run()`` handles them."""
+        self._thread.start()
+        try:
+            self._thread.run(self._engine.start())
+        except BaseException:
+            self._thread.stop()
+            raise
+        return self
+
+    def run(self) -> None:
+        """Handle deliveries in this thread until the consumer stops (starts it if needed).
+        Raises what stopped it if that was an error."""
+        if not self._thread.running:
+            self.start()
+        engine = self._engine
+        engine.handlers_done.clear()
+        self._running = True
+        batch: list[_Outcome] = []
+        limit = self.settings.ack_batch
+        try:
+            while (item := engine.inbox.get()) is not None:
+                generation, delivery = item
+                if engine.stale(generation):
+                    continue
+                ok = self._run_handler(delivery)
+                batch.append(_Outcome(generation, delivery.delivery_tag, ok))
+                idle = engine.inbox.empty()
+                if idle or len(batch) >= limit:
+                    engine.settle_from_thread(batch, idle)
+                    batch = []
+        except BaseException:  # KeyboardInterrupt: hand over gracefully, then re-raise
+            if batch:
+                engine.settle_from_thread(batch, True)
+            engine.handlers_done.set()
+            self._close()
+            raise
+        if batch:
+            engine.settle_from_thread(batch, True)
+        engine.handlers_done.set()
+        self._close()
+        done = engine._done
+        if done is not None and done.done() and not done.cancelled():
+            exc = done.exception()
+            if exc is not None:
+                raise exc
+
+    def _run_handler(self, delivery: Delivery) -> bool:
+        try:
+            self._handler(delivery)
+        except Exception:
+            self._engine._errors += 1
+            log.exception("handler failed for message %s; rejecting it with requeue",
+                          delivery.message_id)
+            return False
+        return True
+
+    def _close(self) -> None:
+        """Complete the stop (whoever started it) and end the loop thread."""
+        with self._lock:
+            if self._thread.running:
+                self._thread.run(self._engine.stop())
+                self._thread.stop()
+            self._running = False
+            self._closed.set()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Graceful handover (see ``AsyncConsumer.stop``); safe from any thread. While
+        ``run()`` is active it finishes the running handler first and returns."""
+        if not self._thread.running:
+            return
+        if self._running:
+            # run() owns the handler thread: start the stop on the loop and let run()
+            # finish it once the running handler is done.
+            self._thread.call_soon(self._spawn_stop, timeout)
+            wait = (self.settings.stop_timeout if timeout is None else timeout) + 10
+            self._closed.wait(wait)
+            return
+        self._close()
+
+    def _spawn_stop(self, timeout: float | None) -> None:
+        asyncio.get_running_loop().create_task(self._engine.stop(timeout))
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+__all__ = ["AsyncConsumer", "Consumer", "ConsumerStats", "Handler", "Role"]
