@@ -8,17 +8,29 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol, TypeVar
 
-from sdk import AsyncPublisher, HistoryRecorder, Publisher, PublisherSettings, PublisherStats
+from sdk import (
+    AsyncConsumer,
+    AsyncPublisher,
+    Consumer,
+    ConsumerSettings,
+    ConsumerStats,
+    Delivery,
+    HistoryRecorder,
+    Publisher,
+    PublisherSettings,
+    PublisherStats,
+    Role,
+)
 
 T = TypeVar("T")
 FACES = ["blocking", "asyncio"]
 
 
 class PublisherFace(Protocol):
-    def start(self) -> None: ...
+    def start(self) -> object: ...
     def publish(self, body: bytes, **options: Any) -> str: ...
     def publish_many(self, bodies: Iterable[bytes], **options: Any) -> list[str]: ...
     def close(self, timeout: float | None = None) -> None: ...
@@ -79,3 +91,101 @@ def make_publisher(
     else:
         pub = _AsyncPublisherFace(settings, recorder)
     return pub
+
+
+class ConsumerFace:
+    """A consumer of either face, handling in the background; records what it handled."""
+
+    def __init__(
+        self,
+        face: str,
+        settings: ConsumerSettings,
+        work: Callable[[Delivery], None] | None = None,
+        recorder: HistoryRecorder | None = None,
+    ) -> None:
+        self.face = face
+        self.handled: list[str] = []
+        self.roles: list[Role] = []
+        self._work = work
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        if face == "blocking":
+            self.blocking: Consumer | None = Consumer(
+                settings, self._handle, recorder=recorder, on_role_change=self.roles.append
+            )
+            self.inner: AsyncConsumer | None = None
+        else:
+            self.blocking = None
+            self._loop = asyncio.new_event_loop()
+            self._loop_thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+            self._loop_thread.start()
+            self.inner = AsyncConsumer(
+                settings, self._ahandle, recorder=recorder, on_role_change=self.roles.append
+            )
+        self._runner: threading.Thread | None = None
+
+    def _handle(self, delivery: Delivery) -> None:
+        if self._work is not None:
+            self._work(delivery)
+        with self._lock:
+            self.handled.append(str(delivery.message_id))
+
+    async def _ahandle(self, delivery: Delivery) -> None:
+        if self._work is not None:
+            await asyncio.to_thread(self._work, delivery)
+        with self._lock:
+            self.handled.append(str(delivery.message_id))
+
+    def start(self) -> ConsumerFace:
+        if self.blocking is not None:
+            self.blocking.start()
+            self._runner = threading.Thread(target=self._run_blocking, daemon=True)
+            self._runner.start()
+        else:
+            assert self.inner is not None
+            try:
+                asyncio.run_coroutine_threadsafe(self.inner.start(), self._loop).result(60)
+            except BaseException:
+                self._stop_loop()
+                raise
+        return self
+
+    def _run_blocking(self) -> None:
+        assert self.blocking is not None
+        try:
+            self.blocking.run()
+        except Exception as exc:  # noqa: BLE001 - kept for the test to assert on
+            self._error = exc
+
+    def stop(self) -> None:
+        if self.blocking is not None:
+            self.blocking.stop()
+            if self._runner is not None:
+                self._runner.join(30)
+        elif not self._loop.is_closed():
+            assert self.inner is not None
+            try:
+                asyncio.run_coroutine_threadsafe(self.inner.stop(), self._loop).result(60)
+            finally:
+                self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop_thread.join(10)
+        self._loop.close()
+
+    @property
+    def role(self) -> Role:
+        return self.blocking.role if self.blocking is not None else self._async().role
+
+    @property
+    def stats(self) -> ConsumerStats:
+        return self.blocking.stats if self.blocking is not None else self._async().stats
+
+    def _async(self) -> AsyncConsumer:
+        assert self.inner is not None
+        return self.inner
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.handled)

@@ -1,0 +1,278 @@
+"""The consumer, both faces, against the real 3-node cluster: single active consumption,
+recovery from every fault the issue names, poison messages and a graceful handover."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pika
+import pytest
+
+from sdk import (
+    ConnectionSettings,
+    ConsumerSettings,
+    Delivery,
+    HistoryRecorder,
+    PublisherSettings,
+    QueueMismatch,
+    QueueSettings,
+    Role,
+)
+from server import LocalCluster
+from tests.helpers import wait_until
+from tests.sdk.conftest import close_connection_by_name
+from tests.sdk.faces import ConsumerFace, PublisherFace
+
+MakePublisher = Callable[..., PublisherFace]
+
+
+@pytest.fixture
+def consumers() -> Iterator[Callable[..., ConsumerFace]]:
+    made: list[ConsumerFace] = []
+
+    def make(*args: object, **kwargs: object) -> ConsumerFace:
+        consumer = ConsumerFace(*args, **kwargs)  # type: ignore[arg-type]
+        made.append(consumer)
+        return consumer
+
+    yield make
+    for consumer in made:
+        consumer.stop()
+
+
+def on_node(conn: ConnectionSettings, index: int, name: str) -> ConnectionSettings:
+    """The same cluster, with node ``index`` (0-based) tried first."""
+    urls = conn.urls[index:] + conn.urls[:index]
+    return ConnectionSettings(urls=urls, heartbeat=conn.heartbeat, name=name)
+
+
+def publish(publishers: MakePublisher, face: str, conn: ConnectionSettings,
+            queue: QueueSettings, count: int, start: int = 0) -> list[str]:
+    pub = publishers(face, PublisherSettings(on_node(conn, 0, "test-publisher"), queue=queue))
+    pub.start()
+    try:
+        return pub.publish_many([f"m{i}".encode() for i in range(start, start + count)])
+    finally:
+        pub.close()
+
+
+def test_single_active_consumer_receives_everything(
+    face: str, consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
+    conn: ConnectionSettings, queue: QueueSettings, tmp_path: Path,
+) -> None:
+    history = HistoryRecorder(tmp_path / "consumer-a.jsonl", actor="consumer-a")
+    a = consumers(face, ConsumerSettings(on_node(conn, 1, "consumer-a"), queue),
+                  recorder=history).start()
+    b = consumers(face, ConsumerSettings(on_node(conn, 2, "consumer-b"), queue)).start()
+    assert a.role is Role.WAITING
+    assert b.role is Role.WAITING
+    ids = publish(publishers, face, conn, queue, 1000)
+    wait_until(lambda: a.count() + b.count() >= 1000, 30, "1000 handled")
+    counts = sorted([a.count(), b.count()])
+    assert counts == [0, 1000]
+    active, waiting = (a, b) if a.count() else (b, a)
+    assert active.role is Role.ACTIVE
+    assert waiting.role is Role.WAITING
+    assert active.handled == ids  # in publish order
+    a.stop()
+    history.close()
+    events = [json.loads(x) for x in (tmp_path / "consumer-a.jsonl").read_text().splitlines()]
+    kinds = Counter(e["type"] for e in events)
+    assert kinds["subscribed"] == 1
+    assert kinds["connected"] == 1
+    if active is a:
+        assert kinds["active"] == 1
+        assert kinds["deliver"] == kinds["ack"] == 1000
+    else:
+        assert kinds["deliver"] == 0
+
+
+def test_graceful_handover_processes_every_message_once(
+    face: str, consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
+    conn: ConnectionSettings, queue: QueueSettings,
+) -> None:
+    a = consumers(face, ConsumerSettings(on_node(conn, 1, "consumer-a"), queue)).start()
+    b = consumers(face, ConsumerSettings(on_node(conn, 2, "consumer-b"), queue)).start()
+    ids = publish(publishers, face, conn, queue, 3000)
+    wait_until(lambda: a.count() + b.count() >= 1000, 30, "a third handled")
+    first, second = (a, b) if a.count() else (b, a)
+    first.stop()
+    assert first.role is Role.STOPPED
+    wait_until(lambda: first.count() + second.count() >= 3000, 30, "the rest handled")
+    handled = first.handled + second.handled
+    assert sorted(handled) == sorted(ids)  # every message, each exactly once
+    assert second.role is Role.ACTIVE
+    assert first.stats.acked == first.count()
+
+
+def test_reconsumes_after_the_broker_closes_its_connection(
+    face: str, consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
+    cluster: LocalCluster, conn: ConnectionSettings, queue: QueueSettings,
+) -> None:
+    name = f"closed-consumer-{queue.name}"
+    c = consumers(face, ConsumerSettings(on_node(conn, 1, name), queue)).start()
+    first = publish(publishers, face, conn, queue, 200)
+    wait_until(lambda: c.count() >= 200, 30, "the first batch handled")
+    assert close_connection_by_name(cluster, name) == 1
+    wait_until(lambda: c.stats.reconnects >= 1 and c.role is not Role.CONNECTING, 30,
+               "a reconnect")
+    second = publish(publishers, face, conn, queue, 200, start=200)
+    wait_until(lambda: set(first + second) <= set(c.handled), 30, "the second batch handled")
+    assert c.role is Role.ACTIVE
+
+
+def test_reconsumes_after_its_node_is_killed(
+    face: str, consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
+    healed: LocalCluster, conn: ConnectionSettings, queue: QueueSettings,
+) -> None:
+    c = consumers(face, ConsumerSettings(on_node(conn, 2, "killed-node-consumer"), queue))
+    c.start()
+    first = publish(publishers, face, conn, queue, 200)
+    wait_until(lambda: c.count() >= 200, 30, "the first batch handled")
+    healed.kill(3)
+    wait_until(lambda: c.stats.reconnects >= 1, 30, "the consumer to notice")
+    second = publish(publishers, face, conn, queue, 200, start=200)
+    wait_until(lambda: set(first + second) <= set(c.handled), 60, "the second batch handled")
+
+
+def test_poison_message_is_dead_lettered_after_the_delivery_limit(
+    face: str, consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
+    cluster: LocalCluster, conn: ConnectionSettings, queue_name: str,
+) -> None:
+    dlq = f"{queue_name}.dead"
+    with pika.BlockingConnection(pika.URLParameters(cluster.urls()[0])) as raw:
+        raw.channel().queue_declare(dlq, durable=True, arguments={"x-queue-type": "quorum"})
+    queue = QueueSettings(queue_name, delivery_limit=2, dead_letter_exchange="",
+                          dead_letter_routing_key=dlq)
+    attempts: Counter[str] = Counter()
+
+    def work(delivery: Delivery) -> None:
+        attempts[delivery.body.decode()] += 1
+        if delivery.body == b"m3":
+            raise ValueError("poison")
+
+    c = consumers(face, ConsumerSettings(conn, queue), work).start()
+    ids = publish(publishers, face, conn, queue, 6)
+    poison = ids[3]
+    wait_until(lambda: set(ids) - {poison} <= set(c.handled), 30, "the good messages")
+    with pika.BlockingConnection(pika.URLParameters(cluster.urls()[0])) as raw:
+        channel = raw.channel()
+
+        def dead_letter() -> tuple[object, pika.BasicProperties, bytes] | None:
+            method, props, body = channel.basic_get(dlq, auto_ack=True)
+            return (method, props, body) if method is not None else None
+
+        _method, props, body = wait_until(dead_letter, 30, "the poison in the dead-letter queue")
+    assert body == b"m3"
+    assert props.message_id == poison
+    assert props.headers["x-first-death-reason"] == "delivery_limit"
+    assert attempts["m3"] == 3  # first delivery plus two redeliveries
+    assert c.stats.handler_errors == 3
+    assert poison not in c.handled
+
+
+def test_reconsumes_after_mirrored_queue_master_dies(
+    face: str, consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
+    healed: LocalCluster, conn: ConnectionSettings, queue_name: str,
+) -> None:
+    cluster = healed
+    cluster.management_api(
+        f"policies/%2F/ha-{queue_name}", method="PUT",
+        body={"pattern": f"^{queue_name}$", "definition": {"ha-mode": "all"},
+              "apply-to": "queues"},
+    )
+    queue = QueueSettings(queue_name, type="classic")
+    with pika.BlockingConnection(pika.URLParameters(cluster.urls()[0])) as raw:
+        # Declared on node 1, so the master lives there and the consumer (node 2) survives.
+        raw.channel().queue_declare(queue_name, durable=True, arguments=queue.arguments())
+    try:
+        c = consumers(face, ConsumerSettings(on_node(conn, 1, "mirror-consumer"), queue))
+        c.start()
+        first = publish(publishers, face, conn, queue, 100)
+        wait_until(lambda: c.count() >= 100, 30, "the first batch handled")
+        master = cluster.management_api(f"queues/%2F/{queue_name}")["node"]
+        master_index = cluster.node(master).index
+        assert master_index != 2  # the consumer is on node 2; its connection survives
+        wait_until(lambda: len(cluster.management_api(f"queues/%2F/{queue_name}").get(
+            "synchronised_slave_nodes", [])) == 2, 30, "both mirrors in sync")
+        cluster.kill(master_index)
+        wait_until(lambda: c.stats.resubscribes >= 1, 30, "the server cancel and reconsume")
+        assert c.stats.reconnects == 0
+        second = publish(publishers, face, on_node(conn, 1, "p2"), queue, 100, start=100)
+        wait_until(lambda: set(first + second) <= set(c.handled), 30, "the second batch")
+    finally:
+        cluster.management_api(f"policies/%2F/ha-{queue_name}", method="DELETE")
+
+
+def test_a_long_handler_keeps_its_connection(
+    face: str, consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
+    conn: ConnectionSettings, queue: QueueSettings,
+) -> None:
+    settings = ConsumerSettings(
+        ConnectionSettings(urls=conn.urls, heartbeat=1, name="long-handler"), queue)
+    release = threading.Event()
+
+    def work(delivery: Delivery) -> None:
+        release.wait(5)  # five heartbeat timeouts of real work
+
+    c = consumers(face, settings, work).start()
+    ids = publish(publishers, face, conn, queue, 1)
+    wait_until(lambda: c.count() >= 1, 30, "the long handler to finish")
+    assert c.handled == ids
+    assert c.stats.reconnects == 0
+    assert c.stats.acked == 1
+
+
+def test_mismatched_queue_arguments_are_named(
+    face: str, consumers: Callable[..., ConsumerFace], cluster: LocalCluster,
+    conn: ConnectionSettings, queue_name: str,
+) -> None:
+    with pika.BlockingConnection(pika.URLParameters(cluster.urls()[0])) as raw:
+        raw.channel().queue_declare(queue_name, durable=True,
+                                    arguments={"x-queue-type": "quorum"})
+    c = consumers(face, ConsumerSettings(conn, QueueSettings(queue_name)))
+    with pytest.raises(QueueMismatch, match="x-single-active-consumer"):
+        c.start()
+
+
+def test_a_frozen_consumer_is_replaced_after_the_heartbeat_timeout(
+    face: str, consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
+    conn: ConnectionSettings, queue: QueueSettings, tmp_path: Path,
+) -> None:
+    out = tmp_path / "frozen.txt"
+    env = {**os.environ, "SAC_AMQP_URLS": ",".join(conn.urls[1:]), "SAC_HEARTBEAT": "2"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.sdk.consumer_process", face, queue.name, str(out)],
+        env=env, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2],
+    )
+    try:
+        assert proc.stdout is not None
+        roles = iter(proc.stdout.readline, "")
+        wait_until(lambda: next(roles).strip() == "waiting", 60, "the process to subscribe")
+        standby = consumers(face, ConsumerSettings(on_node(conn, 2, "standby"), queue)).start()
+        first = publish(publishers, face, conn, queue, 100)
+        wait_until(lambda: len(out.read_text().split()) >= 100, 30, "the process to handle")
+        assert standby.count() == 0
+
+        proc.send_signal(signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        second = publish(publishers, face, conn, queue, 100, start=100)
+        wait_until(lambda: set(second) <= set(standby.handled), 30, "the standby to take over")
+        takeover = time.monotonic() - frozen_at
+        assert standby.role is Role.ACTIVE
+        assert out.read_text().split() == first
+        assert takeover < 3 * 2 + 2  # the broker's heartbeat timeout, not a fixed long wait
+    finally:
+        proc.kill()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
