@@ -92,6 +92,7 @@ class AsyncPublisher:
         self._seq = 0
         self._blocked = False
         self._blocked_timer: asyncio.TimerHandle | None = None
+        self._blocked_since = 0.0
         self._reconnecting: asyncio.Task[None] | None = None
         self._failure: SacError | None = None
         self._closed = False
@@ -387,45 +388,57 @@ class AsyncPublisher:
                     waiter.set_result(None)
 
     def _on_blocked(self, blocked: bool) -> None:
+        loop = asyncio.get_running_loop()
         self._blocked = blocked
+        self._blocked_since = loop.time()
         if self._blocked_timer is not None:
             self._blocked_timer.cancel()
             self._blocked_timer = None
         if blocked:
-            self._arm_blocked_timer()
+            self._blocked_timer = loop.call_later(
+                self.settings.connection.blocked_timeout, self._blocked_expired)
         else:
             self._pump()
 
-    def _arm_blocked_timer(self) -> None:
-        loop = asyncio.get_running_loop()
-        unsent = [i.message.submitted for i in self._backlog if not i.sends]
-        start = min(unsent) if unsent else loop.time()
-        when = start + self.settings.connection.blocked_timeout
-        self._blocked_timer = loop.call_at(when, self._blocked_expired)
-
     def _blocked_expired(self) -> None:
-        """Messages never sent and blocked too long fail; sent ones keep waiting for their
-        confirm (the broker holds them)."""
+        """Every publish waiting longer than ``blocked_timeout`` under ``connection.blocked``
+        fails. One never sent is dropped from the backlog; one already sent stays tracked,
+        since the broker may still take it once it unblocks (a retry is then a duplicate the
+        consumer's dedup catches)."""
         self._blocked_timer = None
         if not self._blocked:
             return
-        now = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        now = loop.time()
         limit = self.settings.connection.blocked_timeout
+        since = self._blocked_since
+
+        def expired(item: InFlight[_Outgoing]) -> bool:
+            return now - max(item.message.submitted, since) >= limit
+
+        def fail(item: InFlight[_Outgoing], what: str) -> None:
+            if not item.message.future.done():
+                item.message.future.set_exception(BlockedTimeout(
+                    item.message_id,
+                    f"the broker blocked publishing (connection.blocked, a resource alarm) "
+                    f"for over {limit:g} s; {what}",
+                ))
+
+        for item in self._window:
+            if expired(item):
+                fail(item, "it was sent and may still reach the queue once unblocked")
         keep: collections.deque[InFlight[_Outgoing]] = collections.deque()
         for item in self._backlog:
-            out = item.message
-            if not item.sends and now - out.submitted >= limit:
-                if not out.future.done():
-                    out.future.set_exception(BlockedTimeout(
-                        item.message_id,
-                        f"the broker blocked publishing (connection.blocked) for over "
-                        f"{limit:g} s; the message was not sent",
-                    ))
+            if not item.sends and expired(item):
+                fail(item, "it was not sent")
             else:
                 keep.append(item)
         self._backlog = keep
         self._after_settle()
-        self._arm_blocked_timer()
+        pending = [max(i.message.submitted, since) for i in [*self._window, *self._backlog]
+                   if not i.message.future.done()]
+        next_check = (min(pending) if pending else now) + limit
+        self._blocked_timer = loop.call_at(max(next_check, now + 0.05), self._blocked_expired)
 
     # ------------------------------------------------------------------ connection
 

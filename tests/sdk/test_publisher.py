@@ -16,6 +16,7 @@ import pytest
 from sdk import (
     AuthenticationError,
     Backoff,
+    BlockedTimeout,
     ConfigurationError,
     ConnectError,
     ConnectionSettings,
@@ -225,3 +226,23 @@ def test_malformed_url(url: str, problem: str) -> None:
 def test_settings_variants_keep_validation(conn: ConnectionSettings) -> None:
     with pytest.raises(ConfigurationError, match="window"):
         attrs.evolve(PublisherSettings(conn), window=0)
+
+
+def test_blocked_connection_pauses_then_fails_and_close_reports_unconfirmed(
+    face: str, publishers: MakePublisher, cluster: LocalCluster, conn: ConnectionSettings,
+    queue: QueueSettings,
+) -> None:
+    blocked = attrs.evolve(conn, blocked_timeout=2.0)
+    pub = publishers(face, PublisherSettings(blocked, queue=queue, close_timeout=1.0))
+    pub.start()
+    node = cluster.nodes[0]
+    # A memory alarm on any node blocks every publishing connection of the cluster.
+    cluster.ctl(node, "set_vm_memory_high_watermark", "0.000001")
+    try:
+        with pytest.raises(BlockedTimeout, match="blocked publishing") as caught:
+            pub.publish(b"held back", message_id="blocked-1")
+        assert caught.value.message_id == "blocked-1"
+    finally:
+        cluster.ctl(node, "set_vm_memory_high_watermark", "0.4")
+    assert pub.publish(b"flows again")
+    pub.close()

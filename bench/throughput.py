@@ -1,54 +1,90 @@
-"""Raw AMQP client libraries on a local 3-node RabbitMQ cluster: the same-run baseline for the SDK.
+"""Message throughput on a local 3-node RabbitMQ cluster: the SDK's two faces against the raw
+AMQP client libraries, all in the same run.
 
-Nothing here imports the SDK. Each variant is the plain library written the way a competent user
-of that library would write it, so that a later SDK run on the same machine can be read as "this
-much slower or more CPU-hungry than the raw client it sits on".
+The raw variants do not import the SDK. Each one uses the plain library the way a competent user
+of that library would. The SDK variants use the public API of ``sdk`` as an application would. So
+each SDK number can be read as "this much slower or more CPU-hungry than the raw client it sits
+on", measured on the same machine in the same minutes.
 
 Publisher variants (256-byte persistent messages, publisher confirms, at most ``--window``
-unconfirmed messages in flight, the window kept full, to a durable quorum queue whose leader is
-node 1, through a connection to node 1; timed from the first publish to the last confirm):
+unconfirmed messages in flight, the window kept full, to a durable quorum queue with single
+active consumer whose leader is node 1, through a connection to node 1; timed from the first
+publish to the last confirm):
 
 ``pika-select``
     pika's own ``SelectConnection`` and its callback API: the lowest-overhead way to use pika, and
-    what pika-based synchronous code can at best hope to reach.
+    the best that pika-based synchronous code can reach.
 ``pika-asyncio``
-    the same callback code on ``AsyncioConnection``: separates the cost of asyncio's event loop
+    the same callback code on ``AsyncioConnection``. It separates the cost of asyncio's event loop
     from the cost of pika's protocol code (the SDK runs pika on an asyncio loop).
 ``aio-pika``
     ``aio_pika.connect`` with ``exchange.publish`` awaitables, one task per message, a semaphore
     for the window: the idiomatic asyncio client most applications use.
 ``aiormq``
-    the protocol layer under aio-pika on its own (``basic_publish`` per message in a task): how
-    much of aio-pika's cost is aio-pika and how much is aiormq.
+    the protocol layer under aio-pika on its own (``basic_publish`` per message in a task). It
+    shows how much of aio-pika's cost is aio-pika and how much is aiormq.
+``sdk-async-publish``
+    ``sdk.AsyncPublisher`` with ``window=--window``: ``await send()`` for every message (it waits
+    only for room in the window), then ``gather`` of the returned futures.
+``sdk-blocking-publish``
+    ``sdk.Publisher.publish_many`` of all the messages: the blocking face, pipelined, on its
+    private loop thread.
 
 Consumer variants (each drains a fresh quorum queue pre-filled with ``--messages`` messages by the
-fastest publisher of the run, outside the timed part; prefetch 1000; timed from the first delivery
-to the last ack plus one round trip, a passive ``queue.declare``, that proves the channel has
-processed every ack before it):
+fastest *raw* publisher of the run, outside the timed part, so that every consumer reads the same
+messages; prefetch 1000; timed from the first delivery until every ack is known to be processed):
 
 ``pika-blocking-consume``
     ``BlockingConnection`` acking every message on its own: the textbook consumer, and the worst
     case for the number of frames and syscalls.
 ``pika-blocking-consume-multi``
-    the same acking with ``multiple=True`` every 100 messages: what batching acks alone buys.
+    the same, acking with ``multiple=True`` every 100 messages: what batching acks alone buys.
 ``aio-pika-consume``
     aio-pika's ``queue.consume`` callback, ``ack(multiple=True)`` every 100 messages.
 ``pika-asyncio-consume``
     pika's callback API on ``AsyncioConnection``, ``multiple=True`` every 100 messages.
+``sdk-async-consume``
+    ``sdk.AsyncConsumer`` with an ``async def`` handler that counts; ``prefetch=1000``,
+    ``ack_batch=100``.
+``sdk-blocking-consume``
+    ``sdk.Consumer`` with a plain handler that counts, ``run()`` in a thread of its own;
+    ``prefetch=1000``, ``ack_batch=100``.
 
-Every variant runs in its own fresh process (``multiprocessing`` "spawn"), one after another, so
-that none shares an event loop, imported modules or GC state with another, and none competes with
+The raw consumers end their timed part with a passive ``queue.declare`` after the last ack: one
+round trip that proves the channel processed every ack before it. The SDK consumers end it with
+``stop()``, after their stats show every message acked. ``stop()`` is a ``basic.cancel`` round trip
+and a connection close, and the broker processes the channel's acks before it answers either. That
+is one round trip more than the raw consumers, which is negligible over thousands of messages.
+
+Differences that are the SDK's real behaviour, benched as they are:
+
+- the SDK publishes with ``mandatory=True`` and a fresh ``message_id`` (a 36-character UUIDv7
+  string) in every message's properties. The raw publishers use ``mandatory=False`` and no message
+  id (aiormq adds its own message id), so their frames are a little smaller;
+- the SDK declares its queue itself on connect, from ``QueueSettings`` (quorum,
+  ``x-single-active-consumer: true``). The bench declares every queue, for raw and SDK variants
+  alike, with exactly these arguments before the run, so the SDK's declaration is a no-op and the
+  work on the broker's side is the same;
+- the SDK consumer builds a ``Delivery`` per message and hands it to the handler through a queue
+  (the async face: one worker task; the blocking face: the caller's thread, with acks sent back
+  to the loop thread in batches of ``ack_batch``).
+
+Every variant runs in its own fresh process (``multiprocessing`` "spawn"), one after another. So
+no variant shares an event loop, imported modules or GC state with another, and none competes with
 another for the two cores the broker also runs on. Client CPU is ``time.process_time()`` of that
-process over the timed interval. All variants publish with ``mandatory=False`` so that the AMQP
-traffic is identical whatever the library's default.
+process over the timed interval (all its threads). The JSON report has a ``ratios`` section: each
+SDK variant against the fastest raw variant of its kind and against the raw variants named in
+``RATIO_BASELINES``, as throughput ratio (SDK / raw msg/s; the target is at least
+``TARGET_THROUGHPUT_RATIO`` against the fastest) and CPU ratio (SDK / raw µs per message).
 
-Run ``python -m bench.raw_clients --help``; results go to ``bench/results/raw-<UTC>.json``.
+Run ``python -m bench.throughput --help``; results go to ``bench/results/throughput-<UTC>.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import datetime as dt
 import importlib.metadata
@@ -57,6 +93,7 @@ import multiprocessing
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -82,6 +119,8 @@ if TYPE_CHECKING:
 
     from aio_pika.abc import AbstractIncomingMessage
 
+    from sdk import ConnectionSettings, ConsumerSettings, Delivery
+
 MESSAGE_SIZE = 256
 PREFETCH = 1000
 ACK_EVERY = 100
@@ -91,9 +130,18 @@ DEFAULT_WINDOW = 1000
 DEFAULT_TIMEOUT = 300.0
 # Seconds a child process may take on top of its job's own timeout (interpreter start, imports).
 CHILD_GRACE = 60.0
-QUORUM = {"x-queue-type": "quorum"}
+# What the SDK declares from a default QueueSettings; the bench declares every queue with it.
+QUEUE_ARGUMENTS: dict[str, Any] = {"x-queue-type": "quorum", "x-single-active-consumer": True}
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-LIBRARIES = ("pika", "aio-pika", "aiormq", "pamqp")
+RESULTS_PREFIX = "throughput"
+LIBRARIES = ("pika", "aio-pika", "aiormq", "pamqp", "attrs")
+# Each SDK variant of a kind is compared with the fastest raw variant of that kind and these.
+RATIO_BASELINES: dict[str, tuple[str, ...]] = {
+    "publish": ("pika-asyncio", "aio-pika"),
+    "consume": ("aio-pika-consume",),
+}
+# The issue's target: every SDK face at least this fraction of the fastest raw client's msg/s.
+TARGET_THROUGHPUT_RATIO = 0.9
 
 Kind = Literal["publish", "consume"]
 
@@ -106,17 +154,26 @@ class Job:
     """What one child process does: one variant against one queue."""
 
     variant: str
-    url: str = field(repr=False)  # carries the password: never printed
+    url: str = field(repr=False)  # node 1; carries the password: never printed
     queue: str
     messages: int
     window: int
     prefetch: int
     ack_every: int
     timeout: float
+    # Every node's URL, node 1 first: the SDK's ConnectionSettings (it connects to the first).
+    urls: tuple[str, ...] = field(default=(), repr=False)
 
     @property
     def body(self) -> bytes:
         return b"x" * MESSAGE_SIZE
+
+    def deadline_left(self, started: float) -> float:
+        """Seconds of this job's timeout left, ``started`` being a ``time.monotonic()``."""
+        left = started + self.timeout - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"{self.variant}: no result after {self.timeout:g} s")
+        return left
 
 
 @dataclass(frozen=True)
@@ -541,6 +598,171 @@ def aio_pika_consume(job: Job) -> Measurement:
     return asyncio.run(main())
 
 
+# --------------------------------------------------------------------------- the SDK
+# Imported inside the functions, so that the raw variants' processes never load it.
+
+
+def _sdk_connection(job: Job) -> ConnectionSettings:
+    from sdk import ConnectionSettings
+
+    return ConnectionSettings(urls=job.urls or (job.url,))
+
+
+def _check_no_recovery(variant: str, reconnects: int, other: int, what: str) -> None:
+    """A run with a reconnect or a redo measured something else: refuse to report it."""
+    if reconnects or other:
+        raise RuntimeError(f"{variant}: {reconnects} reconnects, {other} {what} during the run")
+
+
+def sdk_async_publish(job: Job) -> Measurement:
+    from sdk import AsyncPublisher, PublisherSettings, QueueSettings
+
+    settings = PublisherSettings(
+        _sdk_connection(job), window=job.window, queue=QueueSettings(job.queue)
+    )
+
+    async def main() -> Measurement:
+        watch = Stopwatch()
+        async with asyncio.timeout(job.timeout):
+            publisher = AsyncPublisher(settings)
+            await publisher.start()
+            try:
+                send, body = publisher.send, job.body
+                watch.start()
+                futures = [await send(body) for _ in range(job.messages)]
+                await asyncio.gather(*futures)
+                watch.stop()
+            finally:
+                await publisher.close()
+        stats = publisher.stats
+        _check_no_recovery(job.variant, stats.reconnects, stats.retransmitted, "retransmits")
+        return watch.measurement(job.messages, stats.nacked)
+
+    return asyncio.run(main())
+
+
+def sdk_blocking_publish(job: Job) -> Measurement:
+    from sdk import Publisher, PublisherSettings, QueueSettings
+
+    settings = PublisherSettings(
+        _sdk_connection(job), window=job.window, queue=QueueSettings(job.queue)
+    )
+    watch = Stopwatch()
+    bodies = [job.body] * job.messages
+    publisher = Publisher(settings)
+    publisher.start()
+    try:
+        # No timeout of its own: the parent gives up on this process after job.timeout.
+        watch.start()
+        publisher.publish_many(bodies)
+        watch.stop()
+    finally:
+        publisher.close()
+    stats = publisher.stats
+    _check_no_recovery(job.variant, stats.reconnects, stats.retransmitted, "retransmits")
+    return watch.measurement(job.messages, stats.nacked)
+
+
+def _sdk_consumer_settings(job: Job) -> ConsumerSettings:
+    from sdk import ConsumerSettings, QueueSettings
+
+    return ConsumerSettings(
+        _sdk_connection(job),
+        QueueSettings(job.queue),
+        prefetch=job.prefetch,
+        ack_batch=job.ack_every,
+    )
+
+
+def sdk_async_consume(job: Job) -> Measurement:
+    from sdk import AsyncConsumer
+
+    async def main() -> Measurement:
+        watch = Stopwatch()
+        received = 0
+        all_handled = asyncio.Event()
+
+        async def handle(_delivery: Delivery) -> None:
+            nonlocal received
+            if received == 0:
+                watch.start()
+            received += 1
+            if received == job.messages:
+                all_handled.set()
+
+        consumer = AsyncConsumer(_sdk_consumer_settings(job), handle)
+        async with asyncio.timeout(job.timeout):
+            await consumer.start()
+            try:
+                await all_handled.wait()
+                # The worker settles right after the handler returns; normally no wait at all.
+                while consumer.stats.acked < job.messages:
+                    await asyncio.sleep(0.0005)
+                await consumer.stop()  # cancel + close: the broker has processed the acks
+                watch.stop()
+            finally:
+                await consumer.stop()  # a no-op after the one above
+        stats = consumer.stats
+        _check_no_recovery(
+            job.variant,
+            stats.reconnects,
+            stats.resubscribes + stats.handler_errors,
+            "resubscribes or handler errors",
+        )
+        return watch.measurement(job.messages)
+
+    return asyncio.run(main())
+
+
+def sdk_blocking_consume(job: Job) -> Measurement:
+    from sdk import Consumer
+
+    watch = Stopwatch()
+    received = 0
+    all_handled: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def handle(_delivery: Delivery) -> None:
+        nonlocal received
+        if received == 0:
+            watch.start()
+        received += 1
+        if received == job.messages:
+            all_handled.set_result(None)
+
+    consumer = Consumer(_sdk_consumer_settings(job), handle)
+    began = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(1, "bench-consumer-run") as pool:
+        # Starts the consumer, then handles its deliveries in that thread until stop().
+        running = pool.submit(consumer.run)
+        try:
+            concurrent.futures.wait(
+                (all_handled, running),
+                job.deadline_left(began),
+                return_when=concurrent.futures.FIRST_COMPLETED,
+            )
+            if running.done():
+                running.result()  # raises what stopped it
+                raise RuntimeError(f"{job.variant}: run() returned after {received} messages")
+            if not all_handled.done():
+                raise TimeoutError(f"{job.variant}: {received} of {job.messages} messages")
+            while consumer.stats.acked < job.messages:  # the loop thread sends the last batch
+                job.deadline_left(began)
+                time.sleep(0.0005)
+            consumer.stop()  # returns once run() has finished the stop: cancel, close
+            running.result(job.deadline_left(began))
+            watch.stop()
+        finally:
+            consumer.stop()  # a no-op after the one above
+    stats = consumer.stats
+    _check_no_recovery(
+        job.variant,
+        stats.reconnects,
+        stats.resubscribes + stats.handler_errors,
+        "resubscribes or handler errors",
+    )
+    return watch.measurement(job.messages)
+
+
 # --------------------------------------------------------------------------- variants
 
 
@@ -550,6 +772,7 @@ class Variant:
     kind: Kind
     run: Callable[[Job], Measurement]
     ack_every: int = 0
+    sdk: bool = False  # False: a raw client library, a baseline
 
 
 VARIANTS: dict[str, Variant] = {
@@ -559,15 +782,21 @@ VARIANTS: dict[str, Variant] = {
         Variant("pika-asyncio", "publish", pika_asyncio),
         Variant("aio-pika", "publish", aio_pika_publish),
         Variant("aiormq", "publish", aiormq_publish),
+        Variant("sdk-async-publish", "publish", sdk_async_publish, sdk=True),
+        Variant("sdk-blocking-publish", "publish", sdk_blocking_publish, sdk=True),
         Variant("pika-blocking-consume", "consume", pika_blocking_consume, ack_every=1),
         Variant(
             "pika-blocking-consume-multi", "consume", pika_blocking_consume, ack_every=ACK_EVERY
         ),
         Variant("aio-pika-consume", "consume", aio_pika_consume, ack_every=ACK_EVERY),
         Variant("pika-asyncio-consume", "consume", pika_asyncio_consume, ack_every=ACK_EVERY),
+        Variant("sdk-async-consume", "consume", sdk_async_consume, ack_every=ACK_EVERY, sdk=True),
+        Variant(
+            "sdk-blocking-consume", "consume", sdk_blocking_consume, ack_every=ACK_EVERY, sdk=True
+        ),
     )
 }
-# Fills the consumers' queues when no publisher variant has been measured yet in this run.
+# Fills the consumers' queues when no raw publisher has been measured yet in this run.
 DEFAULT_FILLER = "pika-select"
 
 
@@ -627,7 +856,7 @@ def _admin(url: str) -> Iterator[BlockingChannel]:
 
 def declare_queue(url: str, queue: str) -> None:
     with _admin(url) as channel:
-        channel.queue_declare(queue, durable=True, arguments=QUORUM)
+        channel.queue_declare(queue, durable=True, arguments=QUEUE_ARGUMENTS)
 
 
 def queue_depth(url: str, queue: str) -> int:
@@ -653,7 +882,7 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
 
     def median(self, attr: str) -> float:
-        return statistics.median(getattr(m, attr) for m in self.runs)
+        return float(statistics.median(getattr(m, attr) for m in self.runs))
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -676,10 +905,74 @@ class Outcome:
         }
 
 
+@dataclass(frozen=True)
+class Ratio:
+    """One SDK variant against one raw variant of the same kind, medians over the runs."""
+
+    sdk: str
+    baseline: str
+    fastest_raw: bool  # the baseline is the fastest raw variant of its kind in this run
+    throughput: float  # SDK msg/s / raw msg/s: above 1 is the SDK faster
+    cpu: float  # SDK CPU µs/msg / raw CPU µs/msg: above 1 is the SDK hungrier
+
+    @property
+    def meets_target(self) -> bool | None:
+        """Only against the fastest raw client does the issue's target apply."""
+        return self.throughput >= TARGET_THROUGHPUT_RATIO if self.fastest_raw else None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "baseline": self.baseline,
+            "fastest_raw": self.fastest_raw,
+            "throughput_ratio": round(self.throughput, 3),
+            "cpu_ratio": round(self.cpu, 3),
+            "meets_target": self.meets_target,
+        }
+
+
+def ratios(outcomes: dict[str, Outcome]) -> list[Ratio]:
+    """Each measured SDK variant against the fastest raw variant of its kind, then against the
+    ``RATIO_BASELINES`` of its kind (those measured, and not already the fastest)."""
+    found: list[Ratio] = []
+    for kind in ("publish", "consume"):
+        measured = {n: o for n, o in outcomes.items() if o.kind == kind and o.runs}
+        raw = {n: o for n, o in measured.items() if not VARIANTS[n].sdk}
+        if not raw:
+            continue
+        fastest = max(raw, key=lambda n: raw[n].median("msg_per_s"))
+        baselines = [fastest, *(n for n in RATIO_BASELINES[kind] if n in raw and n != fastest)]
+        for name, outcome in measured.items():
+            if not VARIANTS[name].sdk:
+                continue
+            for base in baselines:
+                found.append(
+                    Ratio(
+                        sdk=name,
+                        baseline=base,
+                        fastest_raw=base == fastest,
+                        throughput=outcome.median("msg_per_s") / raw[base].median("msg_per_s"),
+                        cpu=outcome.median("cpu_us_per_msg") / raw[base].median("cpu_us_per_msg"),
+                    )
+                )
+    return found
+
+
+def _ratios_report(found: Sequence[Ratio]) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "target_throughput_ratio_vs_fastest_raw": TARGET_THROUGHPUT_RATIO,
+        "throughput_ratio": "SDK msg/s / raw msg/s (medians)",
+        "cpu_ratio": "SDK client CPU us/msg / raw client CPU us/msg (medians)",
+    }
+    for ratio in found:
+        report.setdefault(ratio.sdk, []).append(ratio.summary())
+    return report
+
+
 class Bench:
     def __init__(self, cluster: LocalCluster, args: argparse.Namespace) -> None:
         self.cluster = cluster
-        self.url = cluster.urls()[0]
+        self.urls = tuple(cluster.urls())
+        self.url = self.urls[0]
         self.node1 = cluster.nodes[0].name
         self.args = args
         self.outcomes: dict[str, Outcome] = {}
@@ -695,14 +988,16 @@ class Bench:
             prefetch=PREFETCH,
             ack_every=ack_every,
             timeout=self.args.timeout,
+            urls=self.urls,
         )
 
     def filler(self) -> str:
-        """The publisher with the best median msg/s measured so far in this run."""
+        """The raw publisher with the best median msg/s measured so far in this run (never an
+        SDK one, whose messages carry a message id: every consumer reads the same messages)."""
         measured = [
             (o.median("msg_per_s"), name)
             for name, o in self.outcomes.items()
-            if o.kind == "publish" and o.runs
+            if o.kind == "publish" and o.runs and not VARIANTS[name].sdk
         ]
         return max(measured)[1] if measured else DEFAULT_FILLER
 
@@ -713,7 +1008,7 @@ class Bench:
 
     def run_once(self, variant: Variant, round_: int) -> None:
         outcome = self.outcomes.setdefault(variant.name, Outcome(variant.kind))
-        queue = f"bench-raw-{variant.name}-{round_}-{uuid.uuid4().hex[:8]}"
+        queue = f"bench-{variant.name}-{round_}-{uuid.uuid4().hex[:8]}"
         n = self.args.messages
         declare_queue(self.url, queue)
         try:
@@ -766,7 +1061,26 @@ def _versions() -> dict[str, str]:
     return {name: importlib.metadata.version(name) for name in LIBRARIES}
 
 
-def _table(outcomes: dict[str, Outcome]) -> str:
+def _sdk_revision() -> dict[str, Any]:
+    """Which SDK code was measured: the commit, and whether ``sdk/`` differed from it."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=10
+        )
+        return done.stdout.strip()
+
+    try:
+        return {
+            "commit": git("rev-parse", "HEAD"),
+            "uncommitted_changes": bool(git("status", "--porcelain", "--", "sdk")),
+        }
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "uncommitted_changes": None}
+
+
+def _table(outcomes: dict[str, Outcome], found: Sequence[Ratio]) -> str:
     lines = [f"{'variant':<28} {'msg/s':>10} {'CPU us/msg':>11} {'wall s':>8}  notes"]
     for name, outcome in outcomes.items():
         s = outcome.summary()
@@ -775,6 +1089,16 @@ def _table(outcomes: dict[str, Outcome]) -> str:
             f"{name:<28} {s['msg_per_s']:>10.0f} {s['client_cpu_us_per_msg']:>11.1f} "
             f"{s['wall_s']:>8.2f}  {notes}"
         )
+    if found:
+        lines += [
+            "",
+            f"{'SDK / raw':<28} {'baseline':<30} {'msg/s':>6} {'CPU':>6}  "
+            f"target (msg/s >= {TARGET_THROUGHPUT_RATIO:.0%} of the fastest raw)",
+        ]
+        for r in found:
+            base = f"{r.baseline} (fastest raw)" if r.fastest_raw else r.baseline
+            target = {True: "met", False: "MISSED", None: ""}[r.meets_target]
+            lines.append(f"{r.sdk:<28} {base:<30} {r.throughput:>5.2f}x {r.cpu:>5.2f}x  {target}")
     return "\n".join(lines)
 
 
@@ -798,8 +1122,9 @@ def _positive_int(text: str) -> int:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.raw_clients",
-        description="Raw AMQP client libraries (no SDK) on a fresh local 3-node RabbitMQ cluster.",
+        prog="python -m bench.throughput",
+        description="The SDK's publishers and consumers against the raw AMQP client libraries "
+        "on a fresh local 3-node RabbitMQ cluster.",
     )
     parser.add_argument("--messages", type=_positive_int, default=DEFAULT_MESSAGES)
     parser.add_argument(
@@ -830,6 +1155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench = Bench(cluster, args)
         broker = bench.broker()
         bench.run(args.variants)
+    found = ratios(bench.outcomes)
     report = {
         "timestamp": started.isoformat(timespec="seconds"),
         "messages": args.messages,
@@ -850,13 +1176,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "loadavg_1_5_15_before": [round(x, 2) for x in load_before],
         "loadavg_1_5_15_after": [round(x, 2) for x in os.getloadavg()],
         "libraries": _versions(),
+        "sdk": _sdk_revision(),
         "broker": broker,
         "variants": {name: o.summary() for name, o in bench.outcomes.items()},
+        "ratios": _ratios_report(found),
     }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"raw-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    path = RESULTS_DIR / f"{RESULTS_PREFIX}-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(json.dumps(report, indent=2) + "\n")
-    print(_table(bench.outcomes))
+    print(_table(bench.outcomes, found))
     print(f"results: {path}")
     return 0
 
