@@ -16,8 +16,12 @@ choice of heartbeat interval trades against spurious failovers. Three ways for A
     A's process gets SIGSTOP: nothing closes its socket and the kernel keeps acknowledging TCP
     segments, so only the missing AMQP heartbeats reveal it. Timed from the SIGSTOP, once with
     a 2 s and once with a 5 s heartbeat (``--frozen-heartbeats``); A is SIGKILLed afterwards.
-    RabbitMQ closes a connection after two heartbeat intervals with nothing received from it,
-    checked once per interval, so expect a handover between 2 and 3 heartbeat intervals.
+    RabbitMQ checks once per heartbeat interval H (timed from the connection's start) whether
+    anything arrived, and closes the connection at the second silent check in a row: the
+    handover takes 2H to 3H, depending on where the fault falls between two checks. A fixed
+    warm-up would always put it at the same point (every run the same number), so frozen runs
+    add a random 0 to H seconds' worth of messages to the warm-up (``--seed``); each run
+    records ``a_subscribed_to_fault_s`` to tell the phase.
 
 In every run an SDK ``Publisher`` (on node 1, which therefore leads the fresh queue) publishes
 at a steady ``--rate`` (500 msg/s) before, during and after the fault, each body carrying its
@@ -44,6 +48,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import random
 import signal
 import statistics
 import subprocess
@@ -123,6 +128,7 @@ class LocalConsumer:
         self.active = threading.Event()
         self.roles: list[str] = []
         self.error: BaseException | None = None
+        self.subscribed_at: float | None = None
         self._cond = threading.Condition()
         self._wanted: set[str] = set()
         self._blocking: Consumer | None = None
@@ -141,6 +147,8 @@ class LocalConsumer:
 
     def _role(self, role: Role) -> None:
         self.roles.append(role.value)
+        if role is Role.WAITING and self.subscribed_at is None:
+            self.subscribed_at = time.monotonic()
         if role is Role.ACTIVE:
             self.active.set()
 
@@ -239,6 +247,7 @@ class ConsumerProcess:
         self.roles: list[str] = []
         self.waiting = threading.Event()
         self.active = threading.Event()
+        self.subscribed_at: float | None = None
         env = {
             **os.environ,
             "SAC_AMQP_URLS": ",".join(conn.urls),  # secrets stay in the environment
@@ -259,6 +268,8 @@ class ConsumerProcess:
             role = line.strip()
             self.roles.append(role)
             if role == Role.WAITING.value:
+                if self.subscribed_at is None:
+                    self.subscribed_at = time.monotonic()
                 self.waiting.set()
             elif role == Role.ACTIVE.value:
                 self.active.set()
@@ -373,6 +384,9 @@ class RunResult:
     run: int
     queue: str
     leader: str | None = None
+    warmup_messages: int = 0
+    a_subscribed_to_fault_s: float | None = None
+    """From A's subscription (its connection opened just before) to the fault."""
     handover_s: float | None = None
     """Fault (stop() call, SIGKILL, SIGSTOP) to B's first handled message."""
     first_b_age_s: float | None = None
@@ -410,6 +424,7 @@ class Bench:
         self.cluster = cluster
         self.urls = cluster.urls()
         self.args = args
+        self.rng = random.Random(args.seed)
 
     def _conn(self, node: int, heartbeat: int, name: str) -> ConnectionSettings:
         return ConnectionSettings(urls=_rotated(self.urls, node), heartbeat=heartbeat, name=name)
@@ -468,12 +483,17 @@ class Bench:
                 publisher.start()
                 if not a.active.wait(START_TIMEOUT):
                     raise RuntimeError("A never became active")
-                if not publisher.wait_confirmed(self.args.warmup, START_TIMEOUT):
+                result.warmup_messages = self.args.warmup
+                if scenario.fault == "frozen":  # a random phase against the heartbeat checks
+                    result.warmup_messages += int(self.rng.uniform(0, hb) * self.args.rate)
+                if not publisher.wait_confirmed(result.warmup_messages, START_TIMEOUT):
                     raise RuntimeError(f"warm-up not confirmed: {publisher.error!r}")
                 if b.first.is_set():
                     result.errors.append("B handled messages before the fault: A was not alone")
 
                 fault_at = self._fault(scenario, a_local, a_proc, result)
+                if a.subscribed_at is not None:
+                    result.a_subscribed_to_fault_s = fault_at - a.subscribed_at
                 if b.first.wait(self.args.timeout):
                     first = b.first_at()
                     assert first is not None
@@ -686,6 +706,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--faces", type=_choices(FACES), default=list(FACES))
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds allowed for B's takeover and for draining, per run")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed for the frozen runs' random warm-up phase")
     parser.add_argument("--cluster-name", default="handover", help="LocalCluster name")
     args = parser.parse_args(argv)
     if args.rate <= 0:
@@ -733,6 +755,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "queue": {"type": "quorum", "single_active_consumer": True},
         "rate_msg_per_s": args.rate,
         "warmup_messages": args.warmup,
+        "frozen_warmup_jitter": "plus uniform 0..heartbeat s of messages (random phase)",
+        "seed": args.seed,
         "tail_messages": args.tail,
         "prefetch": PREFETCH,
         "repeat": args.repeat,

@@ -114,6 +114,37 @@ def _translate_open_error(url: str, exc: BaseException) -> SacError:
     return ConnectError(f"{node}: {describe(exc)}")
 
 
+class BatchedAsyncioConnection(AsyncioConnection):  # type: ignore[misc]
+    """pika's asyncio connection, writing all frames of one loop iteration at once.
+
+    pika hands every frame to the socket on its own: three ``send`` calls per published
+    message (method, header, body), which cost more client CPU than everything else on the
+    hot path. Collecting what one event-loop iteration produces and writing it with one call
+    keeps the frame order and delays nothing beyond the current iteration.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._sac_pending: list[bytes] = []
+        super().__init__(*args, **kwargs)
+
+    def _adapter_emit_data(self, data: bytes) -> None:
+        if not self._sac_pending:
+            asyncio.get_running_loop().call_soon(self._sac_flush)
+        self._sac_pending.append(data)
+
+    def _sac_flush(self) -> None:
+        if not self._sac_pending:
+            return
+        data = b"".join(self._sac_pending)
+        self._sac_pending.clear()
+        if self._transport is not None:
+            super()._adapter_emit_data(data)
+
+    def _adapter_disconnect_stream(self) -> None:
+        self._sac_flush()
+        super()._adapter_disconnect_stream()
+
+
 class Link:
     """One open connection and its one channel."""
 
@@ -290,7 +321,7 @@ async def open_link(
         elif "link" in holder:
             holder["link"].connection_closed(exc)
 
-    conn = AsyncioConnection(
+    conn = BatchedAsyncioConnection(
         params,
         on_open_callback=on_open,
         on_open_error_callback=on_open_error,

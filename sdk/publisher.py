@@ -214,8 +214,11 @@ class AsyncPublisher:
         resolves to its id when confirmed (pipelined publishing)."""
         self._check_usable()
         key = self._routing_key(routing_key)
-        if not isinstance(body, bytes | bytearray | memoryview):
-            raise ConfigurationError(f"message body must be bytes, got {type(body).__name__}")
+        if type(body) is not bytes:
+            if not isinstance(body, bytearray | memoryview):
+                raise ConfigurationError(
+                    f"message body must be bytes, got {type(body).__name__}")
+            body = bytes(body)
         mid = message_id or new_message_id()
         if len(body) > self.settings.max_message_size:
             raise MessageTooLarge(
@@ -223,12 +226,12 @@ class AsyncPublisher:
                 f"{len(body)} bytes is over the maximum message size of "
                 f"{self.settings.max_message_size} bytes",
             )
+        loop = asyncio.get_running_loop()
         while self.outstanding >= self.settings.window:
-            waiter = asyncio.get_running_loop().create_future()
+            waiter = loop.create_future()
             self._room_waiters.append(waiter)
             await waiter
             self._check_usable()
-        loop = asyncio.get_running_loop()
         fut: asyncio.Future[str] = loop.create_future()
         props = BasicProperties(
             delivery_mode=2,
@@ -238,7 +241,7 @@ class AsyncPublisher:
             correlation_id=correlation_id,
         )
         self._seq += 1
-        outgoing = _Outgoing(exchange, key, bytes(body), props, fut, loop.time())
+        outgoing = _Outgoing(exchange, key, body, props, fut, loop.time())
         self._backlog.append(InFlight(self._seq, mid, outgoing))
         if self._drained is not None:
             self._drained.clear()

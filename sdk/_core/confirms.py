@@ -61,7 +61,13 @@ class ConfirmWindow(Generic[M]):
 
     def _settle(self, tag: int, multiple: bool) -> list[InFlight[M]]:
         if multiple:
-            tags = [t for t in self._by_tag if t <= tag]
+            # Tags enter the dict in increasing order: stop at the first one past ``tag``
+            # instead of scanning the whole window on every ack.
+            tags = []
+            for t in self._by_tag:
+                if t > tag:
+                    break
+                tags.append(t)
         else:
             tags = [tag] if tag in self._by_tag else []
         settled = []
