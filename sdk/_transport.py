@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import ssl
 import time
 import urllib.parse
@@ -62,6 +63,23 @@ def describe(exc: BaseException | None) -> str:
         return f"{exc.reply_code} {exc.reply_text}"
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}" if not text.startswith(type(exc).__name__) else text
+
+
+_EXCHANGE_IN_REPLY = re.compile(r"exchange '(?P<name>(?:[^']|'(?! in vhost))*)' in vhost")
+
+
+def refused_exchange(reason: LinkLost) -> tuple[str, str] | None:
+    """``(exchange, why)`` when the broker closed the channel because of a publish to an
+    exchange that does not exist (404) or may not be written to (403)."""
+    cause = reason.__cause__
+    if not isinstance(cause, pika.exceptions.ChannelClosedByBroker):
+        return None
+    if cause.reply_code not in (403, 404):
+        return None
+    match = _EXCHANGE_IN_REPLY.search(cause.reply_text)
+    if match is None:
+        return None
+    return match["name"], f"the broker refused the publish: {cause.reply_code} {cause.reply_text}"
 
 
 def node_of(url: str) -> str:
@@ -330,12 +348,15 @@ async def open_link(
     )
     try:
         await asyncio.wait_for(asyncio.shield(opened), settings.connect_timeout * 3)
-    except TimeoutError:
-        if conn.is_open:
+    except BaseException as exc:
+        # Cancelled or timed out half-way: never leave a socket behind.
+        if not (conn.is_closing or conn.is_closed):
             conn.close()
-        raise ConnectError(
-            f"{node_of(url)}: no connection within {settings.connect_timeout * 3:g} s"
-        ) from None
+        if isinstance(exc, TimeoutError):
+            raise ConnectError(
+                f"{node_of(url)}: no connection within {settings.connect_timeout * 3:g} s"
+            ) from None
+        raise
     link = Link(conn, url, on_lost)
     holder["link"] = link
     if on_blocked is not None:

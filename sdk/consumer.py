@@ -48,8 +48,9 @@ from ._delivery import Delivery, delivery_count
 from ._errors import ClosedError, ConsumerError, SacError
 from ._history import HistoryRecorder
 from ._loop_thread import LoopThread
+from ._recovery import Recovering
 from ._settings import ConsumerSettings
-from ._transport import Link, LinkLost, connect_any
+from ._transport import Link, LinkLost
 
 log = logging.getLogger("sac.consumer")
 
@@ -75,8 +76,10 @@ class _Outcome:
     ok: bool
 
 
-class AsyncConsumer:
+class AsyncConsumer(Recovering):
     """Consumes one queue, one message at a time, until ``stop()``."""
+
+    _role = "consumer"
 
     def __init__(
         self,
@@ -88,26 +91,23 @@ class AsyncConsumer:
     ) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, got {type(handler).__name__}")
+        super().__init__(settings.connection, recorder)
         self.settings = settings
         self._handler = handler
-        self._recorder = recorder
         self._on_role_change = on_role_change
         self._roles = RoleTracker()
         self._batcher = AckBatcher(settings.ack_batch)
-        self._link: Link | None = None
         self._generation = 0
         self._consumer_tag: str | None = None
-        self._node_index = 0
         self._ids_by_tag: dict[int, str | None] = {}
         self._done: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
-        self._resubscribing: asyncio.Task[None] | None = None
         self._stopping = False
         self._stopped = asyncio.Event()
         self._started = False
         self._queue: asyncio.Queue[tuple[int, Delivery] | None] | None = None
         self._delivered = self._acked = self._rejected = self._errors = 0
-        self._reconnects = self._resubscribes = 0
+        self._resubscribes = 0
 
     # ------------------------------------------------------------------ public
 
@@ -134,7 +134,7 @@ class AsyncConsumer:
         self._change(self._roles.connecting())
         self._start_dispatch()
         try:
-            await self._connect(retry=False)
+            await self._open(retry=False)
         except BaseException:
             self._stopping = True
             await self._stop_dispatch()
@@ -161,8 +161,7 @@ class AsyncConsumer:
         self._change(self._roles.stopping())
         wait = self.settings.stop_timeout if timeout is None else timeout
         link = self._link
-        if self._resubscribing is not None:
-            self._resubscribing.cancel()
+        self._cancel_recovery()
         if link is not None and link.usable and self._consumer_tag is not None:
             channel = link.channel
             assert channel is not None
@@ -324,7 +323,7 @@ class AsyncConsumer:
         if link is not None and link.usable:
             # Acks of messages already handled still count on this channel.
             self._apply(self._batcher.flush())
-        self._resubscribing = asyncio.get_running_loop().create_task(self._resubscribe())
+        self._replace_recovery(self._resubscribe())
 
     async def _resubscribe(self) -> None:
         backoff = self.settings.connection.reconnect
@@ -335,7 +334,7 @@ class AsyncConsumer:
             attempt += 1
             delay = backoff.delay(attempt, loop.time() - began)
             if delay is None:
-                self._fatal(ConsumerError(
+                self._give_up(ConsumerError(
                     f"could not consume {self.settings.queue.name!r} again after "
                     f"{attempt - 1} attempts"))
                 return
@@ -354,26 +353,18 @@ class AsyncConsumer:
 
     # ------------------------------------------------------------------ connection
 
-    async def _connect(self, retry: bool) -> None:
-        link, index = await connect_any(
-            self.settings.connection, "consumer", self._on_link_lost,
-            start=self._node_index, retry=retry,
-        )
-        try:
-            channel = link.channel
-            assert channel is not None
-            await link.declare_queue(self.settings.queue)
-            await link.rpc(lambda cb: channel.basic_qos(
-                prefetch_count=self.settings.prefetch, callback=cb))
-            channel.add_on_cancel_callback(self._on_server_cancel)
-            self._link = link
-            self._node_index = index
-            self._record("connected", node=link.node, reason="retry" if retry else "start")
-            await self._subscribe(link)
-        except BaseException:
-            self._link = None
-            await link.close()
-            raise
+    @property
+    def _shutting_down(self) -> bool:
+        return self._stopping
+
+    async def _setup(self, link: Link, retry: bool) -> None:
+        channel = link.channel
+        assert channel is not None
+        await link.declare_queue(self.settings.queue)
+        await link.rpc(lambda cb: channel.basic_qos(
+            prefetch_count=self.settings.prefetch, callback=cb))
+        channel.add_on_cancel_callback(self._on_server_cancel)
+        await self._subscribe(link)
 
     async def _subscribe(self, link: Link) -> None:
         channel = link.channel
@@ -390,33 +381,15 @@ class AsyncConsumer:
         self._record("subscribed", queue=queue.name, by="client")
         self._change(self._roles.subscribed())
 
-    def _on_link_lost(self, link: Link, reason: LinkLost) -> None:
-        if link is not self._link:
-            return
-        self._link = None
+    def _dropped(self, link: Link, reason: LinkLost) -> None:
         self._consumer_tag = None
         self._generation += 1  # outcomes of the old channel can no longer be acked
         self._batcher.channel_lost()
         self._ids_by_tag.clear()
-        self._record("connection_lost", node=link.node, reason=reason.reason)
-        if self._stopping:
-            return
-        self._change(self._roles.lost())
-        self._node_index += 1
-        self._reconnects += 1
-        if self._resubscribing is not None:
-            self._resubscribing.cancel()
-        self._resubscribing = asyncio.get_running_loop().create_task(self._reconnect())
+        if not self._stopping:
+            self._change(self._roles.lost())
 
-    async def _reconnect(self) -> None:
-        try:
-            await self._connect(retry=True)
-        except asyncio.CancelledError:
-            raise
-        except SacError as exc:
-            self._fatal(exc)
-
-    def _fatal(self, exc: SacError) -> None:
+    def _give_up(self, exc: SacError) -> None:
         log.error("consumer of %r gives up: %s", self.settings.queue.name, exc)
         if self._done is not None and not self._done.done():
             self._done.set_exception(exc)
@@ -434,10 +407,6 @@ class AsyncConsumer:
                 self._on_role_change(change.new)
             except Exception:
                 log.exception("on_role_change callback failed")
-
-    def _record(self, kind: str, **fields: Any) -> None:
-        if self._recorder is not None:
-            self._recorder.record(kind, **fields)
 
 
 class _ThreadedConsumer(AsyncConsumer):

@@ -41,13 +41,15 @@ from ._errors import (
     MessageNacked,
     MessageReturned,
     MessageTooLarge,
+    PublishError,
     SacError,
     Unconfirmed,
 )
 from ._history import HistoryRecorder
 from ._loop_thread import LoopThread, to_concurrent
+from ._recovery import Recovering
 from ._settings import PublisherSettings
-from ._transport import Link, LinkLost, connect_any
+from ._transport import Link, LinkLost, refused_exchange
 
 
 @attrs.define(slots=True)
@@ -71,8 +73,10 @@ class PublisherStats:
     reconnects: int
 
 
-class AsyncPublisher:
+class AsyncPublisher(Recovering):
     """Publishes with confirms, at most ``settings.window`` messages unconfirmed."""
+
+    _role = "publisher"
 
     def __init__(
         self,
@@ -80,25 +84,22 @@ class AsyncPublisher:
         *,
         recorder: HistoryRecorder | None = None,
     ) -> None:
+        super().__init__(settings.connection, recorder)
         self.settings = settings
-        self._recorder = recorder
         self._window: ConfirmWindow[_Outgoing] = ConfirmWindow(settings.window)
         self._backlog: collections.deque[InFlight[_Outgoing]] = collections.deque()
         self._parked = 0  # nacked messages waiting for their retry
         self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._drained: asyncio.Event | None = None
-        self._link: Link | None = None
-        self._node_index = 0
         self._seq = 0
         self._blocked = False
         self._blocked_timer: asyncio.TimerHandle | None = None
         self._blocked_since = 0.0
-        self._reconnecting: asyncio.Task[None] | None = None
         self._failure: SacError | None = None
         self._closed = False
         self._started = False
         self._published = self._confirmed = self._retransmitted = 0
-        self._nacked = self._returned = self._reconnects = 0
+        self._nacked = self._returned = 0
         self._last_ack = 0.0  # loop time of the last ack, or of the last (re)connect
 
     # ------------------------------------------------------------------ lifecycle
@@ -110,7 +111,7 @@ class AsyncPublisher:
         self._started = True
         self._drained = asyncio.Event()
         self._drained.set()
-        await self._connect(retry=False)
+        await self._open(retry=False)
         return self
 
     async def __aenter__(self) -> Self:
@@ -152,8 +153,7 @@ class AsyncPublisher:
         leftovers = [item.message_id for item in self._window] + [
             item.message_id for item in self._backlog
         ]
-        if self._reconnecting is not None:
-            self._reconnecting.cancel()
+        self._cancel_recovery()
         link, self._link = self._link, None
         if link is not None:
             await link.close()
@@ -445,58 +445,44 @@ class AsyncPublisher:
 
     # ------------------------------------------------------------------ connection
 
-    async def _connect(self, retry: bool) -> None:
-        link, index = await connect_any(
-            self.settings.connection,
-            "publisher",
-            self._on_link_lost,
-            start=self._node_index,
-            retry=retry,
-            on_blocked=self._on_blocked,
-        )
-        try:
-            channel = link.channel
-            assert channel is not None
-            await link.rpc(lambda cb: channel.confirm_delivery(self._on_confirm, callback=cb))
-            channel.add_on_return_callback(self._on_return)
-            if self.settings.queue is not None:
-                await link.declare_queue(self.settings.queue)
-        except BaseException:
-            await link.close()
-            raise
-        self._node_index = index
-        self._link = link
+    @property
+    def _shutting_down(self) -> bool:
+        return self._closed
+
+    async def _setup(self, link: Link, retry: bool) -> None:
+        channel = link.channel
+        assert channel is not None
+        await link.rpc(lambda cb: channel.confirm_delivery(self._on_confirm, callback=cb))
+        channel.add_on_return_callback(self._on_return)
+        if self.settings.queue is not None:
+            await link.declare_queue(self.settings.queue)
         self._blocked = False
         self._last_ack = asyncio.get_running_loop().time()
-        if self._recorder is not None:
-            self._recorder.record("connected", node=link.node, reason="retry" if retry else "start")
         self._pump()
 
-    def _on_link_lost(self, link: Link, reason: LinkLost) -> None:
-        if link is not self._link:
-            return
-        self._link = None
+    def _dropped(self, link: Link, reason: LinkLost) -> None:
         unconfirmed = self._window.channel_lost()
         if unconfirmed:
             merged = sorted([*unconfirmed, *self._backlog], key=lambda i: i.seq)
             self._backlog = collections.deque(merged)
-        if self._recorder is not None:
-            self._recorder.record("connection_lost", node=link.node, reason=reason.reason)
-        if self._closed:
-            return
-        self._node_index += 1  # try the next node first
-        self._reconnects += 1
-        self._reconnecting = asyncio.get_running_loop().create_task(self._reconnect())
+        refused = refused_exchange(reason)
+        if refused is not None:
+            self._fail_exchange(*refused)
 
-    async def _reconnect(self) -> None:
-        try:
-            await self._connect(retry=True)
-        except asyncio.CancelledError:
-            raise
-        except SacError as exc:
-            self._fail_all(exc)
+    def _fail_exchange(self, exchange: str, why: str) -> None:
+        """The broker closed the channel over a publish to ``exchange`` (missing, or no write
+        permission): sending those messages again would only close the next channel too."""
+        keep: collections.deque[InFlight[_Outgoing]] = collections.deque()
+        for item in self._backlog:
+            if item.message.exchange == exchange:
+                if not item.message.future.done():
+                    item.message.future.set_exception(PublishError(item.message_id, why))
+            else:
+                keep.append(item)
+        self._backlog = keep
+        self._after_settle()
 
-    def _fail_all(self, exc: SacError) -> None:
+    def _give_up(self, exc: SacError) -> None:
         """The reconnect policy is exhausted: every outstanding publish fails with why."""
         self._failure = exc if isinstance(exc, ConnectError) else ConnectError(str(exc))
         for item in [*self._window.channel_lost(), *self._backlog]:

@@ -23,6 +23,7 @@ from sdk import (
     HistoryRecorder,
     MessageReturned,
     MessageTooLarge,
+    PublishError,
     PublisherSettings,
     QueueMismatch,
     QueueNotFound,
@@ -246,3 +247,16 @@ def test_blocked_connection_pauses_then_fails_and_close_reports_unconfirmed(
         cluster.ctl(node, "set_vm_memory_high_watermark", "0.4")
     assert pub.publish(b"flows again")
     pub.close()
+
+
+def test_publish_to_a_missing_exchange_fails_and_the_publisher_goes_on(
+    face: str, publishers: MakePublisher, cluster: LocalCluster, conn: ConnectionSettings,
+    queue: QueueSettings,
+) -> None:
+    pub = publishers(face, PublisherSettings(conn, queue=queue))
+    pub.start()
+    with pytest.raises(PublishError, match="404 NOT_FOUND - no exchange 'no-such-exchange'"):
+        pub.publish(b"nowhere", exchange="no-such-exchange", routing_key="x")
+    assert pub.publish(b"somewhere", message_id="after-the-error") == "after-the-error"
+    pub.close()
+    assert drain(cluster.urls()[0], queue.name, 1) == ["after-the-error"]
