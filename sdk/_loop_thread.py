@@ -69,6 +69,15 @@ class LoopThread:
         if not ready.wait(10):
             raise RuntimeError(f"{self.name}: event loop thread did not start")
 
+    def launch(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Start the thread and run ``coro`` on it; if that fails, the thread stops again."""
+        self.start()
+        try:
+            return self.run(coro)
+        except BaseException:
+            self.stop()
+            raise
+
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop and wait for its result in the calling thread."""
         if self.loop is None or not self.running:

@@ -482,12 +482,7 @@ class Consumer:
 
     def start(self) -> Self:
         """Connect and subscribe; deliveries wait until ``run()`` handles them."""
-        self._thread.start()
-        try:
-            self._thread.run(self._engine.start())
-        except BaseException:
-            self._thread.stop()
-            raise
+        self._thread.launch(self._engine.start())
         return self
 
     def run(self) -> None:

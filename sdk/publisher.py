@@ -512,12 +512,7 @@ class Publisher:
         self._inner = AsyncPublisher(settings, recorder=recorder)
 
     def start(self) -> Self:
-        self._thread.start()
-        try:
-            self._thread.run(self._inner.start())
-        except BaseException:
-            self._thread.stop()
-            raise
+        self._thread.launch(self._inner.start())
         return self
 
     def __enter__(self) -> Self:
