@@ -410,13 +410,15 @@ class AsyncConsumer(Recovering):
 
 
 class _ThreadedConsumer(AsyncConsumer):
-    """The engine of the blocking ``Consumer``: deliveries go to the caller's thread,
-    outcomes come back to the loop in batches."""
+    """The engine of the blocking ``Consumer``: deliveries go to the caller's thread in
+    batches (all that one loop iteration received), outcomes come back in batches, so the
+    two threads wake each other once per batch, not once per message."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.inbox: thread_queue.SimpleQueue[tuple[int, Delivery] | None] = \
+        self.inbox: thread_queue.SimpleQueue[list[tuple[int, Delivery]] | None] = \
             thread_queue.SimpleQueue()
+        self._outbox: list[tuple[int, Delivery]] = []
         self.handlers_done = threading.Event()
         self.handlers_done.set()
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -425,9 +427,17 @@ class _ThreadedConsumer(AsyncConsumer):
         self.loop = asyncio.get_running_loop()
 
     def _dispatch(self, generation: int, delivery: Delivery) -> None:
-        self.inbox.put((generation, delivery))
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._hand_over)
+        self._outbox.append((generation, delivery))
+
+    def _hand_over(self) -> None:
+        if self._outbox:
+            self.inbox.put(self._outbox)
+            self._outbox = []
 
     async def _stop_dispatch(self) -> None:
+        self._hand_over()
         self.inbox.put(None)
         await asyncio.get_running_loop().run_in_executor(None, self.handlers_done.wait)
 
@@ -496,15 +506,17 @@ class Consumer:
         batch: list[_Outcome] = []
         limit = self.settings.ack_batch
         try:
-            while (item := engine.inbox.get()) is not None:
-                generation, delivery = item
-                if engine.stale(generation):
-                    continue
-                ok = self._run_handler(delivery)
-                batch.append(_Outcome(generation, delivery.delivery_tag, ok))
-                idle = engine.inbox.empty()
-                if idle or len(batch) >= limit:
-                    engine.settle_from_thread(batch, idle)
+            while (items := engine.inbox.get()) is not None:
+                for generation, delivery in items:
+                    if engine.stale(generation):
+                        continue
+                    ok = self._run_handler(delivery)
+                    batch.append(_Outcome(generation, delivery.delivery_tag, ok))
+                    if len(batch) >= limit:
+                        engine.settle_from_thread(batch, False)
+                        batch = []
+                if engine.inbox.empty():  # idle: acks go out now, batch full or not
+                    engine.settle_from_thread(batch, True)
                     batch = []
         except BaseException:  # KeyboardInterrupt: hand over gracefully, then re-raise
             if batch:
