@@ -69,11 +69,9 @@ class ConsumerStats:
     resubscribes: int
 
 
-@attrs.define
-class _Outcome:
-    generation: int
-    tag: int
-    ok: bool
+_Outcome = tuple[int, int, bool]
+"""A handler's result: (channel generation, delivery tag, succeeded). A plain tuple: one is
+made per message."""
 
 
 class AsyncConsumer(Recovering):
@@ -225,7 +223,7 @@ class AsyncConsumer(Recovering):
             if self._stopping or generation != self._generation:
                 continue  # not started: the broker requeues it when the channel closes
             ok = await self._run_handler(delivery, is_async)
-            self._settle([_Outcome(generation, delivery.delivery_tag, ok)],
+            self._settle([(generation, delivery.delivery_tag, ok)],
                          idle=self._queue.empty())
 
     async def _run_handler(self, delivery: Delivery, is_async: bool) -> bool:
@@ -277,13 +275,15 @@ class AsyncConsumer(Recovering):
         link = self._link
         current = link is not None and link.usable
         actions: list[Action] = []
-        for outcome in outcomes:
-            if outcome.generation != self._generation or not current:
+        generation_now = self._generation
+        batcher = self._batcher
+        for generation, tag, ok in outcomes:
+            if generation != generation_now or not current:
                 continue  # that channel is gone: the broker redelivers the message
-            if outcome.ok:
-                actions += self._batcher.done(outcome.tag)
+            if ok:
+                actions += batcher.done(tag)
             else:
-                actions += self._batcher.failed(outcome.tag, requeue=True)
+                actions += batcher.failed(tag, requeue=True)
         if idle and current:
             actions += self._batcher.flush()
         self._apply(actions)
@@ -511,7 +511,7 @@ class Consumer:
                     if engine.stale(generation):
                         continue
                     ok = self._run_handler(delivery)
-                    batch.append(_Outcome(generation, delivery.delivery_tag, ok))
+                    batch.append((generation, delivery.delivery_tag, ok))
                     if len(batch) >= limit:
                         engine.settle_from_thread(batch, False)
                         batch = []

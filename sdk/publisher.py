@@ -92,6 +92,8 @@ class AsyncPublisher(Recovering):
         self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._drained: asyncio.Event | None = None
         self._seq = 0
+        self._pump_scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._blocked = False
         self._blocked_timer: asyncio.TimerHandle | None = None
         self._blocked_since = 0.0
@@ -109,6 +111,7 @@ class AsyncPublisher(Recovering):
         if self._started:
             raise ClosedError("this publisher was already started")
         self._started = True
+        self._loop = asyncio.get_running_loop()
         self._drained = asyncio.Event()
         self._drained.set()
         await self._open(retry=False)
@@ -212,8 +215,9 @@ class AsyncPublisher(Recovering):
     ) -> asyncio.Future[str]:
         """Hand one message over, waiting only for room in the window; a future that
         resolves to its id when confirmed (pipelined publishing)."""
-        self._check_usable()
-        key = self._routing_key(routing_key)
+        if self._failure is not None or self._closed or not self._started:
+            self._check_usable()
+        key = routing_key if routing_key is not None else self._routing_key(None)
         if type(body) is not bytes:
             if not isinstance(body, bytearray | memoryview):
                 raise ConfigurationError(
@@ -226,7 +230,8 @@ class AsyncPublisher(Recovering):
                 f"{len(body)} bytes is over the maximum message size of "
                 f"{self.settings.max_message_size} bytes",
             )
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        assert loop is not None
         while self.outstanding >= self.settings.window:
             waiter = loop.create_future()
             self._room_waiters.append(waiter)
@@ -245,7 +250,10 @@ class AsyncPublisher(Recovering):
         self._backlog.append(InFlight(self._seq, mid, outgoing))
         if self._drained is not None:
             self._drained.clear()
-        self._pump()
+        if not self._pump_scheduled:
+            # One pump per loop iteration sends everything handed over in it, in one go.
+            self._pump_scheduled = True
+            loop.call_soon(self._pump)
         return fut
 
     def _routing_key(self, routing_key: str | None) -> str:
@@ -264,6 +272,7 @@ class AsyncPublisher(Recovering):
             raise ClosedError("publisher is not started: call start() or use `async with`")
 
     def _pump(self) -> None:
+        self._pump_scheduled = False
         link = self._link
         if link is None or not link.usable or self._blocked:
             return
