@@ -91,6 +91,7 @@ class AsyncConsumer(Recovering):
             raise TypeError(f"handler must be callable, got {type(handler).__name__}")
         super().__init__(settings.connection, recorder)
         self.settings = settings
+        self._queue_name = settings.queue.name
         self._handler = handler
         self._on_role_change = on_role_change
         self._roles = RoleTracker()
@@ -216,15 +217,15 @@ class AsyncConsumer(Recovering):
             await asyncio.shield(self._task)
 
     async def _work(self) -> None:
-        assert self._queue is not None
+        queue = self._queue
+        assert queue is not None
         is_async = inspect.iscoroutinefunction(self._handler)
-        while (item := await self._queue.get()) is not None:
+        while (item := await queue.get()) is not None:
             generation, delivery = item
             if self._stopping or generation != self._generation:
                 continue  # not started: the broker requeues it when the channel closes
             ok = await self._run_handler(delivery, is_async)
-            self._settle([(generation, delivery.delivery_tag, ok)],
-                         idle=self._queue.empty())
+            self._settle_one(generation, delivery.delivery_tag, ok, queue.empty())
 
     async def _run_handler(self, delivery: Delivery, is_async: bool) -> bool:
         try:
@@ -243,8 +244,17 @@ class AsyncConsumer(Recovering):
     # ------------------------------------------------------------------ broker events
 
     def _on_message(
-        self, _channel: Any, method: Basic.Deliver, props: BasicProperties, body: bytes
+        self, channel: Any, method: Basic.Deliver, props: BasicProperties, body: bytes
     ) -> None:
+        try:
+            self._take(method, props, body)
+        except Exception:
+            # pika would only log it, and the message would sit unacked on this channel.
+            log.exception("could not take delivery %s; rejecting it with requeue",
+                          method.delivery_tag)
+            channel.basic_reject(method.delivery_tag, requeue=True)
+
+    def _take(self, method: Basic.Deliver, props: BasicProperties, body: bytes) -> None:
         headers = props.headers or {}
         delivery = Delivery(
             body=body,
@@ -252,7 +262,7 @@ class AsyncConsumer(Recovering):
             headers=headers,
             redelivered=bool(method.redelivered),
             delivery_count=delivery_count(headers),
-            queue=self.settings.queue.name,
+            queue=self._queue_name,
             routing_key=method.routing_key,
             exchange=method.exchange,
             content_type=props.content_type,
@@ -269,6 +279,18 @@ class AsyncConsumer(Recovering):
             self._record("deliver", msg=props.message_id, redelivered=delivery.redelivered,
                          delivery_count=delivery.delivery_count)
         self._dispatch(self._generation, delivery)
+
+    def _settle_one(self, generation: int, tag: int, ok: bool, idle: bool) -> None:
+        """``_settle`` for one outcome, without building lists (the asyncio hot path)."""
+        link = self._link
+        if generation != self._generation or link is None or not link.usable:
+            return
+        batcher = self._batcher
+        actions = batcher.done(tag) if ok else batcher.failed(tag, requeue=True)
+        if idle:
+            actions = [*actions, *batcher.flush()]
+        if actions:
+            self._apply(actions)
 
     def _settle(self, outcomes: list[_Outcome], idle: bool) -> None:
         """Handler results, in delivery order; acks for those of the current channel."""
