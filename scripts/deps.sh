@@ -3,7 +3,7 @@
 # that `make test` and `make demo` work on a fresh Debian 12 machine and cost nothing when warm.
 set -euo pipefail
 
-packages=(rabbitmq-server zookeeper default-jre-headless)
+packages=(rabbitmq-server zookeeper default-jre-headless openssl)
 python_ok=1
 python3 -c 'import venv, ensurepip' 2>/dev/null || python_ok=0
 

@@ -352,6 +352,12 @@ async def open_link(
         # Cancelled or timed out half-way: never leave a socket behind.
         if not (conn.is_closing or conn.is_closed):
             conn.close()
+        if isinstance(exc, TimeoutError | ConnectError) and params.ssl_options is not None:
+            # pika only logs a failed TLS handshake and lets the attempt time out: find out
+            # why with a handshake of our own, so that the error can say it.
+            why = await _tls_failure(params, settings.connect_timeout)
+            if why is not None:
+                raise ConnectError(f"{node_of(url)}: TLS handshake failed: {why}") from None
         if isinstance(exc, TimeoutError):
             raise ConnectError(
                 f"{node_of(url)}: no connection within {settings.connect_timeout * 3:g} s"
@@ -369,6 +375,27 @@ async def open_link(
         raise
     link.watch(settings.heartbeat)
     return link
+
+
+async def _tls_failure(params: pika.URLParameters, timeout: float) -> str | None:
+    """Why a TLS handshake with the node fails, or None if it succeeds."""
+    options = params.ssl_options
+    try:
+        _reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(
+                params.host, params.port, ssl=options.context,
+                server_hostname=options.server_hostname or params.host,
+            ),
+            timeout,
+        )
+    except ssl.SSLError as exc:
+        return str(exc)
+    except (OSError, TimeoutError):
+        return None
+    writer.close()
+    with contextlib.suppress(OSError, ssl.SSLError):
+        await writer.wait_closed()
+    return None
 
 
 async def connect_any(

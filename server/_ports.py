@@ -39,6 +39,10 @@ class PortLayout:
     def dist(self, index: int) -> int:
         return self.base + 20 + index
 
+    def amqps(self, index: int) -> int:
+        """AMQP over TLS."""
+        return self.base + 60 + index
+
     @property
     def epmd(self) -> int:
         return self.base + 30
@@ -59,6 +63,7 @@ class PortLayout:
             ports[self.amqp(i)] = f"AMQP of node {i + 1}"
             ports[self.management(i)] = f"management API of node {i + 1}"
             ports[self.dist(i)] = f"Erlang distribution of node {i + 1}"
+            ports[self.amqps(i)] = f"AMQPS (TLS) of node {i + 1}"
         ports[self.epmd] = "epmd"
         if zookeeper:
             ports[self.zookeeper] = "ZooKeeper"

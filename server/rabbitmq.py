@@ -99,6 +99,7 @@ class Node:
     index: int
     name: str
     amqp_port: int
+    amqps_port: int
     management_port: int
     dist_port: int
     dir: Path
@@ -208,6 +209,7 @@ class LocalCluster:
                 index=i + 1,
                 name=f"sac-{self.name}-{i + 1}@localhost",
                 amqp_port=layout.amqp(i),
+                amqps_port=layout.amqps(i),
                 management_port=layout.management(i),
                 dist_port=layout.dist(i),
                 dir=self.dir / f"node{i + 1}",
@@ -244,6 +246,17 @@ class LocalCluster:
         user = urllib.parse.quote(creds.user, safe="")
         password = urllib.parse.quote(creds.password, safe="")
         return [f"amqp://{user}:{password}@{n.address}/%2F" for n in self.nodes]
+
+    def tls_urls(self) -> list[str]:
+        """``amqps://`` URLs with the password, one per node; verify them with ``ca_file``."""
+        return [url.replace("amqp://", "amqps://", 1).replace(
+            f"@{n.address}/", f"@127.0.0.1:{n.amqps_port}/", 1)
+            for url, n in zip(self.urls(), self.nodes, strict=True)]
+
+    @property
+    def ca_file(self) -> Path:
+        """The cluster's own CA certificate, which signed every node's TLS certificate."""
+        return self.dir / "tls" / "ca.pem"
 
     def display_urls(self) -> list[str]:
         """The same URLs with the password masked: safe to print and log."""
@@ -342,8 +355,37 @@ class LocalCluster:
             )
         return env
 
+    def _make_certificates(self) -> None:
+        """A CA of the cluster's own and one server certificate for 127.0.0.1/localhost."""
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            raise PackageMissingError(
+                "openssl is missing: install the Debian package openssl (or `make deps`)")
+        tls = self.dir / "tls"
+        tls.mkdir(mode=0o700)
+        (tls / "server.ext").write_text(
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
+            "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
+        steps = [
+            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
+             "-keyout", "ca.key", "-out", "ca.pem", "-subj", f"/CN=sac {self.name} local CA"],
+            ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key",
+             "-out", "server.csr", "-subj", "/CN=localhost"],
+            ["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+             "-CAcreateserial", "-days", "30", "-out", "server.pem", "-extfile", "server.ext"],
+        ]
+        for step in steps:
+            done = subprocess.run(
+                [openssl, *step], cwd=tls, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise CommandError(f"openssl {step[0]} failed: {done.stderr.strip()[-500:]}")
+        for key in ("ca.key", "server.key"):
+            (tls / key).chmod(0o600)
+
     def _write_config(self, creds: Credentials) -> None:
         write_secret(self.dir / ".erlang.cookie", secrets.token_hex(20), mode=0o400)
+        self._make_certificates()
+        tls = self.dir / "tls"
         (self.dir / "rabbitmq-env.conf").write_text("")
         write_secret(
             self.credentials_file,
@@ -358,6 +400,12 @@ class LocalCluster:
                 "\n".join(
                     [
                         f"listeners.tcp.1 = 127.0.0.1:{node.amqp_port}",
+                        f"listeners.ssl.1 = 127.0.0.1:{node.amqps_port}",
+                        f"ssl_options.cacertfile = {tls / 'ca.pem'}",
+                        f"ssl_options.certfile = {tls / 'server.pem'}",
+                        f"ssl_options.keyfile = {tls / 'server.key'}",
+                        "ssl_options.verify = verify_none",
+                        "ssl_options.fail_if_no_peer_cert = false",
                         "management.tcp.ip = 127.0.0.1",
                         f"management.tcp.port = {node.management_port}",
                         "distribution.listener.interface = 127.0.0.1",
@@ -698,6 +746,7 @@ class LocalCluster:
                     "index": node.index,
                     "name": node.name,
                     "amqp_port": node.amqp_port,
+                    "amqps_port": node.amqps_port,
                     "management_port": node.management_port,
                     "dist_port": node.dist_port,
                     "pid": self._beam_pid(node),

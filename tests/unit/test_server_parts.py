@@ -20,7 +20,7 @@ def test_layout_keeps_every_port_inside_its_block() -> None:
     layout = PortLayout(21000)
     ports = layout.listening_ports(nodes=9, zookeeper=True)
     low, high = layout.ctl_dist_range
-    assert len(ports) == 9 * 3 + 2  # no two services share a port
+    assert len(ports) == 9 * 4 + 2  # no two services share a port
     assert all(21000 <= p < 21000 + BLOCK for p in [*ports, low, high])
     assert not set(ports) & set(range(low, high + 1))
 

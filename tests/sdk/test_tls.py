@@ -1,0 +1,47 @@
+"""amqps:// end to end: both faces publish and consume over TLS, verified against the
+cluster's own CA; a certificate the client cannot verify is a clear connect error."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from sdk import ConnectError, ConnectionSettings, ConsumerSettings, PublisherSettings, QueueSettings
+from server import LocalCluster
+from tests.helpers import wait_until
+from tests.sdk.faces import ConsumerFace, PublisherFace
+
+MakePublisher = Callable[..., PublisherFace]
+
+
+def test_publish_and_consume_over_tls(
+    face: str, publishers: MakePublisher, cluster: LocalCluster, queue: QueueSettings,
+) -> None:
+    tls = ConnectionSettings(urls=cluster.tls_urls(), ca_file=str(cluster.ca_file),
+                             name="tls-client")
+    assert all(url.startswith("amqps://") for url in tls.urls)
+    pub = publishers(face, PublisherSettings(tls, queue=queue))
+    pub.start()
+    ids = pub.publish_many([b"secret %d" % i for i in range(100)])
+    pub.close()
+    consumer = ConsumerFace(face, ConsumerSettings(tls, queue)).start()
+    try:
+        wait_until(lambda: consumer.count() >= 100, 30, "100 messages over TLS")
+        assert consumer.handled == ids
+    finally:
+        consumer.stop()
+    connections = cluster.management_api("connections?columns=name,ssl,client_properties")
+    ours = [c for c in connections
+            if c.get("client_properties", {}).get("connection_name") == "tls-client"]
+    assert all(c["ssl"] for c in ours)
+
+
+def test_an_unverifiable_certificate_is_a_connect_error(
+    face: str, publishers: MakePublisher, cluster: LocalCluster,
+) -> None:
+    # No ca_file: the system trust store does not know the cluster's own CA.
+    tls = ConnectionSettings(urls=cluster.tls_urls()[:1], connect_timeout=3)
+    pub = publishers(face, PublisherSettings(tls))
+    with pytest.raises(ConnectError, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify"):
+        pub.start()
