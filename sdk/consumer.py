@@ -30,6 +30,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
 import itertools
 import logging
@@ -104,7 +105,8 @@ class AsyncConsumer(Recovering):
         self._stopping = False
         self._stopped = asyncio.Event()
         self._started = False
-        self._queue: asyncio.Queue[tuple[int, Delivery] | None] | None = None
+        self._inbox: collections.deque[tuple[int, Delivery] | None] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
         self._delivered = self._acked = self._rejected = self._errors = 0
         self._resubscribes = 0
 
@@ -204,42 +206,57 @@ class AsyncConsumer(Recovering):
     # face overrides these three methods to run them in the caller's thread.
 
     def _start_dispatch(self) -> None:
-        self._queue = asyncio.Queue()
         self._task = asyncio.get_running_loop().create_task(self._work())
 
     def _dispatch(self, generation: int, delivery: Delivery) -> None:
-        assert self._queue is not None
-        self._queue.put_nowait((generation, delivery))
+        self._inbox.append((generation, delivery))
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def _stop_dispatch(self) -> None:
-        if self._queue is not None and self._task is not None:
-            self._queue.put_nowait(None)
+        if self._task is not None:
+            self._inbox.append(None)
+            self._wake()
             await asyncio.shield(self._task)
 
     async def _work(self) -> None:
-        queue = self._queue
-        assert queue is not None
-        is_async = inspect.iscoroutinefunction(self._handler)
-        while (item := await queue.get()) is not None:
+        # A deque and one waiter rather than asyncio.Queue: this runs once per message.
+        inbox = self._inbox
+        loop = asyncio.get_running_loop()
+        handler = self._handler
+        is_async = inspect.iscoroutinefunction(handler)
+        while True:
+            while not inbox:
+                self._waiter = loop.create_future()
+                await self._waiter
+                self._waiter = None
+            item = inbox.popleft()
+            if item is None:
+                return
             generation, delivery = item
             if self._stopping or generation != self._generation:
                 continue  # not started: the broker requeues it when the channel closes
-            ok = await self._run_handler(delivery, is_async)
-            self._settle_one(generation, delivery.delivery_tag, ok, queue.empty())
+            try:
+                if is_async:
+                    await handler(delivery)  # type: ignore[misc]
+                else:
+                    # A plain function runs in a thread, so it cannot stall the heartbeats.
+                    await asyncio.to_thread(handler, delivery)
+                ok = True
+            except Exception:  # noqa: BLE001 - logged there; the message is requeued
+                ok = self._handler_failed(delivery)
+            self._settle_one(generation, delivery.delivery_tag, ok, not inbox)
 
-    async def _run_handler(self, delivery: Delivery, is_async: bool) -> bool:
-        try:
-            if is_async:
-                await self._handler(delivery)  # type: ignore[misc]
-            else:
-                # A plain function runs in a thread, so it cannot stall the heartbeats.
-                await asyncio.to_thread(self._handler, delivery)
-        except Exception:
-            self._errors += 1
-            log.exception("handler failed for message %s; rejecting it with requeue",
-                          delivery.message_id)
-            return False
-        return True
+    def _handler_failed(self, delivery: Delivery) -> bool:
+        """Count and log a handler's exception; False, the outcome that rejects with requeue."""
+        self._errors += 1
+        log.exception("handler failed for message %s; rejecting it with requeue",
+                      delivery.message_id)
+        return False
 
     # ------------------------------------------------------------------ broker events
 
@@ -532,7 +549,11 @@ class Consumer:
                 for generation, delivery in items:
                     if engine.stale(generation):
                         continue
-                    ok = self._run_handler(delivery)
+                    try:
+                        self._handler(delivery)
+                        ok = True
+                    except Exception:  # noqa: BLE001 - logged there; requeued
+                        ok = engine._handler_failed(delivery)
                     batch.append((generation, delivery.delivery_tag, ok))
                     if len(batch) >= limit:
                         engine.settle_from_thread(batch, False)
@@ -555,16 +576,6 @@ class Consumer:
             exc = done.exception()
             if exc is not None:
                 raise exc
-
-    def _run_handler(self, delivery: Delivery) -> bool:
-        try:
-            self._handler(delivery)
-        except Exception:
-            self._engine._errors += 1
-            log.exception("handler failed for message %s; rejecting it with requeue",
-                          delivery.message_id)
-            return False
-        return True
 
     def _close(self) -> None:
         """Complete the stop (whoever started it) and end the loop thread."""
