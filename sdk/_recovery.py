@@ -6,6 +6,7 @@ up on a new link and what they do with the state of a lost one.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Any
 
 from ._errors import ConnectError, SacError
@@ -86,7 +87,7 @@ class Recovering:
         self._reconnects += 1
         self._replace_recovery(self._reconnect())
 
-    def _replace_recovery(self, work: Any) -> None:
+    def _replace_recovery(self, work: Coroutine[Any, Any, None]) -> None:
         if self._recovery is not None:
             self._recovery.cancel()
         self._recovery = asyncio.get_running_loop().create_task(work)

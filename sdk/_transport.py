@@ -234,6 +234,14 @@ class Link:
         if not self.closed.done():
             self.closed.set_result(None)
 
+    def abandon(self, why: str) -> None:
+        """Give up on a link that still works but misbehaves: its owner sees it as lost
+        (and recovers as from any loss) while the connection closes in the background."""
+        self._fail(LinkLost(self.node, why))
+        self.closing = True
+        if self.conn.is_open:
+            self.conn.close()
+
     def _channel_closed(self, channel: Channel, exc: BaseException) -> None:
         reason = LinkLost(self.node, f"channel closed: {describe(exc)}")
         reason.__cause__ = exc

@@ -348,10 +348,7 @@ class AsyncPublisher(Recovering):
         if link is None:
             return
         self._last_ack = asyncio.get_running_loop().time()
-        link.connection_closed(RuntimeError(why))  # reported as lost: reconnect, resend
-        if link.conn.is_open:
-            link.closing = True
-            link.conn.close()
+        link.abandon(why)  # reported as lost like any other loss: reconnect, resend
 
     def _retry_nacked(self, item: InFlight[_Outgoing]) -> None:
         loop = asyncio.get_running_loop()
