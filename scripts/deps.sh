@@ -3,7 +3,7 @@
 # that `make test` and `make demo` work on a fresh Debian 12 machine and cost nothing when warm.
 set -euo pipefail
 
-packages=(rabbitmq-server zookeeper default-jre-headless openssl)
+packages=(rabbitmq-server zookeeper default-jre-headless openssl postgresql)
 python_ok=1
 python3 -c 'import venv, ensurepip' 2>/dev/null || python_ok=0
 
@@ -29,7 +29,8 @@ if [[ $(id -u) != 0 ]]; then
 fi
 echo "installing Debian packages: ${wanted[*]}"
 export DEBIAN_FRONTEND=noninteractive
-# Package scripts must not start the system-wide RabbitMQ or ZooKeeper: we run our own.
+# Package scripts must not start the system-wide RabbitMQ, ZooKeeper or PostgreSQL (whose
+# postinst creates a "main" cluster on port 5432 and would start it): we run our own.
 policy=/usr/sbin/policy-rc.d
 created_policy=0
 if [[ ! -e $policy ]]; then

@@ -26,17 +26,32 @@ from ._errors import (
     MessageNacked,
     MessageReturned,
     MessageTooLarge,
+    MissingMessageId,
     PublishError,
     QueueError,
     QueueMismatch,
     QueueNotFound,
     SacError,
+    SchemaMismatch,
     StaleEpoch,
+    StoreError,
+    StoreUnavailable,
     Unconfirmed,
 )
 from ._history import HistoryRecorder
 from ._settings import ConnectionSettings, ConsumerSettings, PublisherSettings, QueueSettings
 from .consumer import AsyncConsumer, Consumer, ConsumerStats
+from .dedup import (
+    Inbox,
+    InboxStats,
+    LookupPolicy,
+    MemoryStore,
+    PostgresStore,
+    Retention,
+    SQLiteStore,
+    Store,
+    Transaction,
+)
 from .publisher import AsyncPublisher, Publisher, PublisherStats
 
 __all__ = [
@@ -57,9 +72,15 @@ __all__ = [
     "ConsumerStats",
     "Delivery",
     "HistoryRecorder",
+    "Inbox",
+    "InboxStats",
+    "LookupPolicy",
+    "MemoryStore",
     "MessageNacked",
     "MessageReturned",
     "MessageTooLarge",
+    "MissingMessageId",
+    "PostgresStore",
     "PublishError",
     "Publisher",
     "PublisherSettings",
@@ -68,9 +89,16 @@ __all__ = [
     "QueueMismatch",
     "QueueNotFound",
     "QueueSettings",
+    "Retention",
     "Role",
+    "SQLiteStore",
     "SacError",
+    "SchemaMismatch",
     "StaleEpoch",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "Transaction",
     "Unconfirmed",
     "new_message_id",
 ]

@@ -20,7 +20,11 @@ why every constructor passes all its arguments on to ``Exception.__init__``::
     │   ├── BlockedTimeout                    connection.blocked outlasted its timeout
     │   └── Unconfirmed                       close() left messages unconfirmed
     ├── ConsumerError
-    │   └── StaleEpoch                        a fenced consumer tried to commit (sdk.dedup)
+    │   ├── StaleEpoch                        a fenced consumer tried to commit (sdk.dedup)
+    │   └── MissingMessageId                  an inbox got a message without a message id
+    ├── StoreError                            a dedup store cannot be used (sdk.dedup)
+    │   ├── StoreUnavailable                  cannot open or reach it (path, DSN)
+    │   └── SchemaMismatch                    its tables are from another SDK version
     └── ClosedError                           use after close()
 """
 
@@ -140,6 +144,47 @@ class StaleEpoch(ConsumerError):
         return (
             f"consumer of queue {self.queue!r} holds epoch {self.epoch} but the current epoch "
             f"is {self.current}: it was replaced and must stop"
+        )
+
+
+class MissingMessageId(ConsumerError):
+    """An inbox cannot deduplicate a message that has no id. Raised from the handler path, so
+    the message is rejected with requeue and the queue's delivery limit dead-letters it."""
+
+    def __init__(self, queue: str, delivery_tag: int) -> None:
+        super().__init__(queue, delivery_tag)
+        self.queue = queue
+        self.delivery_tag = delivery_tag
+
+    def __str__(self) -> str:
+        return (
+            f"a message on queue {self.queue!r} (delivery tag {self.delivery_tag}) has no "
+            "message_id, so it cannot be deduplicated; publish it with a message id"
+        )
+
+
+class StoreError(SacError):
+    """A dedup store cannot be used; the message names the store and the cause."""
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be opened or reached (a path that is not writable, a DSN that does
+    not connect)."""
+
+
+class SchemaMismatch(StoreError):
+    """The store's tables were made by another version of the SDK."""
+
+    def __init__(self, store: str, found: int, wanted: int) -> None:
+        super().__init__(store, found, wanted)
+        self.store = store
+        self.found = found
+        self.wanted = wanted
+
+    def __str__(self) -> str:
+        return (
+            f"dedup store {self.store} has schema version {self.found}, this SDK uses version "
+            f"{self.wanted}; migrate it or point the store elsewhere (nothing was changed)"
         )
 
 

@@ -16,7 +16,10 @@ What they do for you:
   reconnect to the next node and a new subscription;
 - the consumer knows whether it is the active one: from its first delivery on;
 - ``stop()`` hands over gracefully: cancel, let the running handler finish and ack, then
-  close, so the broker requeues what was prefetched but not started, for the next consumer.
+  close, so the broker requeues what was prefetched but not started, for the next consumer;
+- given an ``sdk.dedup.Inbox`` instead of a handler, each message's effect commits once, with
+  its dedup record, before the ack; a consumer that was replaced (fenced by a newer epoch)
+  stops without acking, and ``wait()``/``run()`` raise ``StaleEpoch``.
 
 Example::
 
@@ -46,12 +49,13 @@ from pika.spec import Basic, BasicProperties
 from ._core.acks import Ack, AckBatcher, Action, Reject
 from ._core.roles import Change, Role, RoleTracker
 from ._delivery import Delivery, delivery_count
-from ._errors import ClosedError, ConsumerError, SacError
+from ._errors import ClosedError, ConsumerError, SacError, StaleEpoch
 from ._history import HistoryRecorder
 from ._loop_thread import LoopThread
 from ._recovery import Recovering
 from ._settings import ConsumerSettings
 from ._transport import Link, LinkLost
+from .dedup.inbox import Inbox
 
 log = logging.getLogger("sac.consumer")
 
@@ -83,17 +87,25 @@ class AsyncConsumer(Recovering):
     def __init__(
         self,
         settings: ConsumerSettings,
-        handler: Handler,
+        handler: Handler | Inbox,
         *,
         recorder: HistoryRecorder | None = None,
         on_role_change: RoleCallback | None = None,
     ) -> None:
-        if not callable(handler):
-            raise TypeError(f"handler must be callable, got {type(handler).__name__}")
+        self._inbox: Inbox | None = handler if isinstance(handler, Inbox) else None
+        if self._inbox is None and not callable(handler):
+            raise TypeError(f"handler must be callable or an Inbox, got {type(handler).__name__}")
         super().__init__(settings.connection, recorder)
         self.settings = settings
         self._queue_name = settings.queue.name
         self._handler = handler
+        if self._inbox is not None:
+            self._inbox.bind(
+                settings.queue.name,
+                settings.consumer_name or (recorder.actor if recorder is not None else None),
+                recorder,
+            )
+        self._activation = 0
         self._on_role_change = on_role_change
         self._roles = RoleTracker()
         self._batcher = AckBatcher(settings.ack_batch)
@@ -105,7 +117,7 @@ class AsyncConsumer(Recovering):
         self._stopping = False
         self._stopped = asyncio.Event()
         self._started = False
-        self._inbox: collections.deque[tuple[int, Delivery] | None] = collections.deque()
+        self._pending: collections.deque[tuple[int, Delivery] | None] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
         self._delivered = self._acked = self._rejected = self._errors = 0
         self._resubscribes = 0
@@ -133,12 +145,25 @@ class AsyncConsumer(Recovering):
         loop = asyncio.get_running_loop()
         self._done = loop.create_future()
         self._change(self._roles.connecting())
+        inbox = self._inbox
+        if inbox is not None:
+            # A store that cannot be used fails here, before any message is consumed.
+            try:
+                await loop.run_in_executor(inbox.executor, inbox.open)
+            except BaseException:
+                await loop.run_in_executor(None, inbox.close)
+                self._stopping = True
+                self._change(self._roles.stopped())
+                self._stopped.set()
+                raise
         self._start_dispatch()
         try:
             await self._open(retry=False)
         except BaseException:
             self._stopping = True
             await self._stop_dispatch()
+            if inbox is not None:
+                await loop.run_in_executor(None, inbox.close)
             self._change(self._roles.stopped())
             self._stopped.set()
             raise
@@ -183,6 +208,8 @@ class AsyncConsumer(Recovering):
         self._link = None
         if link is not None:
             await link.close()
+        if self._inbox is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._inbox.close)
         self._change(self._roles.stopped())
         if self._recorder is not None:
             self._recorder.flush()
@@ -209,7 +236,7 @@ class AsyncConsumer(Recovering):
         self._task = asyncio.get_running_loop().create_task(self._work())
 
     def _dispatch(self, generation: int, delivery: Delivery) -> None:
-        self._inbox.append((generation, delivery))
+        self._pending.append((generation, delivery))
         self._wake()
 
     def _wake(self) -> None:
@@ -219,37 +246,53 @@ class AsyncConsumer(Recovering):
 
     async def _stop_dispatch(self) -> None:
         if self._task is not None:
-            self._inbox.append(None)
+            self._pending.append(None)
             self._wake()
             await asyncio.shield(self._task)
 
     async def _work(self) -> None:
         # A deque and one waiter rather than asyncio.Queue: this runs once per message.
-        inbox = self._inbox
+        pending = self._pending
         loop = asyncio.get_running_loop()
         handler = self._handler
         is_async = inspect.iscoroutinefunction(handler)
+        inbox = self._inbox
         while True:
-            while not inbox:
+            while not pending:
                 self._waiter = loop.create_future()
                 await self._waiter
                 self._waiter = None
-            item = inbox.popleft()
+            item = pending.popleft()
             if item is None:
                 return
             generation, delivery = item
             if self._stopping or generation != self._generation:
                 continue  # not started: the broker requeues it when the channel closes
             try:
-                if is_async:
-                    await handler(delivery)  # type: ignore[misc]
+                if inbox is not None:
+                    # Store work runs on the inbox's own thread, in delivery order.
+                    await loop.run_in_executor(
+                        inbox.executor, inbox.process, delivery, self._activation)
+                elif is_async:
+                    await handler(delivery)  # type: ignore[misc,operator]
                 else:
                     # A plain function runs in a thread, so it cannot stall the heartbeats.
-                    await asyncio.to_thread(handler, delivery)
+                    await asyncio.to_thread(handler, delivery)  # type: ignore[arg-type]
                 ok = True
+            except StaleEpoch as exc:
+                self._fenced(exc)
+                return
             except Exception:  # noqa: BLE001 - logged there; the message is requeued
                 ok = self._handler_failed(delivery)
-            self._settle_one(generation, delivery.delivery_tag, ok, not inbox)
+            self._settle_one(generation, delivery.delivery_tag, ok, not pending)
+
+    def _fenced(self, exc: StaleEpoch) -> None:
+        """A newer consumer holds the queue: leave the message unacked (the broker has given
+        it, or gives it when our channel closes, to the active consumer) and stop."""
+        log.warning("%s; stopping without acking message", exc)
+        if self._done is not None and not self._done.done():
+            self._done.set_exception(exc)
+        asyncio.get_running_loop().create_task(self.stop(timeout=1.0))
 
     def _handler_failed(self, delivery: Delivery) -> bool:
         """Count and log a handler's exception; False, the outcome that rejects with requeue."""
@@ -440,7 +483,9 @@ class AsyncConsumer(Recovering):
         if change is None:
             return
         if change.new is Role.ACTIVE:
-            self._record("active", queue=self.settings.queue.name, epoch=None)
+            self._activation += 1
+            if self._inbox is None:  # an inbox records it with the epoch it claims
+                self._record("active", queue=self.settings.queue.name, epoch=None)
         if self._on_role_change is not None:
             try:
                 self._on_role_change(change.new)
@@ -455,7 +500,7 @@ class _ThreadedConsumer(AsyncConsumer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.inbox: thread_queue.SimpleQueue[list[tuple[int, Delivery]] | None] = \
+        self.handoff: thread_queue.SimpleQueue[list[tuple[int, Delivery]] | None] = \
             thread_queue.SimpleQueue()
         self._outbox: list[tuple[int, Delivery]] = []
         self.handlers_done = threading.Event()
@@ -472,12 +517,12 @@ class _ThreadedConsumer(AsyncConsumer):
 
     def _hand_over(self) -> None:
         if self._outbox:
-            self.inbox.put(self._outbox)
+            self.handoff.put(self._outbox)
             self._outbox = []
 
     async def _stop_dispatch(self) -> None:
         self._hand_over()
-        self.inbox.put(None)
+        self.handoff.put(None)
         await asyncio.get_running_loop().run_in_executor(None, self.handlers_done.wait)
 
     def stale(self, generation: int) -> bool:
@@ -486,6 +531,18 @@ class _ThreadedConsumer(AsyncConsumer):
     def settle_from_thread(self, outcomes: list[_Outcome], idle: bool) -> None:
         if self.loop is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(self._settle, outcomes, idle)
+
+    @property
+    def activation(self) -> int:
+        return self._activation
+
+    @property
+    def dedup_inbox(self) -> Inbox | None:
+        return self._inbox
+
+    def fence_from_thread(self, exc: StaleEpoch) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._fenced, exc)
 
 
 class Consumer:
@@ -504,7 +561,7 @@ class Consumer:
     def __init__(
         self,
         settings: ConsumerSettings,
-        handler: Callable[[Delivery], None],
+        handler: Callable[[Delivery], None] | Inbox,
         *,
         recorder: HistoryRecorder | None = None,
         on_role_change: RoleCallback | None = None,
@@ -544,21 +601,30 @@ class Consumer:
         self._running = True
         batch: list[_Outcome] = []
         limit = self.settings.ack_batch
+        inbox = engine.dedup_inbox
+        handler = self._handler
+        fenced: StaleEpoch | None = None
         try:
-            while (items := engine.inbox.get()) is not None:
+            while fenced is None and (items := engine.handoff.get()) is not None:
                 for generation, delivery in items:
                     if engine.stale(generation):
                         continue
                     try:
-                        self._handler(delivery)
+                        if inbox is not None:
+                            inbox.process(delivery, engine.activation)
+                        else:
+                            handler(delivery)  # type: ignore[operator]
                         ok = True
+                    except StaleEpoch as stale:
+                        fenced = stale  # not acked: a newer consumer has the message
+                        break
                     except Exception:  # noqa: BLE001 - logged there; requeued
                         ok = engine._handler_failed(delivery)
                     batch.append((generation, delivery.delivery_tag, ok))
                     if len(batch) >= limit:
                         engine.settle_from_thread(batch, False)
                         batch = []
-                if engine.inbox.empty():  # idle: acks go out now, batch full or not
+                if fenced is None and engine.handoff.empty():  # idle: acks go out now
                     engine.settle_from_thread(batch, True)
                     batch = []
         except BaseException:  # KeyboardInterrupt: hand over gracefully, then re-raise
@@ -569,6 +635,8 @@ class Consumer:
             raise
         if batch:
             engine.settle_from_thread(batch, True)
+        if fenced is not None:
+            engine.fence_from_thread(fenced)
         engine.handlers_done.set()
         self._close()
         done = engine._done

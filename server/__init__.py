@@ -16,6 +16,7 @@ from ._errors import (
 )
 from ._files import Credentials, default_home
 from ._ports import PortLayout
+from .postgres import LocalPostgres
 from .rabbitmq import ClusterSpec, LocalCluster, Node, amqp_ready
 from .zookeeper import LocalZooKeeper
 
@@ -25,6 +26,7 @@ __all__ = [
     "CommandError",
     "Credentials",
     "LocalCluster",
+    "LocalPostgres",
     "LocalZooKeeper",
     "Node",
     "NotRunningError",

@@ -95,7 +95,8 @@ def check_free(ports: dict[int, str]) -> None:
 
 def _claimed_bases(home: Path) -> set[int]:
     bases = set()
-    for state in [*home.glob("*/state.json"), *home.glob("*/zookeeper.json")]:
+    states = ("state.json", "zookeeper.json", "postgres.json")
+    for state in [p for name in states for p in home.glob(f"*/{name}")]:
         try:
             bases.add(int(json.loads(state.read_text())["base_port"]))
         except (OSError, ValueError, KeyError, TypeError):

@@ -1,8 +1,9 @@
-"""Real servers for the whole run: one 3-node RabbitMQ cluster and one ZooKeeper.
+"""Real servers for the whole run: one 3-node RabbitMQ cluster, one ZooKeeper, one PostgreSQL.
 
 Started once per session with readiness probes (AMQP header, management API membership,
-ZooKeeper ``ruok``). A server that cannot start makes the tests that need it error out: never
-skip. When a test fails, the tail of every server log is attached to its report.
+ZooKeeper ``ruok``, PostgreSQL asking a startup packet for its password). A server that cannot
+start makes the tests that need it error out: never skip. When a test fails, the tail of every
+server log is attached to its report.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from server import LocalCluster, LocalZooKeeper
+from server import LocalCluster, LocalPostgres, LocalZooKeeper
 
 LOG_TAIL_LINES = 40
 _servers_key = pytest.StashKey[list[object]]()
@@ -46,6 +47,14 @@ def zookeeper(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalZooK
         yield local
 
 
+@pytest.fixture(scope="session")
+def postgres(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalPostgres]:
+    local = LocalPostgres(name=f"pg-{os.getpid()}", home=sac_home)
+    pytestconfig.stash[_servers_key].append(local)
+    with local:
+        yield local
+
+
 @pytest.fixture
 def queue_name(request: pytest.FixtureRequest) -> str:
     """A queue name unique to the test, readable in the management UI, safe in URLs."""
@@ -60,6 +69,8 @@ def _log_tails(config: pytest.Config) -> list[tuple[str, str]]:
             files = srv.log_files()
         elif isinstance(srv, LocalZooKeeper):
             files = [f for f in (srv.log_file, srv.dir / "console.log") if f.exists()]
+        elif isinstance(srv, LocalPostgres):
+            files = srv.log_files()
         else:
             files = []
         for path in files:

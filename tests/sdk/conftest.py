@@ -10,7 +10,8 @@ import pytest
 
 from sdk import ConnectionSettings, PublisherSettings, QueueSettings
 from server import LocalCluster
-from tests.sdk.faces import FACES, PublisherFace, make_publisher
+from tests.dedup.conftest import make_store, store_kind  # noqa: F401 - fixtures for test_inbox
+from tests.sdk.faces import FACES, ConsumerFace, PublisherFace, make_publisher
 
 
 @pytest.fixture(params=FACES)
@@ -44,6 +45,21 @@ def publishers() -> Iterator[Callable[..., PublisherFace]]:
     for pub in made:
         with contextlib.suppress(Exception):
             pub.close(timeout=1)
+
+
+@pytest.fixture
+def consumers() -> Iterator[Callable[..., ConsumerFace]]:
+    """Makes consumers of either face and stops every one after the test."""
+    made: list[ConsumerFace] = []
+
+    def make(*args: object, **kwargs: object) -> ConsumerFace:
+        consumer = ConsumerFace(*args, **kwargs)  # type: ignore[arg-type]
+        made.append(consumer)
+        return consumer
+
+    yield make
+    for consumer in made:
+        consumer.stop()
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from sdk import (
     PublisherStats,
     Role,
 )
+from sdk.dedup import Inbox
 
 T = TypeVar("T")
 FACES = ["blocking", "asyncio"]
@@ -102,6 +103,7 @@ class ConsumerFace:
         settings: ConsumerSettings,
         work: Callable[[Delivery], None] | None = None,
         recorder: HistoryRecorder | None = None,
+        inbox: Inbox | None = None,
     ) -> None:
         self.face = face
         self.handled: list[str] = []
@@ -109,9 +111,11 @@ class ConsumerFace:
         self._work = work
         self._error: BaseException | None = None
         self._lock = threading.Lock()
+        self._ended = threading.Event()
         if face == "blocking":
             self.blocking: Consumer | None = Consumer(
-                settings, self._handle, recorder=recorder, on_role_change=self.roles.append
+                settings, inbox or self._handle, recorder=recorder,
+                on_role_change=self.roles.append,
             )
             self.inner: AsyncConsumer | None = None
         else:
@@ -120,7 +124,8 @@ class ConsumerFace:
             self._loop_thread = threading.Thread(target=self._loop.run_forever, daemon=True)
             self._loop_thread.start()
             self.inner = AsyncConsumer(
-                settings, self._ahandle, recorder=recorder, on_role_change=self.roles.append
+                settings, inbox or self._ahandle, recorder=recorder,
+                on_role_change=self.roles.append,
             )
         self._runner: threading.Thread | None = None
 
@@ -148,7 +153,22 @@ class ConsumerFace:
             except BaseException:
                 self._stop_loop()
                 raise
+            asyncio.run_coroutine_threadsafe(self._await_end(), self._loop)
         return self
+
+    async def _await_end(self) -> None:
+        assert self.inner is not None
+        try:
+            await self.inner.wait()
+        except Exception as exc:  # noqa: BLE001 - kept for the test to assert on
+            self._error = exc
+        self._ended.set()
+
+    def ended(self, timeout: float) -> BaseException | None:
+        """Wait until the consumer stopped by itself; what stopped it (None: a clean stop)."""
+        if not self._ended.wait(timeout):
+            raise AssertionError(f"the {self.face} consumer did not stop within {timeout} s")
+        return self._error
 
     def _run_blocking(self) -> None:
         assert self.blocking is not None
@@ -156,6 +176,7 @@ class ConsumerFace:
             self.blocking.run()
         except Exception as exc:  # noqa: BLE001 - kept for the test to assert on
             self._error = exc
+        self._ended.set()
 
     def stop(self) -> None:
         if self.blocking is not None:

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pika
@@ -33,20 +33,6 @@ from tests.sdk.conftest import close_connection_by_name
 from tests.sdk.faces import ConsumerFace, PublisherFace
 
 MakePublisher = Callable[..., PublisherFace]
-
-
-@pytest.fixture
-def consumers() -> Iterator[Callable[..., ConsumerFace]]:
-    made: list[ConsumerFace] = []
-
-    def make(*args: object, **kwargs: object) -> ConsumerFace:
-        consumer = ConsumerFace(*args, **kwargs)  # type: ignore[arg-type]
-        made.append(consumer)
-        return consumer
-
-    yield make
-    for consumer in made:
-        consumer.stop()
 
 
 def on_node(conn: ConnectionSettings, index: int, name: str) -> ConnectionSettings:

@@ -18,12 +18,16 @@ from sdk._errors import (
     MessageNacked,
     MessageReturned,
     MessageTooLarge,
+    MissingMessageId,
     PublishError,
     QueueError,
     QueueMismatch,
     QueueNotFound,
     SacError,
+    SchemaMismatch,
     StaleEpoch,
+    StoreError,
+    StoreUnavailable,
     Unconfirmed,
 )
 
@@ -47,6 +51,10 @@ EXAMPLES: list[SacError] = [
     Unconfirmed([f"m-{n}" for n in range(12)]),
     ConsumerError("stop"),
     StaleEpoch("orders", 3, 4),
+    MissingMessageId("orders", 7),
+    StoreError("odd store"),
+    StoreUnavailable("cannot open /nope/dedup.db: directory does not exist"),
+    SchemaMismatch("sqlite:/tmp/d.db", 0, 1),
     ClosedError("closed"),
 ]
 
@@ -90,6 +98,9 @@ def test_everything_is_a_sac_error(error: SacError) -> None:
         (ConfirmTimeout, PublishError),
         (BlockedTimeout, PublishError),
         (StaleEpoch, ConsumerError),
+        (MissingMessageId, ConsumerError),
+        (StoreUnavailable, StoreError),
+        (SchemaMismatch, StoreError),
     ],
 )
 def test_tree(child: type[Exception], parent: type[Exception]) -> None:
@@ -105,6 +116,10 @@ def test_messages_name_what_went_wrong() -> None:
     stale = str(StaleEpoch("orders", 3, 4))
     assert "epoch 3" in stale
     assert "is 4" in stale
+    schema = str(SchemaMismatch("sqlite:/tmp/d.db", 0, 1))
+    assert "schema version 0" in schema
+    assert "version 1" in schema
+    assert "message_id" in str(MissingMessageId("orders", 7))
 
 
 def test_publish_error_attributes() -> None:

@@ -1,0 +1,246 @@
+"""What the SQLite and PostgreSQL stores share: the tables, the commit protocol, purging.
+
+The commit protocol, inside the transaction that already holds the handler's effect:
+
+1. read the queue's epoch (``FOR SHARE`` on PostgreSQL, so that a claim waits for this
+   commit): newer than ours means we were replaced, so roll back: ``StaleEpoch``. It comes
+   first so that a replaced consumer learns that it was replaced, not merely that its
+   successor handled this message;
+2. insert the record (``ON CONFLICT DO NOTHING``): no row inserted means another consumer
+   committed this message first, so roll back: ``Duplicate``. On SQLite this takes the one
+   write lock (if the effect did not already), so no claim can slip in before the commit;
+   if one slipped in between step 1 and 2, SQLite refuses the write (busy snapshot) and the
+   message is retried;
+3. commit, then run the ``on_commit`` callbacks.
+
+Nothing is locked before step 1, so a consumer frozen inside its handler holds no lock that
+its successor needs (on SQLite, as long as the handler has not written yet: SQLite has one
+writer at a time).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from .._errors import SchemaMismatch, StaleEpoch
+from ._store import SCHEMA_VERSION, Duplicate, Retention, Store, Transaction, now_or
+
+META = "sac_dedup_meta"
+EPOCHS = "sac_dedup_epochs"
+RECORDS = "sac_dedup_records"
+
+SCHEMA = (
+    f"CREATE TABLE {META} (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    f"CREATE TABLE {EPOCHS} (queue TEXT PRIMARY KEY, epoch BIGINT NOT NULL)",
+    f"CREATE TABLE {RECORDS} (queue TEXT NOT NULL, message_id TEXT NOT NULL, "
+    "epoch BIGINT NOT NULL, consumer TEXT, committed_at DOUBLE PRECISION NOT NULL, "
+    "PRIMARY KEY (queue, message_id))",
+    f"CREATE INDEX {RECORDS}_age ON {RECORDS} (committed_at)",
+)
+
+
+class SqlStore(Store):
+    """A store on one DB-API connection (plus one more for purging), guarded by a lock: one
+    transaction at a time, which is what a single active consumer needs."""
+
+    placeholder = "?"
+    lock_epoch_row = ""
+
+    def __init__(self) -> None:
+        self._conn: Any = None
+        self._purge_conn: Any = None
+        self._lock = threading.RLock()
+        self._purge_lock = threading.Lock()
+        p = self.placeholder
+        self._sql_insert_record = (
+            f"INSERT INTO {RECORDS} (queue, message_id, epoch, consumer, committed_at) "
+            f"VALUES ({p}, {p}, {p}, {p}, {p}) ON CONFLICT (queue, message_id) DO NOTHING")
+        self._sql_epoch = f"SELECT epoch FROM {EPOCHS} WHERE queue = {p}{self.lock_epoch_row}"
+        self._sql_seen = f"SELECT 1 FROM {RECORDS} WHERE queue = {p} AND message_id = {p}"
+        self._sql_claim = (
+            f"INSERT INTO {EPOCHS} (queue, epoch) VALUES ({p}, 1) ON CONFLICT (queue) "
+            f"DO UPDATE SET epoch = {EPOCHS}.epoch + 1 RETURNING epoch")
+        self._sql_adopt = (
+            f"INSERT INTO {EPOCHS} (queue, epoch) VALUES ({p}, {p}) ON CONFLICT (queue) "
+            f"DO UPDATE SET epoch = excluded.epoch WHERE {EPOCHS}.epoch <= excluded.epoch "
+            "RETURNING epoch")
+
+    # ------------------------------------------------------------------ dialect
+
+    @abc.abstractmethod
+    def _connect(self) -> Any:
+        """A new connection in autocommit mode (we send BEGIN and COMMIT ourselves); raises
+        ``StoreUnavailable`` naming the cause."""
+
+    @abc.abstractmethod
+    def _begin_schema(self, conn: Any) -> None:
+        """Start the transaction that creates or checks the tables, exclusively."""
+
+    @abc.abstractmethod
+    def _table_exists(self, conn: Any, name: str) -> bool: ...
+
+    def _usable(self, conn: Any) -> bool:
+        return conn is not None
+
+    def _delete_batch_sql(self, condition: str) -> str:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self) -> None:
+        with self._lock:
+            if self._conn is None:
+                conn = self._connect()
+                try:
+                    self._prepare_schema(conn)
+                except BaseException:
+                    conn.close()
+                    raise
+                self._conn = conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+        with self._purge_lock:
+            if self._purge_conn is not None:
+                self._purge_conn.close()
+                self._purge_conn = None
+
+    def _prepare_schema(self, conn: Any) -> None:
+        self._begin_schema(conn)
+        try:
+            if self._table_exists(conn, META):
+                row = conn.execute(
+                    f"SELECT value FROM {META} WHERE key = {self.placeholder}",
+                    ("schema_version",)).fetchone()
+                found = int(row[0]) if row is not None else 0
+            elif self._table_exists(conn, RECORDS) or self._table_exists(conn, EPOCHS):
+                found = 0  # tables from before the version was kept
+            else:
+                for statement in SCHEMA:
+                    conn.execute(statement)
+                conn.execute(
+                    f"INSERT INTO {META} (key, value) VALUES ({self.placeholder}, "
+                    f"{self.placeholder})", ("schema_version", str(SCHEMA_VERSION)))
+                found = SCHEMA_VERSION
+            if found != SCHEMA_VERSION:
+                raise SchemaMismatch(self.description, found, SCHEMA_VERSION)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _connection(self) -> Any:
+        """The open connection; a broken one is replaced once (the server restarted)."""
+        if self._conn is None:
+            from .._errors import ClosedError
+            raise ClosedError(f"dedup store {self.description} is not open")
+        if not self._usable(self._conn):
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = self._connect()
+        return self._conn
+
+    # ------------------------------------------------------------------ epochs
+
+    def claim_epoch(self, queue: str) -> int:
+        with self._lock:
+            conn = self._connection()
+            return int(conn.execute(self._sql_claim, (queue,)).fetchone()[0])
+
+    def adopt_epoch(self, queue: str, epoch: int) -> int:
+        with self._lock:
+            conn = self._connection()
+            row = conn.execute(self._sql_adopt, (queue, epoch)).fetchone()
+            if row is None:
+                raise StaleEpoch(queue, epoch, self.current_epoch(queue))
+            return int(row[0])
+
+    def current_epoch(self, queue: str) -> int:
+        with self._lock:
+            conn = self._connection()
+            row = conn.execute(
+                f"SELECT epoch FROM {EPOCHS} WHERE queue = {self.placeholder}", (queue,)
+            ).fetchone()
+            return 0 if row is None else int(row[0])
+
+    # ------------------------------------------------------------------ records
+
+    def seen(self, queue: str, message_id: str) -> bool:
+        with self._lock:
+            conn = self._connection()
+            return conn.execute(self._sql_seen, (queue, message_id)).fetchone() is not None
+
+    @contextlib.contextmanager
+    def transaction(
+        self, queue: str, message_id: str, epoch: int, consumer: str | None = None
+    ) -> Iterator[Transaction]:
+        with self._lock:
+            conn = self._connection()
+            conn.execute("BEGIN")
+            try:
+                tx = Transaction(conn, queue, message_id, epoch)
+                yield tx
+                row = conn.execute(self._sql_epoch, (queue,)).fetchone()
+                current = 0 if row is None else int(row[0])
+                if current > epoch:
+                    raise StaleEpoch(queue, epoch, current)
+                inserted = conn.execute(
+                    self._sql_insert_record,
+                    (queue, message_id, epoch, consumer, time.time())).rowcount
+                if inserted == 0:
+                    raise Duplicate(message_id)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        tx.run_after_commit()
+
+    def records(self, queue: str) -> list[tuple[str, int, str | None, float]]:
+        with self._lock:
+            conn = self._connection()
+            rows = conn.execute(
+                f"SELECT message_id, epoch, consumer, committed_at FROM {RECORDS} "
+                f"WHERE queue = {self.placeholder} ORDER BY committed_at, message_id",
+                (queue,)).fetchall()
+            return [(str(m), int(e), c, float(t)) for m, e, c, t in rows]
+
+    # ------------------------------------------------------------------ retention
+
+    def purge(self, retention: Retention, now: float | None = None) -> int:
+        """Deletes in batches of ``retention.batch``, each its own short transaction on the
+        purge connection, so a consumer's commit waits for one batch at most."""
+        p = self.placeholder
+        dropped = 0
+        with self._purge_lock:
+            if self._purge_conn is None or not self._usable(self._purge_conn):
+                self._purge_conn = self._connect()
+            conn = self._purge_conn
+            if retention.max_age is not None:
+                cutoff = now_or(now) - retention.max_age
+                sql = self._delete_batch_sql(f"committed_at < {p}")
+                while (n := conn.execute(sql, (cutoff, retention.batch)).rowcount) > 0:
+                    dropped += n
+            if retention.max_records is not None:
+                queues = [r[0] for r in conn.execute(
+                    f"SELECT DISTINCT queue FROM {RECORDS}").fetchall()]
+                for queue in queues:
+                    row = conn.execute(
+                        f"SELECT committed_at FROM {RECORDS} WHERE queue = {p} "
+                        f"ORDER BY committed_at DESC LIMIT 1 OFFSET {p}",
+                        (queue, retention.max_records - 1)).fetchone()
+                    if row is None:
+                        continue
+                    sql = self._delete_batch_sql(f"queue = {p} AND committed_at < {p}")
+                    while (n := conn.execute(
+                            sql, (queue, row[0], retention.batch)).rowcount) > 0:
+                        dropped += n
+        return dropped

@@ -1,0 +1,160 @@
+"""What every dedup store does, and the small types the inbox and the stores share.
+
+A store keeps two things per queue: the *records* (one per message id whose effect was
+committed) and the *epoch* (a number that grows each time a consumer becomes the active one).
+A commit carries the committer's epoch and is refused when a newer one exists, which is what
+keeps a replaced consumer (paused, declared dead, but still running its handler) from applying
+its effect after its successor did.
+
+Locks are only held while committing, never while a handler runs: a consumer frozen inside
+its handler must not be able to stall the consumer that replaced it.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from .._errors import ConfigurationError
+
+SCHEMA_VERSION = 1
+"""Version of the tables the SQL stores create; a store with another version is refused."""
+
+
+class Duplicate(Exception):
+    """Raised inside a store transaction when the message's record already exists: the
+    transaction (and the effect written through it) is rolled back."""
+
+
+def _positive(*, integer: bool, optional: bool) -> Any:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is None and optional:
+            return
+        kinds = (int,) if integer else (int, float)
+        if not isinstance(value, kinds) or isinstance(value, bool) or value <= 0:
+            what = "integer" if integer else "number"
+            raise ConfigurationError(
+                f"Retention.{attribute.name} must be a positive {what}"
+                f"{' or None' if optional else ''}, got {value!r}"
+            )
+    return check
+
+
+@attrs.frozen
+class Retention:
+    """How long records stay, which is the window within which a duplicate is caught.
+
+    A duplicate that arrives after its record was purged runs again. Broker redeliveries
+    arrive within seconds to minutes; a publisher retransmission within its reconnect time.
+    The default keeps a week of records, and at most ``max_records`` per queue when set.
+    Purging runs on its own connection in small batches (``batch`` rows per transaction), so
+    consumers wait at most for one batch.
+    """
+
+    max_age: float | None = attrs.field(default=7 * 24 * 3600.0,
+                                        validator=_positive(integer=False, optional=True))
+    max_records: int | None = attrs.field(default=None,
+                                          validator=_positive(integer=True, optional=True))
+    interval: float = attrs.field(default=60.0, validator=_positive(integer=False, optional=False))
+    batch: int = attrs.field(default=1000, validator=_positive(integer=True, optional=False))
+
+
+class Transaction:
+    """What an inbox handler writes its effect through. For the SQL stores ``connection`` is
+    the store's own connection inside the transaction that will also hold the dedup record;
+    for the memory store it is ``None`` (the effect cannot be rolled back)."""
+
+    __slots__ = ("_after", "connection", "epoch", "message_id", "queue")
+
+    def __init__(self, connection: Any, queue: str, message_id: str, epoch: int) -> None:
+        self.connection = connection
+        self.queue = queue
+        self.message_id = message_id
+        self.epoch = epoch
+        self._after: list[Callable[[], None]] = []
+
+    def on_commit(self, action: Callable[[], None]) -> None:
+        """Run ``action`` only if this transaction commits: the way to apply an in-process
+        effect with the memory store (atomically with its record, under the store's lock).
+        With a SQL store it runs right after the commit (not atomically with it)."""
+        self._after.append(action)
+
+    def run_after_commit(self) -> None:
+        for action in self._after:
+            action()
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        """Run one statement in the transaction (the store's own placeholder style:
+        ``?`` for SQLite, ``%s`` for PostgreSQL) and return its cursor."""
+        if self.connection is None:
+            raise TypeError("the memory store has no SQL connection")
+        return self.connection.execute(sql, params)
+
+
+class Store(abc.ABC):
+    """The store interface. All methods are blocking and thread-safe; ``open`` must be called
+    before the others and raises ``StoreUnavailable`` or ``SchemaMismatch`` when the store
+    cannot be used."""
+
+    @abc.abstractmethod
+    def open(self) -> None:
+        """Connect, create the tables if missing, check their version."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    @property
+    @abc.abstractmethod
+    def description(self) -> str:
+        """Where the store is, safe to log (no password)."""
+
+    @abc.abstractmethod
+    def claim_epoch(self, queue: str) -> int:
+        """Atomically raise the queue's epoch by one and return it."""
+
+    @abc.abstractmethod
+    def adopt_epoch(self, queue: str, epoch: int) -> int:
+        """Make ``epoch`` (from outside, e.g. a ZooKeeper election) the queue's epoch; raises
+        ``StaleEpoch`` if the store already has a newer one."""
+
+    @abc.abstractmethod
+    def current_epoch(self, queue: str) -> int:
+        """0 when no consumer ever claimed one."""
+
+    @abc.abstractmethod
+    def seen(self, queue: str, message_id: str) -> bool:
+        """Whether the message's effect was committed (and not yet purged)."""
+
+    @abc.abstractmethod
+    def transaction(
+        self, queue: str, message_id: str, epoch: int, consumer: str | None = None
+    ) -> contextlib.AbstractContextManager[Transaction]:
+        """Run the effect inside; on a clean exit, check the epoch, write the record and
+        commit, all or nothing. Raises ``StaleEpoch`` or ``Duplicate`` (after rolling back);
+        an exception from inside rolls back and propagates."""
+
+    @abc.abstractmethod
+    def purge(self, retention: Retention, now: float | None = None) -> int:
+        """Delete records outside the retention; returns how many."""
+
+    @abc.abstractmethod
+    def records(self, queue: str) -> list[tuple[str, int, str | None, float]]:
+        """(message id, epoch, consumer, committed at) of every record of the queue, oldest
+        first: the ledger a checker reads back."""
+
+    def __enter__(self) -> Store:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def now_or(now: float | None) -> float:
+    return time.time() if now is None else now
+

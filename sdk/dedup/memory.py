@@ -1,0 +1,103 @@
+"""A bounded in-memory store: for tests and for a single process whose effects live in the
+same process. It forgets everything when the process ends, and it cannot roll back what an
+effect already did, so it checks for a duplicate both before the effect runs and when
+committing. An effect that registers its change with ``tx.on_commit`` is applied under the
+store's lock only when the commit is accepted: that is the memory store's transaction."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+
+from .._errors import ConfigurationError, StaleEpoch
+from ._store import Duplicate, Retention, Store, Transaction, now_or
+
+_Record = tuple[int, str | None, float]
+
+
+class MemoryStore(Store):
+    """Keeps at most ``max_records`` records per queue (oldest dropped first)."""
+
+    def __init__(self, max_records: int = 100_000) -> None:
+        if not isinstance(max_records, int) or isinstance(max_records, bool) or max_records < 1:
+            raise ConfigurationError(
+                f"MemoryStore max_records must be a positive integer, got {max_records!r}")
+        self.max_records = max_records
+        self._lock = threading.Lock()
+        self._records: dict[str, collections.OrderedDict[str, _Record]] = {}
+        self._epochs: dict[str, int] = {}
+
+    @property
+    def description(self) -> str:
+        return f"memory (max {self.max_records} records per queue)"
+
+    def open(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def claim_epoch(self, queue: str) -> int:
+        with self._lock:
+            epoch = self._epochs.get(queue, 0) + 1
+            self._epochs[queue] = epoch
+            return epoch
+
+    def adopt_epoch(self, queue: str, epoch: int) -> int:
+        with self._lock:
+            current = self._epochs.get(queue, 0)
+            if epoch < current:
+                raise StaleEpoch(queue, epoch, current)
+            self._epochs[queue] = epoch
+            return epoch
+
+    def current_epoch(self, queue: str) -> int:
+        with self._lock:
+            return self._epochs.get(queue, 0)
+
+    def seen(self, queue: str, message_id: str) -> bool:
+        with self._lock:
+            records = self._records.get(queue)
+            return records is not None and message_id in records
+
+    @contextlib.contextmanager
+    def transaction(
+        self, queue: str, message_id: str, epoch: int, consumer: str | None = None
+    ) -> Iterator[Transaction]:
+        if self.seen(queue, message_id):
+            raise Duplicate(message_id)
+        tx = Transaction(None, queue, message_id, epoch)
+        yield tx
+        with self._lock:
+            current = self._epochs.get(queue, 0)
+            if epoch < current:
+                raise StaleEpoch(queue, epoch, current)
+            records = self._records.setdefault(queue, collections.OrderedDict())
+            if message_id in records:
+                raise Duplicate(message_id)
+            tx.run_after_commit()  # a failing callback leaves no record: the message retries
+            records[message_id] = (epoch, consumer, time.time())
+            while len(records) > self.max_records:
+                records.popitem(last=False)
+
+    def purge(self, retention: Retention, now: float | None = None) -> int:
+        cutoff = None if retention.max_age is None else now_or(now) - retention.max_age
+        dropped = 0
+        with self._lock:
+            for records in self._records.values():
+                if cutoff is not None:
+                    while records and next(iter(records.values()))[2] < cutoff:
+                        records.popitem(last=False)
+                        dropped += 1
+                if retention.max_records is not None:
+                    while len(records) > retention.max_records:
+                        records.popitem(last=False)
+                        dropped += 1
+        return dropped
+
+    def records(self, queue: str) -> list[tuple[str, int, str | None, float]]:
+        with self._lock:
+            return [(mid, e, c, t) for mid, (e, c, t) in self._records.get(queue, {}).items()]

@@ -1,0 +1,83 @@
+"""A consumer with an inbox, in a process of its own, for tests that freeze or kill it.
+
+Usage: python -m tests.dedup.inbox_process FACE QUEUE STORE_KIND STORE_LOCATION ACTOR
+(URLs in SAC_AMQP_URLS, heartbeat in SAC_HEARTBEAT). Its effect writes ledger rows. It prints
+``active`` when it becomes the active consumer, and, for the message named by
+``SAC_TEST_PAUSE_ON``, ``paused <id>`` inside the effect and then waits for a line on stdin
+before writing; for the message named by ``SAC_TEST_HOLD_AFTER_COMMIT``, ``committed <id>``
+after the commit, before the ack, and then waits on stdin (the test kills it there). Exits 3
+when it was fenced (``StaleEpoch``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+
+from sdk import (
+    AsyncConsumer,
+    ConnectionSettings,
+    Consumer,
+    ConsumerSettings,
+    Delivery,
+    QueueSettings,
+    Role,
+    StaleEpoch,
+)
+from sdk.dedup import Inbox, Transaction
+from tests.dedup.ledger import Ledger, open_store
+
+
+def main() -> None:
+    face, queue, kind, location, actor = sys.argv[1:6]
+    pause_on = os.environ.get("SAC_TEST_PAUSE_ON")
+    hold_after = os.environ.get("SAC_TEST_HOLD_AFTER_COMMIT")
+    settings = ConsumerSettings(ConnectionSettings.from_env(), QueueSettings(queue),
+                                consumer_name=actor, prefetch=10)
+    store = open_store(kind, location)
+    ledger = Ledger(open_store(kind, location))
+
+    def before(delivery: Delivery) -> None:
+        if delivery.message_id == pause_on:
+            print(f"paused {delivery.message_id}", flush=True)
+            sys.stdin.readline()
+
+    if hold_after:
+        real = store.transaction
+
+        @contextlib.contextmanager
+        def held(queue: str, message_id: str, epoch: int,
+                 consumer: str | None = None) -> Iterator[Transaction]:
+            with real(queue, message_id, epoch, consumer) as tx:
+                yield tx
+            if message_id == hold_after:
+                print(f"committed {message_id}", flush=True)
+                sys.stdin.readline()
+
+        store.transaction = held  # type: ignore[method-assign]
+
+    inbox = Inbox(store, ledger.effect(actor, before))
+
+    def announce(role: Role) -> None:
+        print(role.value, flush=True)
+
+    try:
+        if face == "blocking":
+            Consumer(settings, inbox, on_role_change=announce).run()
+        else:
+
+            async def run() -> None:
+                async with AsyncConsumer(settings, inbox, on_role_change=announce) as consumer:
+                    await consumer.wait()
+
+            asyncio.run(run())
+    except StaleEpoch as exc:
+        print(f"fenced {exc.epoch} {exc.current}", flush=True)
+        sys.exit(3)
+
+
+if __name__ == "__main__":
+    main()

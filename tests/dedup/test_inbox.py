@@ -1,0 +1,161 @@
+"""The inbox's decisions on each store: what it looks up under each policy, what it commits,
+what it refuses. Deliveries are built directly here; tests/sdk/test_inbox.py runs the same
+inbox under real consumers and a real broker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sdk import RETRANSMIT_HEADER, Delivery, HistoryRecorder, MissingMessageId, StaleEpoch
+from sdk.dedup import Inbox, LookupPolicy, MemoryStore, Outcome, Store, Transaction
+from tests.dedup.conftest import StoreFactory
+from tests.dedup.test_stores import effect_table, effects, write_effect
+
+Q = "orders"
+
+
+def delivery(msg: str | None, *, redelivered: bool = False, count: int | None = None,
+             retransmitted: bool = False, tag: int = 1) -> Delivery:
+    headers: dict[str, Any] = {}
+    if count is not None:
+        headers["x-delivery-count"] = count
+    if retransmitted:
+        headers[RETRANSMIT_HEADER] = 1
+    return Delivery(body=b"x", message_id=msg, headers=headers, redelivered=redelivered,
+                    delivery_count=count, queue=Q, routing_key=Q, exchange="", delivery_tag=tag)
+
+
+class Sink:
+    """The application's effect: a row through the transaction, and a count of runs."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.runs: list[str] = []
+
+    def __call__(self, d: Delivery, tx: Transaction) -> None:
+        self.runs.append(str(d.message_id))
+        write_effect(self.store, tx, str(d.message_id))
+
+
+def make_inbox(store: Store, policy: LookupPolicy = LookupPolicy.DEFAULT,
+               **kwargs: Any) -> tuple[Inbox, Sink]:
+    sink = Sink(store)
+    inbox = Inbox(store, sink, policy=policy, **kwargs)
+    inbox.bind(Q, "consumer-a", kwargs.pop("recorder", None))
+    inbox.open()
+    effect_table(store)
+    return inbox, sink
+
+
+def test_default_policy_looks_up_only_flagged_messages(make_store: StoreFactory) -> None:
+    inbox, sink = make_inbox(make_store())
+    try:
+        assert inbox.process(delivery("m-1"), 1) is Outcome.COMMITTED
+        assert inbox.stats.lookups == 0
+        # Each kind of possible copy is looked up and skipped without running the effect.
+        for copy in (delivery("m-1", redelivered=True), delivery("m-1", count=1),
+                     delivery("m-1", retransmitted=True)):
+            assert inbox.process(copy, 1) is Outcome.DUPLICATE
+        assert sink.runs == ["m-1"]
+        assert inbox.stats.lookups == 3
+        assert inbox.stats.duplicates_looked_up == 3
+        assert inbox.stats.committed == 1
+        # A flagged message never seen before is looked up, then committed.
+        assert inbox.process(delivery("m-2", redelivered=True), 1) is Outcome.COMMITTED
+        assert inbox.stats.lookups == 4
+    finally:
+        inbox.close()
+
+
+def test_always_looks_up_an_unflagged_copy(make_store: StoreFactory) -> None:
+    """A publisher that does not mark its retransmissions sends an unflagged copy."""
+    inbox, sink = make_inbox(make_store(), LookupPolicy.ALWAYS)
+    try:
+        inbox.process(delivery("m-1"), 1)
+        assert inbox.process(delivery("m-1"), 1) is Outcome.DUPLICATE
+        assert sink.runs == ["m-1"]
+        assert inbox.stats.lookups == 2
+    finally:
+        inbox.close()
+
+
+def test_without_lookup_a_sql_store_rolls_the_copy_back(make_store: StoreFactory) -> None:
+    store = make_store()
+    inbox, sink = make_inbox(store, LookupPolicy.NEVER)
+    try:
+        inbox.process(delivery("m-1"), 1)
+        assert inbox.process(delivery("m-1", redelivered=True), 1) is Outcome.DUPLICATE
+        assert inbox.stats.lookups == 0
+        if isinstance(store, MemoryStore):
+            assert sink.runs == ["m-1"]  # it checks before running: it cannot roll back
+        else:
+            assert sink.runs == ["m-1", "m-1"]  # ran, then rolled back at commit
+            assert effects(store) == ["m-1"]
+        assert inbox.stats.duplicates_at_commit == 1
+    finally:
+        inbox.close()
+
+
+def test_each_activation_claims_a_new_epoch_and_fences_the_old(
+    make_store: StoreFactory, tmp_path: Any
+) -> None:
+    first_store, second_store = make_store(), make_store()
+    history = HistoryRecorder(tmp_path / "a.jsonl", "consumer-a")
+    first, _ = make_inbox(first_store)
+    first.recorder = history
+    second, sink2 = make_inbox(second_store)
+    try:
+        first.process(delivery("m-1"), 1)
+        assert first.epoch == 1
+        second.process(delivery("m-2"), 1)  # the other consumer became active
+        assert second.epoch == 2
+        with pytest.raises(StaleEpoch) as caught:
+            first.process(delivery("m-3"), 1)
+        assert (caught.value.epoch, caught.value.current) == (1, 2)
+        assert not first_store.seen(Q, "m-3")
+        assert first.stats.stale == 1
+        first.process(delivery("m-3"), 2)  # active again: a new epoch
+        assert first.epoch == 3
+        assert sink2.runs == ["m-2"]
+    finally:
+        first.close()
+        second.close()
+        history.close()
+    import json
+
+    events = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
+    assert [(e["type"], e.get("epoch")) for e in events] == [
+        ("active", 1), ("commit", 1), ("commit_rejected", 1), ("active", 3), ("commit", 3)]
+    assert events[2]["why"] == "stale-epoch"
+
+
+def test_an_epoch_from_outside(make_store: StoreFactory) -> None:
+    elected = [41]
+    inbox, _ = make_inbox(make_store(), epoch_source=lambda: elected[0])
+    try:
+        inbox.process(delivery("m-1"), 1)
+        assert inbox.epoch == 41
+        elected[0] = 40  # an older election result
+        with pytest.raises(StaleEpoch):
+            inbox.process(delivery("m-2"), 2)
+    finally:
+        inbox.close()
+
+
+def test_a_message_without_id_is_refused(make_store: StoreFactory) -> None:
+    inbox, sink = make_inbox(make_store())
+    try:
+        with pytest.raises(MissingMessageId, match="message_id"):
+            inbox.process(delivery(None, tag=7), 1)
+        assert sink.runs == []
+    finally:
+        inbox.close()
+
+
+def test_an_inbox_checks_what_it_is_given() -> None:
+    with pytest.raises(TypeError, match="Store"):
+        Inbox("sqlite:///x.db", lambda d, tx: None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="callable"):
+        Inbox(MemoryStore(), "effect")  # type: ignore[arg-type]

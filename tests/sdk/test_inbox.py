@@ -1,0 +1,307 @@
+"""Exactly-once effects under real faults: the real 3-node cluster, both consumer faces, every
+store. Each test checks the ledger the way a user would: every published message has exactly
+one effect, and the fault really produced the duplicate or the zombie it is about."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue as queue_module
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import attrs
+import pika
+import pytest
+
+from sdk import (
+    ConnectionSettings,
+    ConsumerSettings,
+    Delivery,
+    PublisherSettings,
+    QueueSettings,
+    Role,
+    StaleEpoch,
+)
+from sdk.dedup import Inbox, PostgresStore, SQLiteStore, Store
+from server import LocalCluster
+from tests.dedup.conftest import SQL_STORES, StoreFactory, store_factory
+from tests.dedup.ledger import Ledger
+from tests.helpers import wait_until
+from tests.relay import Relay
+from tests.sdk.conftest import close_connection_by_name, drain
+from tests.sdk.faces import ConsumerFace, PublisherFace
+
+MakePublisher = Callable[..., PublisherFace]
+N = 20
+
+
+def named(conn: ConnectionSettings, queue: QueueSettings, actor: str) -> ConnectionSettings:
+    """Connection settings whose name is unique to this test and actor (to close it)."""
+    return attrs.evolve(conn, name=f"{queue.name}-{actor}")
+
+
+def publish(publishers: MakePublisher, face: str, conn: ConnectionSettings,
+            queue: QueueSettings, count: int = N) -> list[str]:
+    pub = publishers(face, PublisherSettings(named(conn, queue, "pub"), queue=queue))
+    pub.start()
+    try:
+        return pub.publish_many([f"m{i}".encode() for i in range(count)])
+    finally:
+        pub.close()
+
+
+def ready_messages(cluster: LocalCluster, queue: str) -> int:
+    with pika.BlockingConnection(pika.URLParameters(cluster.urls()[1])) as raw:
+        return int(raw.channel().queue_declare(queue, passive=True).method.message_count)
+
+
+def assert_once_each(ledger: Ledger, ids: list[str]) -> None:
+    counts = ledger.counts()
+    assert set(counts) == set(ids), "a message has no effect, or an unknown one has"
+    assert [m for m, n in counts.items() if n > 1] == [], "a message had two effects"
+
+
+# ---------------------------------------------------------------------- duplicates
+
+
+def test_a_redelivery_after_the_effect_but_before_the_ack_has_one_effect(
+    face: str, cluster: LocalCluster, conn: ConnectionSettings, queue: QueueSettings,
+    publishers: MakePublisher, consumers: Callable[..., ConsumerFace],
+    make_store: StoreFactory,
+) -> None:
+    ledger = Ledger(make_store())
+    ids = publish(publishers, face, conn, queue)
+    settings = ConsumerSettings(named(conn, queue, "a"), queue)
+    closed: list[int] = []
+
+    def drop_connection_once(delivery: Delivery) -> None:
+        # The effect of ids[5] commits after the broker closed our connection: no ack.
+        if delivery.message_id == ids[5] and not closed:
+            closed.append(close_connection_by_name(cluster, str(settings.connection.name)))
+
+    inbox = Inbox(make_store(), ledger.effect("a", drop_connection_once))
+    c = consumers(face, settings, inbox=inbox).start()
+    wait_until(lambda: len(ledger.rows()) >= N and c.stats.acked >= N, 60, "every effect")
+    c.stop()
+    assert closed == [1]
+    assert_once_each(ledger, ids)
+    assert inbox.stats.duplicates_looked_up >= 1  # ids[5] came back, and was skipped
+    assert c.stats.reconnects == 1
+    assert drain(cluster.urls()[0], queue.name, expected=0) == []
+
+
+def test_a_retransmitted_copy_has_one_effect_under_the_default_policy(
+    face: str, cluster: LocalCluster, conn: ConnectionSettings, queue: QueueSettings,
+    publishers: MakePublisher, consumers: Callable[..., ConsumerFace],
+    make_store: StoreFactory,
+) -> None:
+    """The broker enqueues the messages but the publisher never sees the confirms (the
+    relay black-holes what the broker sends, then drops the connection), so it sends every
+    one again after reconnecting: each message is twice in the queue, the copy marked as a
+    retransmission and not flagged ``redelivered``."""
+    urls = cluster.urls()
+    with Relay(cluster.nodes[0].amqp_port) as relay:
+        pconn = attrs.evolve(named(conn, queue, "pub"), urls=[relay.url(urls[0]), *urls[1:]])
+        pub = publishers(face, PublisherSettings(pconn, queue=queue))
+        pub.start()
+        relay.black_hole()
+        published: list[str] = []
+        sender = threading.Thread(target=lambda: published.extend(
+            pub.publish_many([f"m{i}".encode() for i in range(N)])))
+        sender.start()
+        wait_until(lambda: ready_messages(cluster, queue.name) >= N, 30,
+                   "the broker to enqueue the first copies")
+        relay.cut()
+        sender.join(60)
+    assert len(published) == N
+    assert pub.stats.retransmitted >= N
+    assert ready_messages(cluster, queue.name) >= 2 * N
+
+    ledger = Ledger(make_store())
+    inbox = Inbox(make_store(), ledger.effect("a"))
+    c = consumers(face, ConsumerSettings(named(conn, queue, "a"), queue), inbox=inbox).start()
+    wait_until(lambda: c.stats.acked >= 2 * N, 60, "both copies of every message acked")
+    c.stop()
+    assert_once_each(ledger, published)
+    assert inbox.stats.duplicates_looked_up == N  # found by the retransmission mark
+    assert inbox.stats.duplicates_at_commit == 0
+
+
+# ---------------------------------------------------------------------- zombies
+
+
+def test_a_replaced_consumer_cannot_commit_after_its_successor(
+    face: str, cluster: LocalCluster, conn: ConnectionSettings, queue: QueueSettings,
+    publishers: MakePublisher, consumers: Callable[..., ConsumerFace],
+    make_store: StoreFactory,
+) -> None:
+    """Consumer a is stuck inside its effect when the broker drops it; b takes the queue and
+    handles everything; then a's effect finishes and tries to commit: refused, a stops."""
+    ledger = Ledger(make_store())
+    inside, release = threading.Event(), threading.Event()
+    ids = publish(publishers, face, conn, queue, 5)
+
+    def stuck(delivery: Delivery) -> None:
+        if delivery.message_id == ids[0] and not inside.is_set():
+            inside.set()
+            release.wait(60)
+
+    a_settings = ConsumerSettings(named(conn, queue, "a"), queue)
+    a_inbox = Inbox(make_store(), ledger.effect("a", stuck))
+    a = consumers(face, a_settings, inbox=a_inbox).start()
+    assert inside.wait(30)
+    b_inbox = Inbox(make_store(), ledger.effect("b"))
+    b = consumers(face, ConsumerSettings(named(conn, queue, "b"), queue),
+                  inbox=b_inbox).start()
+    assert b.role is Role.WAITING
+    assert close_connection_by_name(cluster, str(a_settings.connection.name)) == 1
+    wait_until(lambda: len(ledger.rows()) >= 5, 60, "b to handle every message")
+    assert b.role is Role.ACTIVE
+    release.set()
+    error = a.ended(30)
+    assert isinstance(error, StaleEpoch)
+    assert (error.epoch, error.current) == (a_inbox.epoch, b_inbox.epoch)
+    assert a_inbox.stats.committed == 0
+    assert_once_each(ledger, ids)
+    assert {actor for _, actor in ledger.rows()} == {"b"}
+
+
+def start_process(face: str, conn: ConnectionSettings, queue: QueueSettings, store: Store,
+                  actor: str, **env: str) -> subprocess.Popen[str]:
+    kind = "sqlite" if isinstance(store, SQLiteStore) else "postgres"
+    location = str(store.path) if isinstance(store, SQLiteStore) else \
+        store.dsn if isinstance(store, PostgresStore) else ""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.dedup.inbox_process", face, queue.name, kind, location,
+         actor],
+        env={**os.environ, "SAC_AMQP_URLS": ",".join(conn.urls), "SAC_HEARTBEAT": "2", **env},
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        cwd=Path(__file__).parents[2],
+    )
+
+
+def finish(proc: subprocess.Popen[str]) -> None:
+    proc.kill()
+    proc.wait(10)
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+
+
+class Lines:
+    """A consumer process's stdout, read by a thread, so that waiting for a line can time
+    out."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: queue_module.Queue[str | None] = queue_module.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+        self.lines.put(None)
+
+    def expect(self, prefix: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue_module.Empty:
+                raise AssertionError(
+                    f"no {prefix!r} from the consumer process within {timeout} s; "
+                    f"it printed {self.seen}") from None
+            if line is None:
+                raise AssertionError(f"the process ended ({self.proc.wait(10)}) before "
+                                     f"{prefix!r}; it printed {self.seen}")
+            self.seen.append(line)
+            if line.startswith(prefix):
+                return line
+
+
+@pytest.fixture(params=SQL_STORES)
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    store = store_factory(str(request.param), tmp_path, request)()
+    yield store
+    store.close()
+
+
+def test_a_frozen_zombie_is_fenced_when_it_wakes(
+    face: str, conn: ConnectionSettings, queue: QueueSettings, publishers: MakePublisher,
+    consumers: Callable[..., ConsumerFace], shared_store: Store, tmp_path: Path,
+) -> None:
+    """The issue's zombie: a consumer process is SIGSTOPped inside its handler; the broker
+    hands the queue to the waiting consumer, which handles the message; the zombie is
+    SIGCONTed and tries to commit: refused, one effect, nothing lost."""
+    ledger = Ledger(shared_store)
+    ids = publish(publishers, face, conn, queue, 5)
+    zombie = start_process(face, conn, queue, shared_store, "zombie",
+                           SAC_TEST_PAUSE_ON=ids[0])
+    try:
+        out = Lines(zombie)
+        out.expect("paused", 60)
+        zombie.send_signal(signal.SIGSTOP)
+        store_b = type(shared_store)(shared_store.path if isinstance(shared_store, SQLiteStore)
+                                     else shared_store.dsn)  # type: ignore[union-attr]
+        b = consumers(face, ConsumerSettings(named(conn, queue, "b"), queue),
+                      inbox=Inbox(store_b, ledger.effect("b"))).start()
+        wait_until(lambda: len(ledger.rows()) >= 5, 60, "the standby to handle everything")
+        assert b.role is Role.ACTIVE
+        zombie.send_signal(signal.SIGCONT)
+        assert zombie.stdin is not None
+        zombie.stdin.write("go\n")
+        zombie.stdin.flush()
+        out.expect("fenced", 60)
+        assert zombie.wait(30) == 3
+    finally:
+        finish(zombie)
+    assert_once_each(ledger, ids)
+    assert {actor for _, actor in ledger.rows()} == {"b"}
+
+
+def test_a_crash_between_commit_and_ack_has_one_effect(
+    face: str, conn: ConnectionSettings, queue: QueueSettings, publishers: MakePublisher,
+    consumers: Callable[..., ConsumerFace], shared_store: Store,
+) -> None:
+    ledger = Ledger(shared_store)
+    ids = publish(publishers, face, conn, queue, 5)
+    crashing = start_process(face, conn, queue, shared_store, "crashing",
+                             SAC_TEST_HOLD_AFTER_COMMIT=ids[2])
+    try:
+        Lines(crashing).expect("committed", 60)
+        crashing.send_signal(signal.SIGKILL)
+        crashing.wait(10)
+    finally:
+        finish(crashing)
+    assert ledger.counts()[ids[2]] == 1  # committed before the kill
+    store_b = type(shared_store)(shared_store.path if isinstance(shared_store, SQLiteStore)
+                                 else shared_store.dsn)  # type: ignore[union-attr]
+    inbox = Inbox(store_b, ledger.effect("b"))
+    b = consumers(face, ConsumerSettings(named(conn, queue, "b"), queue), inbox=inbox).start()
+    wait_until(lambda: b.stats.acked >= 5, 60, "the standby to settle every message")
+    assert_once_each(ledger, ids)
+    assert inbox.stats.duplicates_looked_up >= 1  # ids[2] came back, redelivered
+    assert dict(ledger.rows())[ids[2]] == "crashing"
+
+
+def test_a_store_that_cannot_be_used_fails_before_consuming(
+    face: str, cluster: LocalCluster, conn: ConnectionSettings, queue: QueueSettings,
+    publishers: MakePublisher, consumers: Callable[..., ConsumerFace], tmp_path: Path,
+) -> None:
+    from sdk import StoreUnavailable
+
+    ids = publish(publishers, face, conn, queue, 3)
+    bad = Inbox(SQLiteStore(tmp_path / "missing" / "dedup.db"), lambda d, tx: None)
+    c = consumers(face, ConsumerSettings(named(conn, queue, "a"), queue), inbox=bad)
+    with pytest.raises(StoreUnavailable, match="does not exist"):
+        c.start()
+    assert ready_messages(cluster, queue.name) == len(ids)  # nothing was taken
