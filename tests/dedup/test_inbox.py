@@ -159,3 +159,22 @@ def test_an_inbox_checks_what_it_is_given() -> None:
         Inbox("sqlite:///x.db", lambda d, tx: None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="callable"):
         Inbox(MemoryStore(), "effect")  # type: ignore[arg-type]
+
+
+def test_records_are_purged_in_the_background_while_messages_commit(
+    make_store: StoreFactory,
+) -> None:
+    from sdk.dedup import Retention
+    from tests.helpers import wait_until
+
+    store = make_store()
+    inbox, _ = make_inbox(store, retention=Retention(max_records=5, interval=0.05, batch=2))
+    try:
+        for n in range(40):
+            inbox.process(delivery(f"m-{n}"), 1)
+        wait_until(lambda: len(store.records(Q)) <= 5, 10, "the purge to keep 5 records")
+        kept = [r[0] for r in store.records(Q)]
+        assert kept[-1] == "m-39"  # the newest stay
+        assert inbox.process(delivery("m-40"), 1) is Outcome.COMMITTED
+    finally:
+        inbox.close()
