@@ -233,7 +233,8 @@ class AsyncConsumer(Recovering):
     # face overrides these three methods to run them in the caller's thread.
 
     def _start_dispatch(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._work())
+        work = self._work() if self._inbox is None else self._work_inbox(self._inbox)
+        self._task = asyncio.get_running_loop().create_task(work)
 
     def _dispatch(self, generation: int, delivery: Delivery) -> None:
         self._pending.append((generation, delivery))
@@ -256,7 +257,6 @@ class AsyncConsumer(Recovering):
         loop = asyncio.get_running_loop()
         handler = self._handler
         is_async = inspect.iscoroutinefunction(handler)
-        inbox = self._inbox
         while True:
             while not pending:
                 self._waiter = loop.create_future()
@@ -269,22 +269,64 @@ class AsyncConsumer(Recovering):
             if self._stopping or generation != self._generation:
                 continue  # not started: the broker requeues it when the channel closes
             try:
-                if inbox is not None:
-                    # Store work runs on the inbox's own thread, in delivery order.
-                    await loop.run_in_executor(
-                        inbox.executor, inbox.process, delivery, self._activation)
-                elif is_async:
+                if is_async:
                     await handler(delivery)  # type: ignore[misc,operator]
                 else:
                     # A plain function runs in a thread, so it cannot stall the heartbeats.
                     await asyncio.to_thread(handler, delivery)  # type: ignore[arg-type]
                 ok = True
-            except StaleEpoch as exc:
-                self._fenced(exc)
-                return
             except Exception:  # noqa: BLE001 - logged there; the message is requeued
                 ok = self._handler_failed(delivery)
             self._settle_one(generation, delivery.delivery_tag, ok, not pending)
+
+    async def _work_inbox(self, inbox: Inbox) -> None:
+        """The inbox's effects block (store drivers do), so they run on the inbox's thread;
+        deliveries go there in batches of what is waiting (up to ``ack_batch``), which keeps
+        delivery order and pays one thread hop per batch rather than per message."""
+        pending = self._pending
+        loop = asyncio.get_running_loop()
+        limit = self.settings.ack_batch
+        while True:
+            while not pending:
+                self._waiter = loop.create_future()
+                await self._waiter
+                self._waiter = None
+            batch: list[tuple[int, Delivery]] = []
+            last = False
+            while pending and len(batch) < limit:
+                item = pending.popleft()
+                if item is None:
+                    last = True
+                    break
+                batch.append(item)
+            if batch:
+                outcomes, fenced = await loop.run_in_executor(
+                    inbox.executor, self._process_batch, inbox, batch)
+                self._settle(outcomes, not pending)
+                if fenced is not None:
+                    self._fenced(fenced)
+                    return
+            if last:
+                return
+
+    def _process_batch(
+        self, inbox: Inbox, batch: list[tuple[int, Delivery]]
+    ) -> tuple[list[_Outcome], StaleEpoch | None]:
+        """On the inbox's thread: each delivery of the current channel through the inbox, in
+        order, until one is fenced (that one gets no outcome: it is not acked)."""
+        outcomes: list[_Outcome] = []
+        for generation, delivery in batch:
+            if self._stopping or generation != self._generation:
+                continue  # not started: the broker requeues it when the channel closes
+            try:
+                inbox.process(delivery, self._activation)
+                ok = True
+            except StaleEpoch as exc:
+                return outcomes, exc
+            except Exception:  # noqa: BLE001 - logged there; the message is requeued
+                ok = self._handler_failed(delivery)
+            outcomes.append((generation, delivery.delivery_tag, ok))
+        return outcomes, None
 
     def _fenced(self, exc: StaleEpoch) -> None:
         """A newer consumer holds the queue: leave the message unacked (the broker has given
