@@ -8,6 +8,7 @@ import contextlib
 import os
 import queue as queue_module
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -26,7 +27,9 @@ from sdk import (
     PublisherSettings,
     QueueSettings,
     Role,
+    SchemaMismatch,
     StaleEpoch,
+    StoreUnavailable,
 )
 from sdk.dedup import Inbox, PostgresStore, SQLiteStore, Store
 from server import LocalCluster
@@ -293,15 +296,29 @@ def test_a_crash_between_commit_and_ack_has_one_effect(
     assert dict(ledger.rows())[ids[2]] == "crashing"
 
 
+@pytest.mark.parametrize("bad", ["missing-directory", "wrong-password", "old-schema"])
 def test_a_store_that_cannot_be_used_fails_before_consuming(
-    face: str, cluster: LocalCluster, conn: ConnectionSettings, queue: QueueSettings,
+    face: str, bad: str, cluster: LocalCluster, conn: ConnectionSettings, queue: QueueSettings,
     publishers: MakePublisher, consumers: Callable[..., ConsumerFace], tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
-    from sdk import StoreUnavailable
-
     ids = publish(publishers, face, conn, queue, 3)
-    bad = Inbox(SQLiteStore(tmp_path / "missing" / "dedup.db"), lambda d, tx: None)
-    c = consumers(face, ConsumerSettings(named(conn, queue, "a"), queue), inbox=bad)
-    with pytest.raises(StoreUnavailable, match="does not exist"):
+    store: Store
+    if bad == "missing-directory":
+        store, error, match = SQLiteStore(tmp_path / "missing" / "dedup.db"), \
+            StoreUnavailable, "does not exist"
+    elif bad == "wrong-password":
+        dsn = store_factory("postgres", tmp_path, request)().dsn  # type: ignore[attr-defined]
+        user = dsn.split("://")[1].split("@")[0]
+        store, error, match = PostgresStore(dsn.replace(user, "sac:not-the-password")), \
+            StoreUnavailable, "does not connect"
+    else:
+        with sqlite3.connect(tmp_path / "old.db") as db:
+            db.execute("CREATE TABLE sac_dedup_records (queue TEXT, message_id TEXT)")
+        db.close()
+        store, error, match = SQLiteStore(tmp_path / "old.db"), SchemaMismatch, "version 0"
+    c = consumers(face, ConsumerSettings(named(conn, queue, "a"), queue),
+                  inbox=Inbox(store, lambda d, tx: None))
+    with pytest.raises(error, match=match):
         c.start()
     assert ready_messages(cluster, queue.name) == len(ids)  # nothing was taken
