@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .._errors import SchemaMismatch, StaleEpoch
+from .._errors import ClosedError, SchemaMismatch, StaleEpoch
 from ._store import SCHEMA_VERSION, Duplicate, Retention, Store, Transaction, now_or
 
 META = "sac_dedup_meta"
@@ -140,7 +140,6 @@ class SqlStore(Store):
     def _connection(self) -> Any:
         """The open connection; a broken one is replaced once (the server restarted)."""
         if self._conn is None:
-            from .._errors import ClosedError
             raise ClosedError(f"dedup store {self.description} is not open")
         if not self._usable(self._conn):
             with contextlib.suppress(Exception):
