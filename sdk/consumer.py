@@ -312,19 +312,19 @@ class AsyncConsumer(Recovering):
     def _process_batch(
         self, inbox: Inbox, batch: list[tuple[int, Delivery]]
     ) -> tuple[list[_Outcome], StaleEpoch | None]:
-        """On the inbox's thread: each delivery of the current channel through the inbox, in
-        order, until one is fenced (that one gets no outcome: it is not acked)."""
+        """In the thread that runs effects (either face): the deliveries of the current
+        channel through the inbox as one store transaction. Fenced: no outcome at all, so
+        nothing of the batch is acked."""
+        live = [(g, d) for g, d in batch if not self._stopping and g == self._generation]
+        if not live:
+            return [], None
+        try:
+            results = inbox.process_batch([d for _, d in live], self._activation)
+        except StaleEpoch as exc:
+            return [], exc
         outcomes: list[_Outcome] = []
-        for generation, delivery in batch:
-            if self._stopping or generation != self._generation:
-                continue  # not started: the broker requeues it when the channel closes
-            try:
-                inbox.process(delivery, self._activation)
-                ok = True
-            except StaleEpoch as exc:
-                return outcomes, exc
-            except Exception:  # noqa: BLE001 - logged there; the message is requeued
-                ok = self._handler_failed(delivery)
+        for (generation, delivery), result in zip(live, results, strict=True):
+            ok = not isinstance(result, Exception) or self._handler_failed(delivery, result)
             outcomes.append((generation, delivery.delivery_tag, ok))
         return outcomes, None
 
@@ -336,11 +336,12 @@ class AsyncConsumer(Recovering):
             self._done.set_exception(exc)
         asyncio.get_running_loop().create_task(self.stop(timeout=1.0))
 
-    def _handler_failed(self, delivery: Delivery) -> bool:
-        """Count and log a handler's exception; False, the outcome that rejects with requeue."""
+    def _handler_failed(self, delivery: Delivery, exc: BaseException | None = None) -> bool:
+        """Count and log a handler's exception (the one being handled, or ``exc``); False,
+        the outcome that rejects with requeue."""
         self._errors += 1
-        log.exception("handler failed for message %s; rejecting it with requeue",
-                      delivery.message_id)
+        log.error("handler failed for message %s; rejecting it with requeue",
+                  delivery.message_id, exc_info=exc if exc is not None else True)
         return False
 
     # ------------------------------------------------------------------ broker events
@@ -648,25 +649,33 @@ class Consumer:
         fenced: StaleEpoch | None = None
         try:
             while fenced is None and (items := engine.handoff.get()) is not None:
+                if inbox is not None:
+                    for start in range(0, len(items), limit):
+                        outcomes, fenced = engine._process_batch(
+                            inbox, items[start:start + limit])
+                        if fenced is not None:
+                            break  # not acked: a newer consumer has the messages
+                        batch += outcomes
+                        if len(batch) >= limit:
+                            engine.settle_from_thread(batch, False)
+                            batch = []
+                    if fenced is None and engine.handoff.empty():
+                        engine.settle_from_thread(batch, True)
+                        batch = []
+                    continue
                 for generation, delivery in items:
                     if engine.stale(generation):
                         continue
                     try:
-                        if inbox is not None:
-                            inbox.process(delivery, engine.activation)
-                        else:
-                            handler(delivery)  # type: ignore[operator]
+                        handler(delivery)  # type: ignore[operator]
                         ok = True
-                    except StaleEpoch as stale:
-                        fenced = stale  # not acked: a newer consumer has the message
-                        break
                     except Exception:  # noqa: BLE001 - logged there; requeued
                         ok = engine._handler_failed(delivery)
                     batch.append((generation, delivery.delivery_tag, ok))
                     if len(batch) >= limit:
                         engine.settle_from_thread(batch, False)
                         batch = []
-                if fenced is None and engine.handoff.empty():  # idle: acks go out now
+                if engine.handoff.empty():  # idle: acks go out now
                     engine.settle_from_thread(batch, True)
                     batch = []
         except BaseException:  # KeyboardInterrupt: hand over gracefully, then re-raise

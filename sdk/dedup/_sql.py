@@ -1,21 +1,22 @@
 """What the SQLite and PostgreSQL stores share: the tables, the commit protocol, purging.
 
-The commit protocol, inside the transaction that already holds the handler's effect:
+The commit protocol. Messages are committed in batches (one store transaction, one fsync,
+for what the consumer has waiting); each message's effect runs inside a savepoint, then:
 
-1. read the queue's epoch (``FOR SHARE`` on PostgreSQL, so that a claim waits for this
-   commit): newer than ours means we were replaced, so roll back: ``StaleEpoch``. It comes
-   first so that a replaced consumer learns that it was replaced, not merely that its
-   successor handled this message;
-2. insert the record (``ON CONFLICT DO NOTHING``): no row inserted means another consumer
-   committed this message first, so roll back: ``Duplicate``. On SQLite this takes the one
-   write lock (if the effect did not already), so no claim can slip in before the commit;
-   if one slipped in between step 1 and 2, SQLite refuses the write (busy snapshot) and the
-   message is retried;
-3. commit, then run the ``on_commit`` callbacks.
+1. its record is inserted (``ON CONFLICT DO NOTHING``): no row inserted means another
+   consumer committed this message first, so its savepoint is rolled back: ``Duplicate``
+   (or ``StaleEpoch``, if a newer epoch exists: a replaced consumer learns that it was
+   replaced, not merely that its successor handled this message);
+2. at the end of the batch the queue's epoch is read (``FOR SHARE`` on PostgreSQL, so that
+   a claim waits for this commit; on SQLite the batch already holds the one write lock, so
+   no claim can slip in): newer than ours means we were replaced, so everything is rolled
+   back: ``StaleEpoch``;
+3. commit, then the ``on_commit`` callbacks.
 
-Nothing is locked before step 1, so a consumer frozen inside its handler holds no lock that
-its successor needs (on SQLite, as long as the handler has not written yet: SQLite has one
-writer at a time).
+Nothing is locked before a message's first write, so a consumer frozen inside its handler
+holds no lock that its successor needs (on SQLite, as long as that handler has not written
+yet: SQLite has one writer at a time). If a claim slips in on SQLite between a batch's first
+read and its first write, SQLite refuses the write (busy snapshot) and the batch is retried.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .._errors import ClosedError, SchemaMismatch, StaleEpoch
-from ._store import SCHEMA_VERSION, Duplicate, Retention, Store, Transaction, now_or
+from ._store import SCHEMA_VERSION, Batch, Duplicate, Retention, Store, Transaction, now_or
 
 META = "sac_dedup_meta"
 EPOCHS = "sac_dedup_epochs"
@@ -178,30 +179,29 @@ class SqlStore(Store):
             return conn.execute(self._sql_seen, (queue, message_id)).fetchone() is not None
 
     @contextlib.contextmanager
-    def transaction(
-        self, queue: str, message_id: str, epoch: int, consumer: str | None = None
-    ) -> Iterator[Transaction]:
+    def batch(
+        self, queue: str, epoch: int, consumer: str | None = None
+    ) -> Iterator[Batch]:
         with self._lock:
             conn = self._connection()
             conn.execute("BEGIN")
+            batch = _SqlBatch(self, conn, queue, epoch, consumer)
             try:
-                tx = Transaction(conn, queue, message_id, epoch)
-                yield tx
-                row = conn.execute(self._sql_epoch, (queue,)).fetchone()
-                current = 0 if row is None else int(row[0])
-                if current > epoch:
-                    raise StaleEpoch(queue, epoch, current)
-                inserted = conn.execute(
-                    self._sql_insert_record,
-                    (queue, message_id, epoch, consumer, time.time())).rowcount
-                if inserted == 0:
-                    raise Duplicate(message_id)
+                yield batch
+                if batch.staged:
+                    self._check_epoch(conn, queue, epoch)
             except BaseException:
                 with contextlib.suppress(Exception):
                     conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
-        tx.run_after_commit()
+        batch.run_after_commit()
+
+    def _check_epoch(self, conn: Any, queue: str, epoch: int) -> None:
+        row = conn.execute(self._sql_epoch, (queue,)).fetchone()
+        current = 0 if row is None else int(row[0])
+        if current > epoch:
+            raise StaleEpoch(queue, epoch, current)
 
     def records(self, queue: str) -> list[tuple[str, int, str | None, float]]:
         with self._lock:
@@ -243,3 +243,42 @@ class SqlStore(Store):
                             sql, (queue, row[0], retention.batch)).rowcount) > 0:
                         dropped += n
         return dropped
+
+
+class _SqlBatch(Batch):
+    """Each message inside a savepoint, so that one failed effect or duplicate undoes only
+    its own writes."""
+
+    def __init__(self, store: SqlStore, conn: Any, queue: str, epoch: int,
+                 consumer: str | None) -> None:
+        super().__init__(queue, epoch, consumer)
+        self._store = store
+        self._conn = conn
+
+    def seen(self, message_id: str) -> bool:
+        # Inside the transaction: this batch's own records count too.
+        return self._conn.execute(
+            self._store._sql_seen, (self.queue, message_id)).fetchone() is not None
+
+    @contextlib.contextmanager
+    def message(self, message_id: str) -> Iterator[Transaction]:
+        conn = self._conn
+        store = self._store
+        conn.execute("SAVEPOINT sac_message")
+        tx = Transaction(conn, self.queue, message_id, self.epoch)
+        try:
+            yield tx
+            inserted = conn.execute(
+                store._sql_insert_record,
+                (self.queue, message_id, self.epoch, self.consumer, time.time())).rowcount
+            if inserted == 0:
+                # Rare: tell a replaced consumer that it was replaced, not merely that its
+                # successor handled this message.
+                store._check_epoch(conn, self.queue, self.epoch)
+                raise Duplicate(message_id)
+        except BaseException:
+            conn.execute("ROLLBACK TO SAVEPOINT sac_message")
+            conn.execute("RELEASE SAVEPOINT sac_message")
+            raise
+        conn.execute("RELEASE SAVEPOINT sac_message")
+        self._stage(message_id, tx)

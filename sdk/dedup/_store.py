@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -96,6 +96,38 @@ class Transaction:
         return self.connection.execute(sql, params)
 
 
+class Batch(abc.ABC):
+    """Messages staged in one store transaction. ``message()`` wraps one message's effect:
+    an exception inside (the effect failed) or ``Duplicate``/``StaleEpoch`` on its exit
+    undoes that message only; the others stay staged. ``staged`` lists what will commit."""
+
+    def __init__(self, queue: str, epoch: int, consumer: str | None) -> None:
+        self.queue = queue
+        self.epoch = epoch
+        self.consumer = consumer
+        self.staged: list[str] = []
+        self.late_duplicates: set[str] = set()
+        """Staged ids found committed by another consumer at commit time (memory store):
+        their records and ``on_commit`` actions were dropped."""
+        self._after: list[tuple[str, Transaction]] = []
+
+    @abc.abstractmethod
+    def message(self, message_id: str) -> contextlib.AbstractContextManager[Transaction]: ...
+
+    @abc.abstractmethod
+    def seen(self, message_id: str) -> bool:
+        """Committed before, or staged earlier in this batch."""
+
+    def _stage(self, message_id: str, tx: Transaction) -> None:
+        self.staged.append(message_id)
+        self._after.append((message_id, tx))
+
+    def run_after_commit(self) -> None:
+        for message_id, tx in self._after:
+            if message_id not in self.late_duplicates:
+                tx.run_after_commit()
+
+
 class Store(abc.ABC):
     """The store interface. All methods are blocking and thread-safe; ``open`` must be called
     before the others and raises ``StoreUnavailable`` or ``SchemaMismatch`` when the store
@@ -131,12 +163,22 @@ class Store(abc.ABC):
         """Whether the message's effect was committed (and not yet purged)."""
 
     @abc.abstractmethod
+    def batch(
+        self, queue: str, epoch: int, consumer: str | None = None
+    ) -> contextlib.AbstractContextManager[Batch]:
+        """One store transaction for several messages (one commit, one fsync for all). On a
+        clean exit: check the epoch and commit everything staged, or raise ``StaleEpoch``
+        after rolling all of it back."""
+
+    @contextlib.contextmanager
     def transaction(
         self, queue: str, message_id: str, epoch: int, consumer: str | None = None
-    ) -> contextlib.AbstractContextManager[Transaction]:
-        """Run the effect inside; on a clean exit, check the epoch, write the record and
-        commit, all or nothing. Raises ``StaleEpoch`` or ``Duplicate`` (after rolling back);
-        an exception from inside rolls back and propagates."""
+    ) -> Iterator[Transaction]:
+        """A batch of one: run the effect inside; on a clean exit, check the epoch, write the
+        record and commit, all or nothing. Raises ``StaleEpoch`` or ``Duplicate`` (after
+        rolling back); an exception from inside rolls back and propagates."""
+        with self.batch(queue, epoch, consumer) as batch, batch.message(message_id) as tx:
+            yield tx
 
     @abc.abstractmethod
     def purge(self, retention: Retention, now: float | None = None) -> int:

@@ -12,9 +12,12 @@ Give a consumer an ``Inbox`` instead of a plain handler::
 
 Per message: maybe look the id up (``LookupPolicy``); run the effect inside the store's
 transaction; write the record and check the epoch in the same transaction; commit; only then
-does the consumer ack. Each time the consumer becomes the active one it claims a new epoch
-(or adopts one from ``epoch_source``, e.g. a ZooKeeper election); a commit from an older epoch
-is refused with ``StaleEpoch`` and the consumer stops without acking.
+does the consumer ack. What the consumer has waiting (up to ``ack_batch`` messages) commits
+in one transaction: one fsync for the batch, each effect in a savepoint of its own.
+
+Each time the consumer becomes the active one it claims a new epoch (or adopts one from
+``epoch_source``, e.g. a ZooKeeper election); a commit from an older epoch is refused with
+``StaleEpoch`` and the consumer stops without acking.
 """
 
 from __future__ import annotations
@@ -23,14 +26,14 @@ import concurrent.futures
 import enum
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import attrs
 
 from .._delivery import Delivery
 from .._errors import MissingMessageId, StaleEpoch
 from .._history import HistoryRecorder
-from ._store import Duplicate, Retention, Store, Transaction
+from ._store import Batch, Duplicate, Retention, Store, Transaction
 
 log = logging.getLogger("sac.dedup")
 
@@ -178,46 +181,93 @@ class Inbox:
         return epoch
 
     def process(self, delivery: Delivery, activation: int) -> Outcome:
-        """Run the effect once for this message id. ``activation`` changes each time the
-        consumer becomes active; the first message of a new activation claims the epoch.
-        Raises ``StaleEpoch`` (nothing committed: do not ack) or what the effect raised."""
+        """``process_batch`` of one message; raises what its effect raised."""
+        [result] = self.process_batch([delivery], activation)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def process_batch(
+        self, deliveries: Sequence[Delivery], activation: int
+    ) -> list[Outcome | Exception]:
+        """Run each message's effect at most once per message id, all in one store
+        transaction (one commit for the batch; each effect isolated in a savepoint).
+
+        Returns, per delivery in order: ``COMMITTED``, ``DUPLICATE`` (ack it, its effect
+        was committed before) or the exception its effect raised (reject it; nothing of it
+        was committed). ``activation`` changes each time the consumer becomes active; the
+        first batch of a new activation claims the epoch first. Raises ``StaleEpoch`` when
+        this consumer was replaced: nothing of the batch was committed, ack none of it.
+        """
         queue = self._queue()
-        message_id = delivery.message_id
-        if not message_id:
-            raise MissingMessageId(queue, delivery.delivery_tag)
         if activation != self._activation:
             self.activate()
             self._activation = activation
         store = self.store
         rec = self.recorder
         policy = self.policy
+        epoch = self._epoch
+        results: list[Outcome | Exception] = []
+        try:
+            with store.batch(queue, epoch, self.consumer) as batch:
+                for delivery in deliveries:
+                    results.append(self._one(batch, delivery, queue, policy))
+        except StaleEpoch:
+            self._stale += 1
+            if rec is not None:
+                for delivery, result in zip(deliveries, results, strict=False):
+                    if result is Outcome.COMMITTED:
+                        rec.record("commit_rejected", msg=delivery.message_id, epoch=epoch,
+                                   why="stale-epoch")
+            raise
+        except Exception as exc:  # noqa: BLE001 - the commit failed: requeue them all
+            log.error("committing %d message(s) to %s failed: %s", len(deliveries),
+                      store.description, exc)
+            return [exc] * len(deliveries)
+        for i, delivery in enumerate(deliveries):
+            if results[i] is not Outcome.COMMITTED:
+                continue
+            if delivery.message_id in batch.late_duplicates:
+                results[i] = Outcome.DUPLICATE
+                self._dup_commit += 1
+                if rec is not None:
+                    rec.record("commit_rejected", msg=delivery.message_id, epoch=epoch,
+                               why="duplicate")
+                continue
+            self._committed += 1
+            if rec is not None:
+                rec.record("commit", msg=delivery.message_id, epoch=epoch)
+        return results
+
+    def _one(self, batch: Batch, delivery: Delivery, queue: str,
+             policy: LookupPolicy) -> Outcome | Exception:
+        message_id = delivery.message_id
+        if not message_id:
+            return MissingMessageId(queue, delivery.delivery_tag)
+        rec = self.recorder
         if policy is LookupPolicy.ALWAYS or (
             policy is LookupPolicy.DEFAULT and delivery.maybe_duplicate
         ):
             self._lookups += 1
-            if store.seen(queue, message_id):
+            if batch.seen(message_id):
                 self._dup_lookup += 1
                 if rec is not None:
                     rec.record("duplicate_skipped", msg=message_id,
                                why="redelivered-seen" if delivery.redelivered else "id-seen")
                 return Outcome.DUPLICATE
-        epoch = self._epoch
         try:
-            with store.transaction(queue, message_id, epoch, self.consumer) as tx:
+            with batch.message(message_id) as tx:
                 self.effect(delivery, tx)
         except Duplicate:
             self._dup_commit += 1
             if rec is not None:
-                rec.record("commit_rejected", msg=message_id, epoch=epoch, why="duplicate")
+                rec.record("commit_rejected", msg=message_id, epoch=batch.epoch,
+                           why="duplicate")
             return Outcome.DUPLICATE
         except StaleEpoch:
-            self._stale += 1
-            if rec is not None:
-                rec.record("commit_rejected", msg=message_id, epoch=epoch, why="stale-epoch")
             raise
-        self._committed += 1
-        if rec is not None:
-            rec.record("commit", msg=message_id, epoch=epoch)
+        except Exception as exc:  # noqa: BLE001 - the consumer logs it and requeues
+            return exc
         return Outcome.COMMITTED
 
     def _queue(self) -> str:

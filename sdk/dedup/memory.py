@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 
 from .._errors import ConfigurationError, StaleEpoch
-from ._store import Duplicate, Retention, Store, Transaction, now_or
+from ._store import Batch, Duplicate, Retention, Store, Transaction, now_or
 
 _Record = tuple[int, str | None, float]
 
@@ -64,22 +64,25 @@ class MemoryStore(Store):
             return records is not None and message_id in records
 
     @contextlib.contextmanager
-    def transaction(
-        self, queue: str, message_id: str, epoch: int, consumer: str | None = None
-    ) -> Iterator[Transaction]:
-        if self.seen(queue, message_id):
-            raise Duplicate(message_id)
-        tx = Transaction(None, queue, message_id, epoch)
-        yield tx
+    def batch(
+        self, queue: str, epoch: int, consumer: str | None = None
+    ) -> Iterator[Batch]:
+        batch = _MemoryBatch(self, queue, epoch, consumer)
+        yield batch
+        if not batch.staged:
+            return
         with self._lock:
             current = self._epochs.get(queue, 0)
             if epoch < current:
                 raise StaleEpoch(queue, epoch, current)
             records = self._records.setdefault(queue, collections.OrderedDict())
-            if message_id in records:
-                raise Duplicate(message_id)
-            tx.run_after_commit()  # a failing callback leaves no record: the message retries
-            records[message_id] = (epoch, consumer, time.time())
+            now = time.time()
+            for message_id, tx in batch.pending:
+                if message_id in records:  # another consumer of this process was quicker
+                    batch.late_duplicates.add(message_id)
+                    continue
+                tx.run_after_commit()  # a failing callback leaves no record: it retries
+                records[message_id] = (epoch, consumer, now)
             while len(records) > self.max_records:
                 records.popitem(last=False)
 
@@ -101,3 +104,27 @@ class MemoryStore(Store):
     def records(self, queue: str) -> list[tuple[str, int, str | None, float]]:
         with self._lock:
             return [(mid, e, c, t) for mid, (e, c, t) in self._records.get(queue, {}).items()]
+
+
+class _MemoryBatch(Batch):
+    def __init__(self, store: MemoryStore, queue: str, epoch: int,
+                 consumer: str | None) -> None:
+        super().__init__(queue, epoch, consumer)
+        self._store = store
+        self.pending: list[tuple[str, Transaction]] = []
+
+    def seen(self, message_id: str) -> bool:
+        return message_id in self.staged or self._store.seen(self.queue, message_id)
+
+    @contextlib.contextmanager
+    def message(self, message_id: str) -> Iterator[Transaction]:
+        store = self._store
+        if message_id in self.staged or store.seen(self.queue, message_id):
+            current = store.current_epoch(self.queue)
+            if current > self.epoch:
+                raise StaleEpoch(self.queue, self.epoch, current)
+            raise Duplicate(message_id)
+        tx = Transaction(None, self.queue, message_id, self.epoch)
+        yield tx
+        self.staged.append(message_id)
+        self.pending.append((message_id, tx))

@@ -5,8 +5,8 @@ Usage: python -m tests.dedup.inbox_process FACE QUEUE STORE_KIND STORE_LOCATION 
 ``active`` when it becomes the active consumer, and, for the message named by
 ``SAC_TEST_PAUSE_ON``, ``paused <id>`` inside the effect and then waits for a line on stdin
 before writing; for the message named by ``SAC_TEST_HOLD_AFTER_COMMIT``, ``committed <id>``
-after the commit, before the ack, and then waits on stdin (the test kills it there). Exits 3
-when it was fenced (``StaleEpoch``).
+after the commit of its batch, before the ack, and then waits on stdin (the test kills it
+there). Exits 3 when it was fenced (``StaleEpoch``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from sdk import (
     Role,
     StaleEpoch,
 )
-from sdk.dedup import Inbox, Transaction
+from sdk.dedup import Inbox
+from sdk.dedup._store import Batch
 from tests.dedup.ledger import Ledger, open_store
 
 
@@ -46,18 +47,17 @@ def main() -> None:
             sys.stdin.readline()
 
     if hold_after:
-        real = store.transaction
+        real = store.batch
 
         @contextlib.contextmanager
-        def held(queue: str, message_id: str, epoch: int,
-                 consumer: str | None = None) -> Iterator[Transaction]:
-            with real(queue, message_id, epoch, consumer) as tx:
-                yield tx
-            if message_id == hold_after:
-                print(f"committed {message_id}", flush=True)
+        def held(queue: str, epoch: int, consumer: str | None = None) -> Iterator[Batch]:
+            with real(queue, epoch, consumer) as batch:
+                yield batch
+            if hold_after in batch.staged:  # committed, not yet acked
+                print(f"committed {hold_after}", flush=True)
                 sys.stdin.readline()
 
-        store.transaction = held  # type: ignore[method-assign]
+        store.batch = held  # type: ignore[method-assign]
 
     inbox = Inbox(store, ledger.effect(actor, before))
 

@@ -178,3 +178,50 @@ def test_records_are_purged_in_the_background_while_messages_commit(
         assert inbox.process(delivery("m-40"), 1) is Outcome.COMMITTED
     finally:
         inbox.close()
+
+
+def test_a_batch_commits_together_and_isolates_each_message(make_store: StoreFactory) -> None:
+    """One store transaction for the batch: a failing effect and a copy inside it undo only
+    themselves; the rest commits."""
+    store = make_store()
+    inbox, _ = make_inbox(store)
+    real = inbox.effect
+
+    def effect(d: Delivery, tx: Transaction) -> None:
+        real(d, tx)
+        if d.message_id == "bad":
+            raise ValueError("effect broke")
+
+    inbox.effect = effect
+    try:
+        results = inbox.process_batch(
+            [delivery("m-1"), delivery("bad"), delivery("m-2"),
+             delivery("m-1", retransmitted=True), delivery(None)], 1)
+        assert results[0] is Outcome.COMMITTED
+        assert isinstance(results[1], ValueError)
+        assert results[2] is Outcome.COMMITTED
+        assert results[3] is Outcome.DUPLICATE  # the copy found its original in the batch
+        assert isinstance(results[4], MissingMessageId)
+        assert sorted(r[0] for r in store.records(Q)) == ["m-1", "m-2"]
+        if not isinstance(store, MemoryStore):
+            assert sorted(effects(store)) == ["m-1", "m-2"]  # "bad" rolled back
+        assert inbox.stats.committed == 2
+    finally:
+        inbox.close()
+
+
+def test_a_stale_batch_commits_nothing(make_store: StoreFactory) -> None:
+    first_store, second_store = make_store(), make_store()
+    first, _ = make_inbox(first_store)
+    second, _ = make_inbox(second_store)
+    try:
+        first.process(delivery("m-0"), 1)
+        second.process(delivery("x"), 1)  # replaced the first
+        with pytest.raises(StaleEpoch):
+            first.process_batch([delivery("m-1"), delivery("m-2")], 1)
+        assert {r[0] for r in first_store.records(Q)} == {"m-0", "x"}
+        if not isinstance(first_store, MemoryStore):
+            assert sorted(effects(first_store)) == ["m-0", "x"]
+    finally:
+        first.close()
+        second.close()
