@@ -25,10 +25,14 @@ publish to the last confirm):
     shows how much of aio-pika's cost is aio-pika and how much is aiormq.
 ``sdk-async-publish``
     ``sdk.AsyncPublisher`` with ``window=--window``: ``await send()`` for every message (it waits
-    only for room in the window), then ``gather`` of the returned futures.
+    only for room in the window), then ``gather`` of the returned futures: the plain
+    per-message API, a future per message.
+``sdk-async-publish-many``
+    ``sdk.AsyncPublisher.publish_many`` of all the messages: the asyncio face's bulk API, what
+    an application with many messages at hand would call (no future per message).
 ``sdk-blocking-publish``
     ``sdk.Publisher.publish_many`` of all the messages: the blocking face, pipelined, on its
-    private loop thread.
+    private loop thread (the same bulk path as ``sdk-async-publish-many``).
 
 Consumer variants (each drains a fresh quorum queue pre-filled with ``--messages`` messages by the
 fastest *raw* publisher of the run, outside the timed part, so that every consumer reads the same
@@ -641,6 +645,32 @@ def sdk_async_publish(job: Job) -> Measurement:
     return asyncio.run(main())
 
 
+def sdk_async_publish_many(job: Job) -> Measurement:
+    from sdk import AsyncPublisher, PublisherSettings, QueueSettings
+
+    settings = PublisherSettings(
+        _sdk_connection(job), window=job.window, queue=QueueSettings(job.queue)
+    )
+
+    async def main() -> Measurement:
+        watch = Stopwatch()
+        bodies = [job.body] * job.messages
+        async with asyncio.timeout(job.timeout):
+            publisher = AsyncPublisher(settings)
+            await publisher.start()
+            try:
+                watch.start()
+                await publisher.publish_many(bodies)
+                watch.stop()
+            finally:
+                await publisher.close()
+        stats = publisher.stats
+        _check_no_recovery(job.variant, stats.reconnects, stats.retransmitted, "retransmits")
+        return watch.measurement(job.messages, stats.nacked)
+
+    return asyncio.run(main())
+
+
 def sdk_blocking_publish(job: Job) -> Measurement:
     from sdk import Publisher, PublisherSettings, QueueSettings
 
@@ -783,6 +813,7 @@ VARIANTS: dict[str, Variant] = {
         Variant("aio-pika", "publish", aio_pika_publish),
         Variant("aiormq", "publish", aiormq_publish),
         Variant("sdk-async-publish", "publish", sdk_async_publish, sdk=True),
+        Variant("sdk-async-publish-many", "publish", sdk_async_publish_many, sdk=True),
         Variant("sdk-blocking-publish", "publish", sdk_blocking_publish, sdk=True),
         Variant("pika-blocking-consume", "consume", pika_blocking_consume, ack_every=1),
         Variant(

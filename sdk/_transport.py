@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import re
 import ssl
+import struct
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -29,7 +30,11 @@ from pika.adapters.utils.connection_workflow import (
     AMQPConnectionWorkflowFailed,
     AMQPConnectorException,
 )
+from pika.adapters.utils.io_services_utils import (
+    _AsyncPlaintextTransport as _PlaintextTransport,
+)
 from pika.channel import Channel
+from pika.spec import Basic, BasicProperties
 
 from ._core.queues import parse_inequivalent
 from ._errors import (
@@ -138,7 +143,8 @@ class BatchedAsyncioConnection(AsyncioConnection):  # type: ignore[misc]
     pika hands every frame to the socket on its own: three ``send`` calls per published
     message (method, header, body), which cost more client CPU than everything else on the
     hot path. Collecting what one event-loop iteration produces and writing it with one call
-    keeps the frame order and delays nothing beyond the current iteration.
+    keeps the frame order and delays nothing beyond the current iteration. ``PublishFrames``
+    adds its frames to the same list, so they stay in order with pika's own.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -155,12 +161,163 @@ class BatchedAsyncioConnection(AsyncioConnection):  # type: ignore[misc]
             return
         data = b"".join(self._sac_pending)
         self._sac_pending.clear()
-        if self._transport is not None:
-            super()._adapter_emit_data(data)
+        transport = self._transport
+        if transport is None:
+            return
+        if (
+            type(transport) is _PlaintextTransport
+            and transport._state == transport._STATE_ACTIVE
+            and not transport.get_write_buffer_size()
+        ):
+            # pika's transport only ever sends from a writability callback: two epoll_ctl
+            # calls and one more loop iteration per write. A socket with nothing queued is
+            # almost always writable: try at once, as asyncio's own transports do, and leave
+            # whatever did not fit (or any error, which pika then meets itself and handles
+            # its way) to pika's buffered path. Plain TCP only: TLS keeps pika's path.
+            try:
+                sent = transport._sock.send(data)
+            except OSError:
+                sent = 0
+            if sent >= len(data):
+                return
+            data = data[sent:]
+        super()._adapter_emit_data(data)
 
     def _adapter_disconnect_stream(self) -> None:
         self._sac_flush()
         super()._adapter_disconnect_stream()
+
+
+# ---------------------------------------------------------------- publishing without pika's
+# per-message frame objects. pika builds a Basic.Publish, a Method, a Header and a Body frame
+# object and marshals each of them for every message: about 5 µs, a third of the client CPU
+# of a confirmed publish. The same bytes come from a cached method frame and two struct packs.
+
+_FRAME_END = b"\xce"
+_FRAME_HEAD = struct.Struct(">BHI")  # type, channel, payload size
+_BODY_HEAD = struct.Struct(">BBHI")  # the header frame's end, then the body frame's head
+_PUBLISH_INDEX = struct.pack(">I", Basic.Publish.INDEX)
+_HEADER_HEAD = struct.Struct(">HxxQ")  # class id, weight, body size
+# The properties of almost every message: delivery_mode=2 and a message id, nothing else.
+_PERSISTENT_WITH_ID = struct.Struct(">HxxQHBB")  # ... flags, delivery mode, id length
+_PERSISTENT_WITH_ID_FLAGS = BasicProperties.FLAG_DELIVERY_MODE | BasicProperties.FLAG_MESSAGE_ID
+_PERSISTENT = 2
+_METHOD_CACHE = 1024  # Basic.Publish frames kept per channel, one per exchange and routing key
+
+
+def encode_publish(exchange: str, routing_key: str, mandatory: bool) -> bytes:
+    """The payload of a Basic.Publish method frame (channel independent).
+
+    Raises ``ConfigurationError`` for a name AMQP cannot carry (over 255 bytes).
+    """
+    try:
+        pieces = Basic.Publish(
+            exchange=exchange, routing_key=routing_key, mandatory=mandatory
+        ).encode()
+    except pika.exceptions.ShortStringTooLong:
+        raise ConfigurationError(
+            f"exchange {exchange[:64]!r} or routing key {routing_key[:64]!r} is over "
+            "255 bytes (UTF-8), the most AMQP allows"
+        ) from None
+    return _PUBLISH_INDEX + b"".join(pieces)
+
+
+def encode_id(message_id: str) -> bytes:
+    """A message id as it goes on the wire; ``ConfigurationError`` if AMQP cannot carry it."""
+    raw = message_id.encode()
+    if len(raw) > 255:
+        raise ConfigurationError(
+            f"message id {message_id[:64]!r}... is {len(raw)} bytes (UTF-8): AMQP allows 255"
+        )
+    return raw
+
+
+def encode_header(
+    body_size: int,
+    message_id: bytes,
+    headers: dict[str, Any] | None = None,
+    content_type: str | None = None,
+    correlation_id: str | None = None,
+) -> bytes:
+    """The payload of a persistent message's content header frame.
+
+    Without headers, content type or correlation id (the common case) this is one struct
+    pack; otherwise pika's own encoder runs, here, so that what it refuses is refused to the
+    caller (``ConfigurationError``) instead of failing later on the loop.
+    """
+    if headers is None and content_type is None and correlation_id is None:
+        return (
+            _PERSISTENT_WITH_ID.pack(
+                BasicProperties.INDEX, body_size, _PERSISTENT_WITH_ID_FLAGS, _PERSISTENT,
+                len(message_id),
+            )
+            + message_id
+        )
+    props = BasicProperties(
+        delivery_mode=_PERSISTENT,
+        message_id=message_id.decode(),
+        headers=headers,
+        content_type=content_type,
+        correlation_id=correlation_id,
+    )
+    try:
+        pieces = props.encode()
+    except (pika.exceptions.AMQPError, AssertionError, TypeError, ValueError) as exc:
+        raise ConfigurationError(f"message properties cannot be encoded: {exc!r}") from None
+    return _HEADER_HEAD.pack(BasicProperties.INDEX, body_size) + b"".join(pieces)
+
+
+class PublishFrames:
+    """Writes Basic.Publish, content header and body frames for one channel straight into
+    its connection's batched output, in the order of the calls (and of pika's own frames).
+
+    The caller checks ``ready`` first: pika's ``basic_publish`` would refuse a channel that
+    is not open, and so does this.
+    """
+
+    def __init__(self, conn: BatchedAsyncioConnection, channel: Channel) -> None:
+        self._conn = conn
+        self._channel = channel
+        self._number: int = channel.channel_number
+        self._pending = conn._sac_pending
+        self._flush = conn._sac_flush
+        self._body_max: int = conn._body_max_length
+        self._methods: dict[bytes, bytes] = {}
+
+    @property
+    def ready(self) -> bool:
+        return bool(self._channel.is_open) and not self._conn.is_closed
+
+    def write(self, method: bytes, header: bytes, body: bytes) -> None:
+        """One message: ``method`` from ``encode_publish``, ``header`` from ``encode_header``
+        (whose body size must be ``len(body)``)."""
+        number = self._number
+        frame = self._methods.get(method)
+        if frame is None:
+            frame = _FRAME_HEAD.pack(1, number, len(method)) + method + _FRAME_END
+            if len(self._methods) >= _METHOD_CACHE:  # routing keys may be unbounded
+                self._methods.clear()
+            self._methods[method] = frame
+        pending = self._pending
+        if not pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        size = len(body)
+        conn = self._conn
+        if 0 < size <= self._body_max:  # the hot path: one body frame
+            pending += (frame, _FRAME_HEAD.pack(2, number, len(header)), header,
+                        _BODY_HEAD.pack(0xCE, 3, number, size), body, _FRAME_END)
+            conn.frames_sent += 3
+            conn.bytes_sent += len(frame) + len(header) + size + 16
+            return
+        pending += (frame, _FRAME_HEAD.pack(2, number, len(header)), header, _FRAME_END)
+        conn.frames_sent += 2
+        conn.bytes_sent += len(frame) + len(header) + 8
+        view = memoryview(body)
+        for start in range(0, size, self._body_max):  # none for an empty body, as pika
+            chunk = bytes(view[start:start + self._body_max])
+            pending += (_FRAME_HEAD.pack(3, number, len(chunk)), chunk, _FRAME_END)
+            conn.frames_sent += 1
+            conn.bytes_sent += len(chunk) + 8
 
 
 class Link:
@@ -168,7 +325,7 @@ class Link:
 
     def __init__(
         self,
-        conn: AsyncioConnection,
+        conn: BatchedAsyncioConnection,
         url: str,
         on_lost: Callable[[Link, LinkLost], None],
     ) -> None:
@@ -176,6 +333,7 @@ class Link:
         self.url = url
         self.node = node_of(url)
         self.channel: Channel | None = None
+        self.frames: PublishFrames | None = None
         self._on_lost = on_lost
         self._pending: set[asyncio.Future[Any]] = set()
         self.lost: LinkLost | None = None
@@ -275,6 +433,7 @@ class Link:
         channel: Channel = await self.rpc(lambda cb: self.conn.channel(on_open_callback=cb))
         channel.add_on_close_callback(self._channel_closed)
         self.channel = channel
+        self.frames = PublishFrames(self.conn, channel)
         return channel
 
     async def declare_queue(self, queue: QueueSettings) -> int:

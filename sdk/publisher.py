@@ -26,7 +26,6 @@ from types import TracebackType
 from typing import Any, Self
 
 import attrs
-import pika
 from pika.spec import Basic, BasicProperties
 
 from ._core.confirms import ConfirmWindow, InFlight
@@ -49,18 +48,97 @@ from ._history import HistoryRecorder
 from ._loop_thread import LoopThread, to_concurrent
 from ._recovery import Recovering
 from ._settings import PublisherSettings
-from ._transport import Link, LinkLost, refused_exchange
+from ._transport import (
+    Link,
+    LinkLost,
+    encode_header,
+    encode_id,
+    encode_publish,
+    refused_exchange,
+)
+
+_Extra = tuple[dict[str, Any] | None, str | None, str | None]
+"""headers, content type, correlation id: kept to encode a retransmission's properties."""
+_METHOD_CACHE = 1024  # encoded Basic.Publish methods kept, one per exchange and routing key
+
+
+class _Batch:
+    """The outcome of a ``publish_many``: one counter instead of a future per message."""
+
+    __slots__ = ("done", "error", "error_seq", "left")
+
+    def __init__(self, done: asyncio.Future[None], count: int) -> None:
+        self.done = done
+        self.left = count
+        self.error: BaseException | None = None
+        self.error_seq = 0
+
+    def settle(self, seq: int, error: BaseException | None) -> None:
+        if error is not None and (self.error is None or seq < self.error_seq):
+            self.error, self.error_seq = error, seq  # the first failure in the caller's order
+        self.left -= 1
+        if self.left <= 0 and not self.done.done():
+            self.done.set_result(None)
 
 
 @attrs.define(slots=True)
 class _Outgoing:
+    """One accepted message, its frames' payloads encoded once (``method``: Basic.Publish,
+    ``header``: its properties) and who waits for it: a ``future`` (``send``) or a ``batch``
+    (``publish_many``)."""
+
     exchange: str
     routing_key: str
     body: bytes
-    properties: BasicProperties
-    future: asyncio.Future[str]
+    method: bytes
+    header: bytes
+    extra: _Extra | None
+    future: asyncio.Future[str] | None
+    batch: _Batch | None
     submitted: float
     first_nack: float | None = None
+    settled: bool = False  # batch members only: futures know it themselves
+
+
+def _pending(item: InFlight[_Outgoing]) -> bool:
+    """Nobody has been told the outcome of this message yet."""
+    out = item.message
+    fut = out.future
+    return not fut.done() if fut is not None else not out.settled
+
+
+def _resolve(item: InFlight[_Outgoing]) -> None:
+    out = item.message
+    fut = out.future
+    if fut is not None:
+        if not fut.done():
+            fut.set_result(item.message_id)
+    elif not out.settled and out.batch is not None:
+        out.settled = True
+        out.batch.settle(item.seq, None)
+
+
+def _reject(item: InFlight[_Outgoing], error: BaseException) -> None:
+    out = item.message
+    fut = out.future
+    if fut is not None:
+        if not fut.done():
+            fut.set_exception(error)
+    elif not out.settled and out.batch is not None:
+        out.settled = True
+        out.batch.settle(item.seq, error)
+
+
+def _too_large(message_id: str, size: int, limit: int) -> MessageTooLarge:
+    return MessageTooLarge(
+        message_id, f"{size} bytes is over the maximum message size of {limit} bytes"
+    )
+
+
+def _body_bytes(body: Any) -> bytes:
+    if isinstance(body, bytearray | memoryview):
+        return bytes(body)
+    raise ConfigurationError(f"message body must be bytes, got {type(body).__name__}")
 
 
 @attrs.frozen
@@ -88,7 +166,8 @@ class AsyncPublisher(Recovering):
         self.settings = settings
         self._window: ConfirmWindow[_Outgoing] = ConfirmWindow(settings.window)
         self._backlog: collections.deque[InFlight[_Outgoing]] = collections.deque()
-        self._parked = 0  # nacked messages waiting for their retry
+        self._parked: dict[int, InFlight[_Outgoing]] = {}  # nacked, waiting for a retry
+        self._methods: dict[tuple[str, str], bytes] = {}
         self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._drained: asyncio.Event | None = None
         self._seq = 0
@@ -138,7 +217,7 @@ class AsyncPublisher(Recovering):
     @property
     def outstanding(self) -> int:
         """Accepted but not yet confirmed (in flight, waiting to be sent, or parked)."""
-        return len(self._window) + len(self._backlog) + self._parked
+        return len(self._window) + len(self._backlog) + len(self._parked)
 
     async def close(self, timeout: float | None = None) -> None:
         """Wait (bounded) for every outstanding confirm, then close.
@@ -153,18 +232,19 @@ class AsyncPublisher(Recovering):
         if self._drained is not None and self.outstanding:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._drained.wait(), wait)
-        leftovers = [item.message_id for item in self._window] + [
-            item.message_id for item in self._backlog
+        leftovers = [
+            item.message_id
+            for item in [*self._window, *self._backlog, *self._parked.values()]
         ]
         self._cancel_recovery()
         link, self._link = self._link, None
         if link is not None:
             await link.close()
         error = Unconfirmed(leftovers)
-        for item in [*self._window.channel_lost(), *self._backlog]:
-            if not item.message.future.done():
-                item.message.future.set_exception(error)
+        for item in [*self._window.channel_lost(), *self._backlog, *self._parked.values()]:
+            _reject(item, error)
         self._backlog.clear()
+        self._parked.clear()
         self._wake_room(error)
         if self._recorder is not None:
             self._recorder.flush()
@@ -214,47 +294,147 @@ class AsyncPublisher(Recovering):
         correlation_id: str | None = None,
     ) -> asyncio.Future[str]:
         """Hand one message over, waiting only for room in the window; a future that
-        resolves to its id when confirmed (pipelined publishing)."""
+        resolves to its id when confirmed (pipelined publishing). ``publish_many`` does the
+        same for many messages without a future each."""
         if self._failure is not None or self._closed or not self._started:
             self._check_usable()
         key = routing_key if routing_key is not None else self._routing_key(None)
         if type(body) is not bytes:
-            if not isinstance(body, bytearray | memoryview):
-                raise ConfigurationError(
-                    f"message body must be bytes, got {type(body).__name__}")
-            body = bytes(body)
+            body = _body_bytes(body)
         mid = message_id or new_message_id()
-        if len(body) > self.settings.max_message_size:
-            raise MessageTooLarge(
-                mid,
-                f"{len(body)} bytes is over the maximum message size of "
-                f"{self.settings.max_message_size} bytes",
-            )
+        extra = self._extra(headers, content_type, correlation_id)
+        out = self._outgoing(body, exchange, key, mid, extra)
         loop = self._loop
         assert loop is not None
         while self.outstanding >= self.settings.window:
-            waiter = loop.create_future()
-            self._room_waiters.append(waiter)
-            await waiter
-            self._check_usable()
+            await self._room(loop)
         fut: asyncio.Future[str] = loop.create_future()
-        props = BasicProperties(
-            delivery_mode=2,
-            message_id=mid,
-            headers=dict(headers) if headers else None,
-            content_type=content_type,
-            correlation_id=correlation_id,
-        )
+        out.future = fut
+        out.submitted = loop.time()
         self._seq += 1
-        outgoing = _Outgoing(exchange, key, body, props, fut, loop.time())
-        self._backlog.append(InFlight(self._seq, mid, outgoing))
+        self._backlog.append(InFlight(self._seq, mid, out))
+        self._handed_over(loop)
+        return fut
+
+    async def publish_many(
+        self,
+        bodies: Iterable[bytes],
+        *,
+        routing_key: str | None = None,
+        exchange: str = "",
+        message_id: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        content_type: str | None = None,
+        correlation_id: str | None = None,
+    ) -> list[str]:
+        """Publish all, in order, keeping the window full; their ids once every one is
+        confirmed. The first failure (in the order of ``bodies``) is raised after all have
+        settled; a message that cannot be handed over at all (too large, publisher closed)
+        raises at once, the ones before it still going out.
+
+        The fast path for bulk publishing: no future per message. Options apply to every
+        message, as they would to each ``send``.
+        """
+        if self._failure is not None or self._closed or not self._started:
+            self._check_usable()
+        loop = self._loop
+        assert loop is not None
+        key = routing_key if routing_key is not None else self._routing_key(None)
+        extra = self._extra(headers, content_type, correlation_id)
+        method = self._method(exchange, key)
+        max_size = self.settings.max_message_size
+        items = bodies if isinstance(bodies, list | tuple) else list(bodies)
+        total = len(items)
+        batch = _Batch(loop.create_future(), total)
+        ids: list[str] = []
+        window = self.settings.window
+        done = 0
+        while done < total:
+            while self.outstanding >= window:
+                await self._room(loop)
+            if self._failure is not None or self._closed:
+                self._check_usable()
+            # As many as the window has room for, in one go: no await from here to the
+            # hand-over, so nothing else touches the backlog meanwhile.
+            end = min(total, done + window - self.outstanding)
+            chunk = new_message_id.many(end - done) if message_id is None else (
+                [message_id] * (end - done))
+            now = loop.time()
+            backlog = self._backlog
+            seq = self._seq
+            try:
+                for body, mid in zip(items[done:end], chunk, strict=True):
+                    if type(body) is not bytes:
+                        body = _body_bytes(body)
+                    size = len(body)
+                    if size > max_size:
+                        raise _too_large(mid, size, max_size)
+                    header = encode_header(size, encode_id(mid), *extra) if extra else (
+                        encode_header(size, encode_id(mid)))
+                    seq += 1
+                    backlog.append(InFlight(seq, mid, _Outgoing(
+                        exchange, key, body, method, header, extra, None, batch, now)))
+                    ids.append(mid)
+                    done += 1
+            finally:
+                if seq != self._seq:
+                    self._seq = seq
+                    self._handed_over(loop)
+        if not ids:
+            return ids
+        await asyncio.shield(batch.done)
+        if batch.error is not None:
+            raise batch.error
+        return ids
+
+    def _extra(
+        self,
+        headers: Mapping[str, Any] | None,
+        content_type: str | None,
+        correlation_id: str | None,
+    ) -> _Extra | None:
+        if not headers and content_type is None and correlation_id is None:
+            return None
+        return (dict(headers) if headers else None), content_type, correlation_id
+
+    def _outgoing(
+        self, body: bytes, exchange: str, key: str, mid: str, extra: _Extra | None
+    ) -> _Outgoing:
+        """Check one message and encode what goes on the wire (``ConfigurationError`` for
+        what AMQP cannot carry, before anything is sent)."""
+        size = len(body)
+        if size > self.settings.max_message_size:
+            raise _too_large(mid, size, self.settings.max_message_size)
+        method = self._method(exchange, key)
+        if extra is None:
+            header = encode_header(size, encode_id(mid))
+        else:
+            header = encode_header(size, encode_id(mid), *extra)
+        return _Outgoing(exchange, key, body, method, header, extra, None, None, 0.0)
+
+    def _method(self, exchange: str, key: str) -> bytes:
+        method = self._methods.get((exchange, key))
+        if method is None:
+            method = encode_publish(exchange, key, self.settings.mandatory)
+            if len(self._methods) >= _METHOD_CACHE:
+                self._methods.clear()
+            self._methods[exchange, key] = method
+        return method
+
+    async def _room(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait until the window may have room (or the publisher failed or closed)."""
+        waiter = loop.create_future()
+        self._room_waiters.append(waiter)
+        await waiter
+        self._check_usable()
+
+    def _handed_over(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._drained is not None:
             self._drained.clear()
         if not self._pump_scheduled:
             # One pump per loop iteration sends everything handed over in it, in one go.
             self._pump_scheduled = True
             loop.call_soon(self._pump)
-        return fut
 
     def _routing_key(self, routing_key: str | None) -> str:
         if routing_key is not None:
@@ -276,41 +456,49 @@ class AsyncPublisher(Recovering):
         link = self._link
         if link is None or not link.usable or self._blocked:
             return
-        channel = link.channel
-        assert channel is not None
+        frames = link.frames
+        if frames is None or not frames.ready:
+            return  # the channel is going down: what is left goes out on the next one
         window = self._window
         backlog = self._backlog
+        count = min(window.size - len(window), len(backlog))
+        if count <= 0:
+            return
+        write = frames.write
+        sent = window.sent
         rec = self._recorder
-        while backlog and window.has_room():
+        published = 0
+        for _ in range(count):
             item = backlog.popleft()
             out = item.message
-            props = out.properties
             if item.sends:
-                headers = dict(props.headers or {})
-                headers[RETRANSMIT_HEADER] = item.sends
-                props = BasicProperties(
-                    delivery_mode=2, message_id=item.message_id, headers=headers,
-                    content_type=props.content_type, correlation_id=props.correlation_id,
-                )
-            try:
-                channel.basic_publish(
-                    out.exchange, out.routing_key, out.body, props,
-                    mandatory=self.settings.mandatory,
-                )
-            except (pika.exceptions.AMQPError, OSError):
-                backlog.appendleft(item)  # the link is going down: resend on the next one
-                return
-            retransmit = item.sends > 0
-            window.sent(item)
-            if retransmit:
+                write(out.method, self._retransmit_header(item), out.body)
+                sent(item)
                 self._retransmitted += 1
                 if rec is not None:
                     rec.record("retransmit", msg=item.message_id, seq=item.seq)
             else:
-                self._published += 1
+                write(out.method, out.header, out.body)
+                sent(item)
+                published += 1
                 if rec is not None:
                     rec.record("publish", msg=item.message_id, seq=item.seq,
                                queue=out.routing_key)
+        self._published += published
+
+    @staticmethod
+    def _retransmit_header(item: InFlight[_Outgoing]) -> bytes:
+        """The properties of a message going out again: the header ``x-sac-retransmit``
+        says how many times it went out before."""
+        out = item.message
+        headers, content_type, correlation_id = out.extra or (None, None, None)
+        return encode_header(
+            len(out.body),
+            encode_id(item.message_id),
+            {**(headers or {}), RETRANSMIT_HEADER: item.sends},
+            content_type,
+            correlation_id,
+        )
 
     # ------------------------------------------------------------------ broker events
 
@@ -320,18 +508,17 @@ class AsyncPublisher(Recovering):
         now = asyncio.get_running_loop().time()
         if isinstance(method, Basic.Ack):
             self._last_ack = now
+            confirmed = 0
             for item in self._window.acked(method.delivery_tag, method.multiple):
-                fut = item.message.future
                 if item.returned is not None:
                     self._returned += 1
-                    if not fut.done():
-                        fut.set_exception(MessageReturned(item.message_id, item.returned))
+                    _reject(item, MessageReturned(item.message_id, item.returned))
                     continue
-                self._confirmed += 1
+                confirmed += 1
                 if rec is not None:
                     rec.record("confirm", msg=item.message_id)
-                if not fut.done():
-                    fut.set_result(item.message_id)
+                _resolve(item)
+            self._confirmed += confirmed
         else:
             for item in self._window.nacked(method.delivery_tag, method.multiple):
                 self._nacked += 1
@@ -357,18 +544,15 @@ class AsyncPublisher(Recovering):
             out.first_nack = loop.time()
         delay = self.settings.nack_backoff.delay(item.nacks, loop.time() - out.first_nack)
         if delay is None:
-            if not out.future.done():
-                out.future.set_exception(
-                    MessageNacked(item.message_id, f"nacked by the broker {item.nacks} times")
-                )
+            why = f"nacked by the broker {item.nacks} times"
+            _reject(item, MessageNacked(item.message_id, why))
             return
-        self._parked += 1
+        self._parked[item.seq] = item
         loop.call_later(delay, self._unpark, item)
 
     def _unpark(self, item: InFlight[_Outgoing]) -> None:
-        self._parked -= 1
-        if self._closed and self._link is None:
-            return
+        if self._parked.pop(item.seq, None) is None:
+            return  # failed meanwhile (closed, or the reconnect policy gave up)
         keys = [i.seq for i in self._backlog]
         self._backlog.insert(bisect.bisect(keys, item.seq), item)
         self._pump()
@@ -426,8 +610,8 @@ class AsyncPublisher(Recovering):
             return now - max(item.message.submitted, since) >= limit
 
         def fail(item: InFlight[_Outgoing], what: str) -> None:
-            if not item.message.future.done():
-                item.message.future.set_exception(BlockedTimeout(
+            if _pending(item):
+                _reject(item, BlockedTimeout(
                     item.message_id,
                     f"the broker blocked publishing (connection.blocked, a resource alarm) "
                     f"for over {limit:g} s; {what}",
@@ -445,7 +629,7 @@ class AsyncPublisher(Recovering):
         self._backlog = keep
         self._after_settle()
         pending = [max(i.message.submitted, since) for i in [*self._window, *self._backlog]
-                   if not i.message.future.done()]
+                   if _pending(i)]
         next_check = (min(pending) if pending else now) + limit
         self._blocked_timer = loop.call_at(max(next_check, now + 0.05), self._blocked_expired)
 
@@ -458,8 +642,20 @@ class AsyncPublisher(Recovering):
     async def _setup(self, link: Link, retry: bool) -> None:
         channel = link.channel
         assert channel is not None
-        await link.rpc(lambda cb: channel.confirm_delivery(self._on_confirm, callback=cb))
-        channel.add_on_return_callback(self._on_return)
+        # Confirms and returns count only from the current link: an abandoned one (see
+        # ``_recycle_link``) may still deliver some while it closes, and its delivery tags
+        # would settle the wrong messages of the new channel. What it had in flight is
+        # being sent again anyway.
+        def on_confirm(frame: Any) -> None:
+            if link is self._link:
+                self._on_confirm(frame)
+
+        def on_return(*args: Any) -> None:
+            if link is self._link:
+                self._on_return(*args)
+
+        await link.rpc(lambda cb: channel.confirm_delivery(on_confirm, callback=cb))
+        channel.add_on_return_callback(on_return)
         if self.settings.queue is not None:
             await link.declare_queue(self.settings.queue)
         self._blocked = False
@@ -481,8 +677,7 @@ class AsyncPublisher(Recovering):
         keep: collections.deque[InFlight[_Outgoing]] = collections.deque()
         for item in self._backlog:
             if item.message.exchange == exchange:
-                if not item.message.future.done():
-                    item.message.future.set_exception(PublishError(item.message_id, why))
+                _reject(item, PublishError(item.message_id, why))
             else:
                 keep.append(item)
         self._backlog = keep
@@ -491,10 +686,10 @@ class AsyncPublisher(Recovering):
     def _give_up(self, exc: SacError) -> None:
         """The reconnect policy is exhausted: every outstanding publish fails with why."""
         self._failure = exc if isinstance(exc, ConnectError) else ConnectError(str(exc))
-        for item in [*self._window.channel_lost(), *self._backlog]:
-            if not item.message.future.done():
-                item.message.future.set_exception(self._failure)
+        for item in [*self._window.channel_lost(), *self._backlog, *self._parked.values()]:
+            _reject(item, self._failure)
         self._backlog.clear()
+        self._parked.clear()
         self._wake_room(self._failure)
         if self._drained is not None:
             self._drained.set()
@@ -555,12 +750,7 @@ class Publisher:
         return self._thread.run(self._publish_many(list(bodies), options))
 
     async def _publish_many(self, bodies: list[bytes], options: dict[str, Any]) -> list[str]:
-        futures = [await self._inner.send(body, **options) for body in bodies]
-        results = await asyncio.gather(*futures, return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-        return [str(r) for r in results]
+        return await self._inner.publish_many(bodies, **options)
 
     def close(self, timeout: float | None = None) -> None:
         if not self._thread.running:

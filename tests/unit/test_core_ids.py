@@ -103,3 +103,50 @@ def test_unique_and_increasing_per_thread_across_threads() -> None:
     assert len(everything) == len(set(everything)) == 8000
     for out in per_thread:
         _check_increasing(out)
+
+
+@pytest.mark.parametrize("start", [0, 1000, (1 << 11) - 1])
+@pytest.mark.parametrize("counts", [[1], [3, 700, 2], [4096], [9000]])
+def test_many_is_the_same_as_calls_in_a_row(start: int, counts: list[int]) -> None:
+    def bits(n: int) -> int:
+        return start if n == 11 else 12345
+
+    batched = MessageIds(clock_ms=lambda: NOW_MS, random_bits=bits)
+    one_by_one = MessageIds(clock_ms=lambda: NOW_MS, random_bits=bits)
+    got = [i for count in counts for i in batched.many(count)]
+    assert got == [one_by_one() for _ in range(sum(counts))]
+    assert batched() == one_by_one()  # and both go on from the same place
+    _check_increasing(got)
+
+
+def test_many_follows_single_ids_and_a_moving_clock() -> None:
+    gen = MessageIds(clock_ms=_clock([NOW_MS, NOW_MS, NOW_MS + 1, NOW_MS - 50, NOW_MS + 2]))
+    ids = [gen(), *gen.many(10), gen(), *gen.many(3), *gen.many(0), gen()]
+    assert len(ids) == 16
+    _check_increasing(ids)
+    for text in ids:
+        value = uuid.UUID(text)
+        assert str(value) == text
+        assert value.version == 7
+        assert value.variant == uuid.RFC_4122
+
+
+def test_many_is_thread_safe_with_single_ids() -> None:
+    gen = MessageIds(clock_ms=lambda: NOW_MS)
+    per_thread: list[list[str]] = [[] for _ in range(6)]
+    barrier = threading.Barrier(len(per_thread))
+
+    def work(index: int, out: list[str]) -> None:
+        barrier.wait()
+        for _ in range(50):
+            out.extend(gen.many(17) if index % 2 else [gen() for _ in range(17)])
+
+    threads = [threading.Thread(target=work, args=(i, out)) for i, out in enumerate(per_thread)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    everything = [i for out in per_thread for i in out]
+    assert len(everything) == len(set(everything)) == 6 * 50 * 17
+    for out in per_thread:
+        _check_increasing(out)
