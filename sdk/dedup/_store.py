@@ -109,7 +109,7 @@ class Batch(abc.ABC):
         self.late_duplicates: set[str] = set()
         """Staged ids found committed by another consumer at commit time (memory store):
         their records and ``on_commit`` actions were dropped."""
-        self._after: list[tuple[str, Transaction]] = []
+        self.transactions: list[tuple[str, Transaction]] = []
 
     @abc.abstractmethod
     def message(self, message_id: str) -> contextlib.AbstractContextManager[Transaction]: ...
@@ -120,10 +120,10 @@ class Batch(abc.ABC):
 
     def _stage(self, message_id: str, tx: Transaction) -> None:
         self.staged.append(message_id)
-        self._after.append((message_id, tx))
+        self.transactions.append((message_id, tx))
 
     def run_after_commit(self) -> None:
-        for message_id, tx in self._after:
+        for message_id, tx in self.transactions:
             if message_id not in self.late_duplicates:
                 tx.run_after_commit()
 

@@ -77,7 +77,7 @@ class MemoryStore(Store):
                 raise StaleEpoch(queue, epoch, current)
             records = self._records.setdefault(queue, collections.OrderedDict())
             now = time.time()
-            for message_id, tx in batch.pending:
+            for message_id, tx in batch.transactions:
                 if message_id in records:  # another consumer of this process was quicker
                     batch.late_duplicates.add(message_id)
                     continue
@@ -111,7 +111,6 @@ class _MemoryBatch(Batch):
                  consumer: str | None) -> None:
         super().__init__(queue, epoch, consumer)
         self._store = store
-        self.pending: list[tuple[str, Transaction]] = []
 
     def seen(self, message_id: str) -> bool:
         return message_id in self.staged or self._store.seen(self.queue, message_id)
@@ -126,5 +125,4 @@ class _MemoryBatch(Batch):
             raise Duplicate(message_id)
         tx = Transaction(None, self.queue, message_id, self.epoch)
         yield tx
-        self.staged.append(message_id)
-        self.pending.append((message_id, tx))
+        self._stage(message_id, tx)
