@@ -39,7 +39,8 @@ import itertools
 import logging
 import queue as thread_queue
 import threading
-from collections.abc import Awaitable, Callable
+import types
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -62,6 +63,7 @@ log = logging.getLogger("sac.consumer")
 Handler = Callable[[Delivery], Awaitable[None]] | Callable[[Delivery], None]
 RoleCallback = Callable[[Role], None]
 _tags = itertools.count(1)
+_NO_HEADERS: Mapping[str, Any] = types.MappingProxyType({})
 
 
 @attrs.frozen
@@ -192,6 +194,9 @@ class AsyncConsumer(Recovering):
             channel = link.channel
             assert channel is not None
             tag = self._consumer_tag
+            # From here pika rejects (requeues) what still arrives for the tag, as it does
+            # for any consumer it cancels.
+            link.conn.sac_inbound.unregister(channel.channel_number, tag)
             try:
                 await asyncio.wait_for(
                     link.rpc(lambda cb: channel.basic_cancel(tag, callback=cb)), wait
@@ -349,39 +354,38 @@ class AsyncConsumer(Recovering):
     def _on_message(
         self, channel: Any, method: Basic.Deliver, props: BasicProperties, body: bytes
     ) -> None:
-        try:
-            self._take(method, props, body)
-        except Exception:
-            # pika would only log it, and the message would sit unacked on this channel.
-            log.exception("could not take delivery %s; rejecting it with requeue",
-                          method.delivery_tag)
-            channel.basic_reject(method.delivery_tag, requeue=True)
+        """A delivery that pika decoded (the fast path in ``sdk/_inbound.py`` takes the
+        usual ones): the same handling."""
+        self._take(method.delivery_tag, method.redelivered, method.exchange,
+                   method.routing_key, props.content_type, props.headers,
+                   props.correlation_id, props.message_id, props.timestamp, body)
 
-    def _take(self, method: Basic.Deliver, props: BasicProperties, body: bytes) -> None:
-        headers = props.headers or {}
-        delivery = Delivery(
-            body=body,
-            message_id=props.message_id,
-            headers=headers,
-            redelivered=bool(method.redelivered),
-            delivery_count=delivery_count(headers),
-            queue=self._queue_name,
-            routing_key=method.routing_key,
-            exchange=method.exchange,
-            content_type=props.content_type,
-            correlation_id=props.correlation_id,
-            timestamp=props.timestamp,
-            delivery_tag=method.delivery_tag,
-        )
-        self._delivered += 1
-        change = self._roles.delivered()
-        if change is not None:
-            self._change(change)
-        if self._recorder is not None:
-            self._ids_by_tag[method.delivery_tag] = props.message_id
-            self._record("deliver", msg=props.message_id, redelivered=delivery.redelivered,
-                         delivery_count=delivery.delivery_count)
-        self._dispatch(self._generation, delivery)
+    def _take(
+        self, tag: int, redelivered: bool, exchange: str, routing_key: str,
+        content_type: str | None, headers: dict[str, Any] | None,
+        correlation_id: str | None, message_id: str | None, timestamp: int | None,
+        body: bytes,
+    ) -> None:
+        try:
+            delivery = Delivery(
+                body, message_id, headers or _NO_HEADERS, bool(redelivered),
+                delivery_count(headers), self._queue_name, routing_key, exchange,
+                content_type, correlation_id, timestamp, tag,
+            )
+            self._delivered += 1
+            if self._roles.role is not Role.ACTIVE:
+                self._change(self._roles.delivered())
+            if self._recorder is not None:
+                self._ids_by_tag[tag] = message_id
+                self._record("deliver", msg=message_id, redelivered=delivery.redelivered,
+                             delivery_count=delivery.delivery_count)
+            self._dispatch(self._generation, delivery)
+        except Exception:
+            # Otherwise the message would sit unacked on this channel until it closes.
+            log.exception("could not take delivery %s; rejecting it with requeue", tag)
+            link = self._link
+            if link is not None and link.usable and link.channel is not None:
+                link.channel.basic_reject(tag, requeue=True)
 
     def _settle_one(self, generation: int, tag: int, ok: bool, idle: bool) -> None:
         """``_settle`` for one outcome, without building lists (the asyncio hot path)."""
@@ -440,6 +444,9 @@ class AsyncConsumer(Recovering):
     def _on_server_cancel(self, _frame: Any) -> None:
         """The broker cancelled us (queue deleted, mirrored queue failed over)."""
         self._record("cancelled", queue=self.settings.queue.name, by="server")
+        link = self._link
+        if link is not None and link.channel is not None and self._consumer_tag is not None:
+            link.conn.sac_inbound.unregister(link.channel.channel_number, self._consumer_tag)
         self._consumer_tag = None
         self._change(self._roles.lost())
         if self._stopping:
@@ -500,8 +507,16 @@ class AsyncConsumer(Recovering):
         name = self.settings.consumer_name or "sac"
         tag = f"{name}-{next(_tags)}-{id(self):x}"
         arguments = {"x-cancel-on-ha-failover": True} if queue.type == "classic" else None
-        await link.rpc(lambda cb: channel.basic_consume(
-            queue.name, self._on_message, consumer_tag=tag, arguments=arguments, callback=cb))
+        # Deliveries to this tag are decoded by our own fast path, pika's for the rest.
+        inbound = link.conn.sac_inbound
+        inbound.register(channel.channel_number, tag, self._take)
+        try:
+            await link.rpc(lambda cb: channel.basic_consume(
+                queue.name, self._on_message, consumer_tag=tag, arguments=arguments,
+                callback=cb))
+        except BaseException:
+            inbound.unregister(channel.channel_number, tag)
+            raise
         self._consumer_tag = tag
         self._record("subscribed", queue=queue.name, by="client")
         self._change(self._roles.subscribed())

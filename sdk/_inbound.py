@@ -1,0 +1,268 @@
+"""Deliveries read straight from the received bytes, without pika's frame objects.
+
+pika turns every received frame into objects and runs each through its callback manager and
+content assembler: for one delivery (a method, a header and a body frame) about 9 µs of the
+13 µs a raw pika consumer spends per message, measured here. Issue 3 asks for a consumer at 90%
+of the fastest raw client, and our consumer does more than a raw one (a ``Delivery``, a handoff,
+acks by the batch), so the frames of a delivery to one of *our* consumers are decoded here, in
+one pass over the buffer; everything else (every other method, heartbeats, returns, deliveries
+to consumer tags we did not register) still goes to pika, in the order it arrived, whole
+frames at a time, so pika's own state never sees a gap.
+
+A delivery is taken here only when its method, header and body frames are all in the buffer,
+back to back on one channel, and look exactly as AMQP 0-9-1 says; anything unusual (another
+channel's frame in between, a malformed frame) is left to pika, which has the error handling
+for it. Values are decoded as pika decodes them (a short string that is not UTF-8 stays bytes,
+tables go through ``pika.data.decode_table``), and a differential test holds the two together.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from pika.data import decode_table
+
+DeliveryCallback = Callable[
+    [int, bool, Any, Any, Any, Any, Any, Any, Any, bytes], None
+]
+"""``(delivery_tag, redelivered, exchange, routing_key, content_type, headers,
+correlation_id, message_id, timestamp, body)``; strings as pika gives them (``str``, or
+``bytes`` when not UTF-8), ``headers`` a dict or None, ``timestamp`` an int or None."""
+
+_FRAME_HEAD = struct.Struct(">BHI")  # type, channel, payload size
+_HEAD_SIZE = 7
+_OVERHEAD = 8  # head and frame-end octet
+_FRAME_END = 0xCE
+_METHOD, _HEADER, _BODY = 1, 2, 3
+_DELIVER = struct.pack(">HH", 60, 60)  # Basic.Deliver: class 60, method 60
+_U64 = struct.Struct(">Q")
+_CONTENT_HEAD = struct.Struct(">HHQH")  # class, weight, body size, property flags
+
+# Basic property flags, in wire order (AMQP 0-9-1, class basic).
+_CONTENT_TYPE = 1 << 15
+_CONTENT_ENCODING = 1 << 14
+_HEADERS = 1 << 13
+_DELIVERY_MODE = 1 << 12
+_PRIORITY = 1 << 11
+_CORRELATION_ID = 1 << 10
+_REPLY_TO = 1 << 9
+_EXPIRATION = 1 << 8
+_MESSAGE_ID = 1 << 7
+_TIMESTAMP = 1 << 6
+_AFTER_TIMESTAMP = (1 << 5) | (1 << 4) | (1 << 3) | (1 << 2)  # type, user id, app id, cluster id
+_CONTINUED = 1
+
+
+def _short(data: bytes, at: int) -> tuple[Any, int]:
+    end = at + 1 + data[at]
+    value = data[at + 1:end]
+    try:
+        return value.decode(), end
+    except UnicodeDecodeError:
+        return value, end
+
+
+class Malformed(Exception):
+    """Frames that do not decode as a delivery: pika gets them, and reports the error."""
+
+
+class InboundDeliveries:
+    """Per connection: which (channel, consumer tag) pairs take the fast path, the bytes of a
+    frame not yet complete, and the decoding itself."""
+
+    def __init__(self, to_pika: Callable[[bytes], None], frame_max: int) -> None:
+        self._to_pika = to_pika
+        self._frame_max = max(frame_max, 4096)
+        self._consumers: dict[tuple[int, str], DeliveryCallback] = {}
+        self._channels: dict[int, int] = {}  # channel -> number of registered consumers
+        self._rest = bytearray()
+        self._need = 0  # bytes ``_rest`` must hold before anything can be decoded
+        self.bytes = 0
+        self.frames = 0
+
+    @property
+    def active(self) -> bool:
+        return bool(self._consumers) or bool(self._rest)
+
+    def register(self, channel: int, consumer_tag: str, callback: DeliveryCallback) -> None:
+        key = (channel, consumer_tag)
+        if key not in self._consumers:
+            self._channels[channel] = self._channels.get(channel, 0) + 1
+        self._consumers[key] = callback
+
+    def unregister(self, channel: int, consumer_tag: str) -> None:
+        if self._consumers.pop((channel, consumer_tag), None) is not None:
+            left = self._channels[channel] - 1
+            if left:
+                self._channels[channel] = left
+            else:
+                del self._channels[channel]
+
+    def forget_channel(self, channel: int) -> None:
+        for key in [k for k in self._consumers if k[0] == channel]:
+            self.unregister(*key)
+
+    # ------------------------------------------------------------------ decoding
+
+    def feed(self, data: bytes) -> None:
+        """Decode what ``data`` (after what was kept from before) completes."""
+        rest = self._rest
+        if rest:
+            rest += data
+            if len(rest) < self._need:
+                return  # a frame (or a large delivery) still arriving: nothing to do yet
+            data = bytes(rest)
+            rest.clear()
+        size = len(data)
+        pos = 0
+        passed = 0  # where the frames not yet handed to pika begin
+        channels = self._channels
+        while True:
+            if size - pos < _HEAD_SIZE:
+                need = pos + _HEAD_SIZE
+                break
+            kind, channel, length = _FRAME_HEAD.unpack_from(data, pos)
+            frame_end = pos + _OVERHEAD + length
+            if frame_end > size:
+                need = frame_end
+                break
+            if (kind == _METHOD and channel in channels
+                    and data[pos + 7:pos + 11] == _DELIVER):
+                try:
+                    taken = self._delivery(data, pos, frame_end, channel, size)
+                except Exception:  # noqa: BLE001 - malformed: pika reports it its way
+                    taken = 0
+                if isinstance(taken, int):
+                    if taken < 0:  # not all there yet: wait for the rest of it
+                        need = -taken
+                        break
+                else:
+                    if passed < pos:
+                        self._to_pika(data[passed:pos])
+                    end, callback, args = taken
+                    self.bytes += end - pos
+                    self.frames += args[-1]
+                    passed = pos = end
+                    # Outside the try: what the callback raises is not a decoding error.
+                    callback(*args[:-1])
+                    continue
+            pos = frame_end
+        if passed < pos:
+            self._to_pika(data[passed:pos])
+        if pos < size:
+            self._rest += memoryview(data)[pos:]
+            self._need = need - pos
+        else:
+            self._need = 0
+
+    def _delivery(
+        self, data: bytes, pos: int, method_end: int, channel: int, size: int
+    ) -> int | tuple[int, DeliveryCallback, tuple[Any, ...]]:
+        """Decode the delivery whose method frame starts at ``pos``: the offset after its
+        last frame, its consumer's callback and the arguments (the frame count last); 0 if
+        it is not ours to take; minus the bytes needed when it is not complete yet."""
+        if data[method_end - 1] != _FRAME_END:
+            raise Malformed("method frame end")
+        at = pos + 11
+        tag_end = at + 1 + data[at]
+        try:
+            consumer_tag = data[at + 1:tag_end].decode()
+        except UnicodeDecodeError:
+            return 0
+        callback = self._consumers.get((channel, consumer_tag))
+        if callback is None:
+            return 0
+        delivery_tag = _U64.unpack_from(data, tag_end)[0]
+        redelivered = bool(data[tag_end + 8] & 1)
+        exchange, at = _short(data, tag_end + 9)
+        routing_key, at = _short(data, at)
+        if at != method_end - 1:
+            raise Malformed("method frame size")
+
+        # The content header, on the same channel, right after.
+        head = method_end
+        if size - head < _HEAD_SIZE:
+            return -(head + _HEAD_SIZE)
+        kind, on, length = _FRAME_HEAD.unpack_from(data, head)
+        if kind != _HEADER or on != channel:
+            return 0  # another frame in between: pika's assembler copes with that
+        header_end: int = head + _OVERHEAD + length
+        if header_end > size:
+            return -header_end
+        if data[header_end - 1] != _FRAME_END:
+            raise Malformed("header frame end")
+        class_id, _weight, body_size, flags = _CONTENT_HEAD.unpack_from(data, head + 7)
+        if class_id != 60 or flags & _CONTINUED:
+            raise Malformed("content header")
+        at = head + 21
+        content_type = headers = correlation_id = message_id = timestamp = None
+        if flags & _CONTENT_TYPE:
+            content_type, at = _short(data, at)
+        if flags & _CONTENT_ENCODING:
+            at += 1 + data[at]
+        if flags & _HEADERS:
+            headers, at = decode_table(data, at)
+        if flags & _DELIVERY_MODE:
+            at += 1
+        if flags & _PRIORITY:
+            at += 1
+        if flags & _CORRELATION_ID:
+            correlation_id, at = _short(data, at)
+        if flags & _REPLY_TO:
+            at += 1 + data[at]
+        if flags & _EXPIRATION:
+            at += 1 + data[at]
+        if flags & _MESSAGE_ID:
+            message_id, at = _short(data, at)
+        if flags & _TIMESTAMP:
+            timestamp = _U64.unpack_from(data, at)[0]
+            at += 8
+        if flags & _AFTER_TIMESTAMP:
+            for bit in (1 << 5, 1 << 4, 1 << 3, 1 << 2):
+                if flags & bit:
+                    at += 1 + data[at]
+        if at != header_end - 1:
+            raise Malformed("header frame size")
+
+        # The body frames, on the same channel, right after.
+        end = header_end
+        frames = 2
+        if body_size == 0:
+            body = b""
+        else:
+            parts: list[bytes] = []
+            left = body_size
+            while left > 0:
+                if size - end < _HEAD_SIZE:
+                    return -self._at_least(end, left)
+                kind, on, length = _FRAME_HEAD.unpack_from(data, end)
+                if kind != _BODY or on != channel:
+                    return 0
+                if length > left:
+                    raise Malformed("body longer than announced")
+                frame_end = end + _OVERHEAD + length
+                if frame_end > size:
+                    return -self._at_least(end, left)
+                if data[frame_end - 1] != _FRAME_END:
+                    raise Malformed("body frame end")
+                parts.append(data[end + 7:frame_end - 1])
+                left -= length
+                end = frame_end
+                frames += 1
+            body = parts[0] if len(parts) == 1 else b"".join(parts)
+
+        return end, callback, (delivery_tag, redelivered, exchange, routing_key, content_type,
+                               headers, correlation_id, message_id, timestamp, body, frames)
+
+    def _at_least(self, at: int, body_left: int) -> int:
+        """The fewest bytes that can hold ``body_left`` more body bytes from ``at``: frames
+        are at most ``frame_max``, so a large message is decoded once, when it is all here,
+        not once for each frame that arrives."""
+        payload = self._frame_max - _OVERHEAD
+        frames = -(-body_left // payload)
+        return at + body_left + frames * _OVERHEAD
+
+
+__all__ = ["DeliveryCallback", "InboundDeliveries"]
