@@ -130,6 +130,10 @@ class InboundDeliveries:
                 break
             if (kind == _METHOD and channel in channels
                     and data[pos + 7:pos + 11] == _DELIVER):
+                if passed < pos:
+                    # What came before first: it may be the cancel of this very consumer.
+                    self._to_pika(data[passed:pos])
+                    passed = pos
                 try:
                     taken = self._delivery(data, pos, frame_end, channel, size)
                 except Exception:  # noqa: BLE001 - malformed: pika reports it its way
@@ -139,19 +143,25 @@ class InboundDeliveries:
                         need = -taken
                         break
                 else:
-                    if passed < pos:
-                        self._to_pika(data[passed:pos])
                     end, callback, args = taken
                     self.bytes += end - pos
                     self.frames += args[-1]
                     passed = pos = end
                     # Outside the try: what the callback raises is not a decoding error.
-                    callback(*args[:-1])
+                    try:
+                        callback(*args[:-1])
+                    except BaseException:
+                        self._keep(data, pos, pos)
+                        raise
                     continue
             pos = frame_end
         if passed < pos:
             self._to_pika(data[passed:pos])
-        if pos < size:
+        self._keep(data, pos, need)
+
+    def _keep(self, data: bytes, pos: int, need: int) -> None:
+        """Keep the bytes from ``pos`` on, until ``need`` (an offset in ``data``) is reached."""
+        if pos < len(data):
             self._rest += memoryview(data)[pos:]
             self._need = need - pos
         else:
