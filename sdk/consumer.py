@@ -50,7 +50,7 @@ from pika.spec import Basic, BasicProperties
 from ._core.acks import Ack, AckBatcher, Action, Reject
 from ._core.roles import Change, Role, RoleTracker
 from ._delivery import Delivery, delivery_count
-from ._errors import ClosedError, ConsumerError, SacError, StaleEpoch
+from ._errors import ClosedError, ConsumerError, SacError, StaleEpoch, StoreUnavailable
 from ._history import HistoryRecorder
 from ._loop_thread import LoopThread
 from ._recovery import Recovering
@@ -187,6 +187,8 @@ class AsyncConsumer(Recovering):
             return
         self._stopping = True
         self._change(self._roles.stopping())
+        if self._inbox is not None:
+            self._inbox.interrupt()  # a batch waiting for a failing store: leave it unacked
         wait = self.settings.stop_timeout if timeout is None else timeout
         link = self._link
         self._cancel_recovery()
@@ -305,38 +307,41 @@ class AsyncConsumer(Recovering):
                     break
                 batch.append(item)
             if batch:
-                outcomes, fenced = await loop.run_in_executor(
+                outcomes, halted = await loop.run_in_executor(
                     inbox.executor, self._process_batch, inbox, batch)
                 self._settle(outcomes, not pending)
-                if fenced is not None:
-                    self._fenced(fenced)
+                if halted is not None:
+                    self._halt(halted)
                     return
             if last:
                 return
 
     def _process_batch(
         self, inbox: Inbox, batch: list[tuple[int, Delivery]]
-    ) -> tuple[list[_Outcome], StaleEpoch | None]:
+    ) -> tuple[list[_Outcome], SacError | None]:
         """In the thread that runs effects (either face): the deliveries of the current
-        channel through the inbox as one store transaction. Fenced: no outcome at all, so
-        nothing of the batch is acked."""
+        channel through the inbox as one store transaction. Fenced (``StaleEpoch``) or the
+        store gone for good (``StoreUnavailable``): no outcome at all, so nothing of the
+        batch is acked, and the error that stops the consumer; none when it is stopping
+        anyway."""
         live = [(g, d) for g, d in batch if not self._stopping and g == self._generation]
         if not live:
             return [], None
         try:
             results = inbox.process_batch([d for _, d in live], self._activation)
-        except StaleEpoch as exc:
-            return [], exc
+        except (StaleEpoch, StoreUnavailable) as exc:
+            return [], None if self._stopping and isinstance(exc, StoreUnavailable) else exc
         outcomes: list[_Outcome] = []
         for (generation, delivery), result in zip(live, results, strict=True):
             ok = not isinstance(result, Exception) or self._handler_failed(delivery, result)
             outcomes.append((generation, delivery.delivery_tag, ok))
         return outcomes, None
 
-    def _fenced(self, exc: StaleEpoch) -> None:
-        """A newer consumer holds the queue: leave the message unacked (the broker has given
-        it, or gives it when our channel closes, to the active consumer) and stop."""
-        log.warning("%s; stopping without acking message", exc)
+    def _halt(self, exc: SacError) -> None:
+        """A newer consumer holds the queue, or the store is gone: leave the messages in
+        hand unacked (the broker gives them back to the queue, or to the active consumer,
+        when our channel closes) and stop; ``wait()``/``run()`` raise ``exc``."""
+        log.warning("%s; stopping without acking the messages in hand", exc)
         if self._done is not None and not self._done.done():
             self._done.set_exception(exc)
         asyncio.get_running_loop().create_task(self.stop(timeout=1.0))
@@ -598,9 +603,9 @@ class _ThreadedConsumer(AsyncConsumer):
     def dedup_inbox(self) -> Inbox | None:
         return self._inbox
 
-    def fence_from_thread(self, exc: StaleEpoch) -> None:
+    def halt_from_thread(self, exc: SacError) -> None:
         if self.loop is not None and not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self._fenced, exc)
+            self.loop.call_soon_threadsafe(self._halt, exc)
 
 
 class Consumer:
@@ -661,20 +666,20 @@ class Consumer:
         limit = self.settings.ack_batch
         inbox = engine.dedup_inbox
         handler = self._handler
-        fenced: StaleEpoch | None = None
+        halted: SacError | None = None
         try:
-            while fenced is None and (items := engine.handoff.get()) is not None:
+            while halted is None and (items := engine.handoff.get()) is not None:
                 if inbox is not None:
                     for start in range(0, len(items), limit):
-                        outcomes, fenced = engine._process_batch(
+                        outcomes, halted = engine._process_batch(
                             inbox, items[start:start + limit])
-                        if fenced is not None:
+                        if halted is not None:
                             break  # not acked: a newer consumer has the messages
                         batch += outcomes
                         if len(batch) >= limit:
                             engine.settle_from_thread(batch, False)
                             batch = []
-                    if fenced is None and engine.handoff.empty():
+                    if halted is None and engine.handoff.empty():
                         engine.settle_from_thread(batch, True)
                         batch = []
                     continue
@@ -701,8 +706,8 @@ class Consumer:
             raise
         if batch:
             engine.settle_from_thread(batch, True)
-        if fenced is not None:
-            engine.fence_from_thread(fenced)
+        if halted is not None:
+            engine.halt_from_thread(halted)
         engine.handlers_done.set()
         self._close()
         done = engine._done

@@ -16,7 +16,8 @@ for what the consumer has waiting); each message's effect runs inside a savepoin
 Nothing is locked before a message's first write, so a consumer frozen inside its handler
 holds no lock that its successor needs (on SQLite, as long as that handler has not written
 yet: SQLite has one writer at a time). If a claim slips in on SQLite between a batch's first
-read and its first write, SQLite refuses the write (busy snapshot) and the batch is retried.
+read and its first write, SQLite refuses the write (busy snapshot) and the inbox tries the
+batch again.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .._errors import ClosedError, SchemaMismatch, StaleEpoch
+from .._errors import ClosedError, SchemaMismatch, StaleEpoch, StoreUnavailable
 from ._store import SCHEMA_VERSION, Batch, Duplicate, Retention, Store, Transaction, now_or
 
 META = "sac_dedup_meta"
@@ -87,6 +88,14 @@ class SqlStore(Store):
 
     def _usable(self, conn: Any) -> bool:
         return conn is not None
+
+    def _outage(self, exc: BaseException, conn: Any) -> bool:
+        """Whether ``exc``, raised by a statement on ``conn``, is the store failing (lost
+        connection, lock not granted in time, disk full) rather than the statement."""
+        return not self._usable(conn)
+
+    def unavailable(self, exc: BaseException) -> StoreUnavailable:
+        return StoreUnavailable(f"dedup store {self.description}: {exc}")
 
     def _delete_batch_sql(self, condition: str) -> str:
         raise NotImplementedError
@@ -262,9 +271,15 @@ class _SqlBatch(Batch):
 
     @contextlib.contextmanager
     def message(self, message_id: str) -> Iterator[Transaction]:
+        """What fails because the store fails (also inside the effect: its statements run on
+        our connection) raises ``StoreUnavailable``, so that the whole batch is tried again
+        instead of this message being rejected as if its effect were at fault."""
         conn = self._conn
         store = self._store
-        conn.execute("SAVEPOINT sac_message")
+        try:
+            conn.execute("SAVEPOINT sac_message")
+        except Exception as exc:
+            raise store.unavailable(exc) from exc
         tx = Transaction(conn, self.queue, message_id, self.epoch)
         try:
             yield tx
@@ -276,9 +291,17 @@ class _SqlBatch(Batch):
                 # successor handled this message.
                 store._check_epoch(conn, self.queue, self.epoch)
                 raise Duplicate(message_id)
-        except BaseException:
-            conn.execute("ROLLBACK TO SAVEPOINT sac_message")
-            conn.execute("RELEASE SAVEPOINT sac_message")
+        except BaseException as exc:
+            try:
+                conn.execute("ROLLBACK TO SAVEPOINT sac_message")
+                conn.execute("RELEASE SAVEPOINT sac_message")
+            except Exception as undo:  # noqa: BLE001 - the connection is gone
+                raise store.unavailable(undo) from exc
+            if isinstance(exc, Exception) and store._outage(exc, conn):
+                raise store.unavailable(exc) from exc
             raise
-        conn.execute("RELEASE SAVEPOINT sac_message")
+        try:
+            conn.execute("RELEASE SAVEPOINT sac_message")
+        except Exception as exc:
+            raise store.unavailable(exc) from exc
         self._stage(message_id, tx)

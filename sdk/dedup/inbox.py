@@ -18,6 +18,13 @@ in one transaction: one fsync for the batch, each effect in a savepoint of its o
 Each time the consumer becomes the active one it claims a new epoch (or adopts one from
 ``epoch_source``, e.g. a ZooKeeper election); a commit from an older epoch is refused with
 ``StaleEpoch`` and the consumer stops without acking.
+
+A store that fails (a database restarting, a lock held too long) is not the messages' fault:
+rejecting them would redeliver them at once, count a delivery each time, and a queue's
+delivery limit would dead-letter (or drop) good messages within seconds of an outage. So the
+batch is retried, its messages held unacked, with bounded backoff and jitter
+(``store_retry``); when that is exhausted the consumer stops with ``StoreUnavailable`` and the
+broker gives the messages back to the queue, counted once.
 """
 
 from __future__ import annotations
@@ -26,12 +33,15 @@ import concurrent.futures
 import enum
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 
+from .._core.backoff import Backoff
 from .._delivery import Delivery
-from .._errors import MissingMessageId, StaleEpoch
+from .._errors import MissingMessageId, StaleEpoch, StoreUnavailable
 from .._history import HistoryRecorder
 from ._store import Batch, Duplicate, Retention, Store, Transaction
 
@@ -74,6 +84,13 @@ class InboxStats:
     lookups: int
     epochs_claimed: int
     stale: int
+    store_retries: int = 0
+    """Batches tried again because the store failed (their messages stayed unacked)."""
+
+
+STORE_RETRY = Backoff(initial=0.1, maximum=5.0, max_attempts=None, max_elapsed=60.0)
+"""How long a batch waits for a failing store: a restart or failover of the database fits in
+a minute; far below the broker's consumer timeout for unacked messages (30 min)."""
 
 
 class Inbox:
@@ -88,6 +105,7 @@ class Inbox:
         policy: LookupPolicy = LookupPolicy.DEFAULT,
         retention: Retention | None = None,
         epoch_source: Callable[[], int] | None = None,
+        store_retry: Backoff = STORE_RETRY,
     ) -> None:
         if not isinstance(store, Store):
             raise TypeError(f"store must be a sac dedup Store, got {type(store).__name__}")
@@ -95,6 +113,9 @@ class Inbox:
             raise TypeError(f"effect must be callable, got {type(effect).__name__}")
         if not isinstance(policy, LookupPolicy):
             raise TypeError(f"policy must be a LookupPolicy, got {policy!r}")
+        if not isinstance(store_retry, Backoff):
+            raise TypeError(f"store_retry must be a Backoff, got {store_retry!r}")
+        self.store_retry = store_retry
         self.store = store
         self.effect = effect
         self.policy = policy
@@ -108,8 +129,9 @@ class Inbox:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._purger: threading.Thread | None = None
         self._closing = threading.Event()
+        self._interrupted = threading.Event()
         self._committed = self._dup_lookup = self._dup_commit = 0
-        self._lookups = self._claims = self._stale = 0
+        self._lookups = self._claims = self._stale = self._retries = 0
 
     @property
     def epoch(self) -> int:
@@ -119,7 +141,7 @@ class Inbox:
     @property
     def stats(self) -> InboxStats:
         return InboxStats(self._committed, self._dup_lookup, self._dup_commit, self._lookups,
-                          self._claims, self._stale)
+                          self._claims, self._stale, self._retries)
 
     @property
     def executor(self) -> concurrent.futures.ThreadPoolExecutor:
@@ -146,8 +168,14 @@ class Inbox:
                                             daemon=True)
             self._purger.start()
 
+    def interrupt(self) -> None:
+        """Stop waiting for a failing store (the consumer is stopping): the batch in hand
+        ends with ``StoreUnavailable`` at once, its messages unacked."""
+        self._interrupted.set()
+
     def close(self) -> None:
         self._closing.set()
+        self._interrupted.set()
         if self._purger is not None:
             self._purger.join(timeout=10)
             self._purger = None
@@ -198,20 +226,49 @@ class Inbox:
         was committed). ``activation`` changes each time the consumer becomes active; the
         first batch of a new activation claims the epoch first. Raises ``StaleEpoch`` when
         this consumer was replaced: nothing of the batch was committed, ack none of it.
+        A failing store is tried again under ``store_retry``; raises ``StoreUnavailable``
+        when that is exhausted or ``interrupt()`` was called: ack none of it either.
         """
         queue = self._queue()
-        if activation != self._activation:
-            self.activate()
-            self._activation = activation
+        began = time.monotonic()
+        attempt = 0
+        while True:
+            try:
+                if activation != self._activation:
+                    self.activate()
+                    self._activation = activation
+                return self._attempt(queue, deliveries)
+            except StaleEpoch:
+                raise
+            except Exception as exc:  # the store failed, not the messages: try again
+                attempt += 1
+                elapsed = time.monotonic() - began
+                delay = (None if self._interrupted.is_set()
+                         else self.store_retry.delay(attempt, elapsed))
+                if delay is None or self._interrupted.wait(delay):
+                    raise StoreUnavailable(
+                        f"dedup store {self.store.description} failed {attempt} time(s) over "
+                        f"{elapsed:.1f} s; {len(deliveries)} message(s) left unacked: "
+                        f"{exc}") from exc
+                self._retries += 1
+                log.warning("committing %d message(s) to %s failed (%s); trying again in "
+                            "%.2f s, the messages stay unacked", len(deliveries),
+                            self.store.description, exc, delay)
+
+    def _attempt(
+        self, queue: str, deliveries: Sequence[Delivery]
+    ) -> list[Outcome | Exception]:
+        """One try of ``process_batch``: history events only for what was committed."""
         store = self.store
         rec = self.recorder
         policy = self.policy
         epoch = self._epoch
+        events: list[tuple[str, dict[str, Any]]] = []
         results: list[Outcome | Exception] = []
         try:
             with store.batch(queue, epoch, self.consumer) as batch:
                 for delivery in deliveries:
-                    results.append(self._one(batch, delivery, queue, policy))
+                    results.append(self._one(batch, delivery, queue, policy, events))
         except StaleEpoch:
             self._stale += 1
             if rec is not None:
@@ -220,10 +277,9 @@ class Inbox:
                         rec.record("commit_rejected", msg=delivery.message_id, epoch=epoch,
                                    why="stale-epoch")
             raise
-        except Exception as exc:  # noqa: BLE001 - the commit failed: requeue them all
-            log.error("committing %d message(s) to %s failed: %s", len(deliveries),
-                      store.description, exc)
-            return [exc] * len(deliveries)
+        if rec is not None:
+            for kind, fields in events:
+                rec.record(kind, **fields)
         for i, delivery in enumerate(deliveries):
             if results[i] is not Outcome.COMMITTED:
                 continue
@@ -239,33 +295,31 @@ class Inbox:
                 rec.record("commit", msg=delivery.message_id, epoch=epoch)
         return results
 
-    def _one(self, batch: Batch, delivery: Delivery, queue: str,
-             policy: LookupPolicy) -> Outcome | Exception:
+    def _one(self, batch: Batch, delivery: Delivery, queue: str, policy: LookupPolicy,
+             events: list[tuple[str, dict[str, Any]]]) -> Outcome | Exception:
         message_id = delivery.message_id
         if not message_id:
             return MissingMessageId(queue, delivery.delivery_tag)
-        rec = self.recorder
         if policy is LookupPolicy.ALWAYS or (
             policy is LookupPolicy.DEFAULT and delivery.maybe_duplicate
         ):
             self._lookups += 1
             if batch.seen(message_id):
                 self._dup_lookup += 1
-                if rec is not None:
-                    rec.record("duplicate_skipped", msg=message_id,
-                               why="redelivered-seen" if delivery.redelivered else "id-seen")
+                events.append(("duplicate_skipped", {
+                    "msg": message_id,
+                    "why": "redelivered-seen" if delivery.redelivered else "id-seen"}))
                 return Outcome.DUPLICATE
         try:
             with batch.message(message_id) as tx:
                 self.effect(delivery, tx)
         except Duplicate:
             self._dup_commit += 1
-            if rec is not None:
-                rec.record("commit_rejected", msg=message_id, epoch=batch.epoch,
-                           why="duplicate")
+            events.append(("commit_rejected",
+                           {"msg": message_id, "epoch": batch.epoch, "why": "duplicate"}))
             return Outcome.DUPLICATE
-        except StaleEpoch:
-            raise
+        except (StaleEpoch, StoreUnavailable):
+            raise  # not this message's fault: the whole batch is refused or tried again
         except Exception as exc:  # noqa: BLE001 - the consumer logs it and requeues
             return exc
         return Outcome.COMMITTED

@@ -83,6 +83,13 @@ class PostgresStore(SqlStore):
     def _usable(self, conn: Any) -> bool:
         return conn is not None and not conn.closed and not conn.broken
 
+    def _outage(self, exc: BaseException, conn: Any) -> bool:
+        # OperationalError: the connection, the server going away, a serialization failure
+        # or deadlock (the transaction's fault, not the statement's), a cancelled query.
+        import psycopg
+
+        return isinstance(exc, psycopg.OperationalError) or not self._usable(conn)
+
     def _begin_schema(self, conn: Any) -> None:
         conn.execute("BEGIN")
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))

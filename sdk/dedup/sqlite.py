@@ -14,6 +14,10 @@ from typing import Any
 from .._errors import ConfigurationError, StoreUnavailable
 from ._sql import RECORDS, SqlStore
 
+# Primary result codes that say the database could not do the work, whatever the statement:
+# BUSY, LOCKED, NOMEM, READONLY, IOERR, FULL, CANTOPEN, PROTOCOL.
+_OUTAGES = frozenset({5, 6, 7, 8, 10, 13, 14, 15})
+
 
 class SQLiteStore(SqlStore):
     """``path`` is the database file; it is created (with its tables) if missing, and its
@@ -65,6 +69,10 @@ class SQLiteStore(SqlStore):
             raise StoreUnavailable(
                 f"dedup store {self.description} is not writable{hint}: {exc}") from exc
         return conn
+
+    def _outage(self, exc: BaseException, conn: Any) -> bool:
+        code = getattr(exc, "sqlite_errorcode", None)
+        return isinstance(exc, sqlite3.Error) and code is not None and code & 0xFF in _OUTAGES
 
     def _begin_schema(self, conn: Any) -> None:
         conn.execute("BEGIN IMMEDIATE")

@@ -21,6 +21,7 @@ import pika
 import pytest
 
 from sdk import (
+    Backoff,
     ConnectionSettings,
     ConsumerSettings,
     Delivery,
@@ -322,3 +323,111 @@ def test_a_store_that_cannot_be_used_fails_before_consuming(
     with pytest.raises(error, match=match):
         c.start()
     assert ready_messages(cluster, queue.name) == len(ids)  # nothing was taken
+
+
+# ---------------------------------------------------------------------- store outages
+
+
+class Outage:
+    """A real outage of one test's store, begun and ended by the test: for SQLite another
+    process's write lock (the store waits ``busy_timeout`` for it, then fails); for
+    PostgreSQL the database refusing connections, with the consumer's sessions terminated,
+    as during a restart or failover."""
+
+    def __init__(self, kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+        self.kind = kind
+        self._blocker: sqlite3.Connection | None = None
+        if kind == "sqlite":
+            self.path = tmp_path / "dedup.db"
+            self.location = str(self.path)
+        else:
+            postgres = request.getfixturevalue("postgres")
+            self.location = store_factory("postgres", tmp_path, request)().dsn  # type: ignore[attr-defined]
+            self.database = self.location.rsplit("/", 1)[1]
+            self.admin_dsn = postgres.dsn
+
+    def store(self) -> Store:
+        if self.kind == "sqlite":
+            return SQLiteStore(self.path, busy_timeout=0.2)
+        return PostgresStore(self.location, connect_timeout=1.0)
+
+    def begin(self) -> None:
+        if self.kind == "sqlite":
+            self._blocker = sqlite3.connect(self.path, isolation_level=None)
+            self._blocker.execute("BEGIN IMMEDIATE")
+            return
+        self._admin(f'ALTER DATABASE "{self.database}" ALLOW_CONNECTIONS false',
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    f"WHERE datname = '{self.database}' AND pid <> pg_backend_pid()")
+
+    def end(self) -> None:
+        if self.kind == "sqlite":
+            if self._blocker is not None:
+                self._blocker.execute("ROLLBACK")
+                self._blocker.close()
+                self._blocker = None
+            return
+        self._admin(f'ALTER DATABASE "{self.database}" ALLOW_CONNECTIONS true')
+
+    def _admin(self, *statements: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin_dsn, autocommit=True) as pg:
+            for statement in statements:
+                pg.execute(statement)
+
+
+@pytest.fixture(params=SQL_STORES)
+def outage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Outage]:
+    made = Outage(str(request.param), tmp_path, request)
+    yield made
+    made.end()
+
+
+def test_a_store_outage_holds_the_messages_until_the_store_is_back(
+    face: str, cluster: LocalCluster, conn: ConnectionSettings, queue_name: str,
+    publishers: MakePublisher, consumers: Callable[..., ConsumerFace], outage: Outage,
+) -> None:
+    """The store fails while messages arrive: they are held unacked and the batch is tried
+    again, not rejected. With a delivery limit of 1 and no dead-letter exchange, a rejected
+    message would be dropped after one redelivery: here every message ends with one effect."""
+    queue = QueueSettings(queue_name, delivery_limit=1)
+    ledger = Ledger(outage.store())
+    inbox = Inbox(outage.store(), ledger.effect("a"))
+    c = consumers(face, ConsumerSettings(named(conn, queue, "a"), queue), inbox=inbox).start()
+    outage.begin()
+    ids = publish(publishers, face, conn, queue)
+    wait_until(lambda: inbox.stats.store_retries >= 3, 60, "the consumer to retry its batch")
+    assert c.stats.acked == 0
+    assert c.stats.rejected == 0
+    outage.end()
+    wait_until(lambda: c.stats.acked >= N, 60, "every message acked once the store is back")
+    c.stop()
+    assert_once_each(ledger, ids)
+    assert c.stats.rejected == 0
+    assert c.role is Role.STOPPED
+    assert ready_messages(cluster, queue.name) == 0
+
+
+def test_a_store_outage_beyond_the_retry_bound_stops_the_consumer_and_loses_nothing(
+    face: str, cluster: LocalCluster, conn: ConnectionSettings, queue: QueueSettings,
+    publishers: MakePublisher, consumers: Callable[..., ConsumerFace], outage: Outage,
+) -> None:
+    """Bounded: when the store stays down past ``store_retry``, the consumer stops with
+    ``StoreUnavailable`` naming the store, and every message is back in the queue for the
+    next consumer, none acked, none lost."""
+    ledger = Ledger(outage.store())
+    quick = Backoff(initial=0.05, maximum=0.2, max_attempts=None, max_elapsed=1.5)
+    inbox = Inbox(outage.store(), ledger.effect("a"), store_retry=quick)
+    c = consumers(face, ConsumerSettings(named(conn, queue, "a"), queue), inbox=inbox).start()
+    outage.begin()
+    ids = publish(publishers, face, conn, queue)
+    error = c.ended(60)
+    assert isinstance(error, StoreUnavailable)
+    assert outage.store().description in str(error)
+    assert c.stats.acked == 0
+    assert c.stats.rejected == 0
+    wait_until(lambda: ready_messages(cluster, queue.name) == len(ids), 30,
+               "every message back in the queue")
+    outage.end()
+    assert ledger.rows() == []
