@@ -104,7 +104,7 @@ import time
 import traceback
 import urllib.parse
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -124,7 +124,7 @@ if TYPE_CHECKING:
 
     from aio_pika.abc import AbstractIncomingMessage
 
-    from sdk import ConnectionSettings, ConsumerSettings, Delivery
+    from sdk import AsyncPublisher, ConnectionSettings, ConsumerSettings, Delivery
 
 MESSAGE_SIZE = 256
 PREFETCH = 1000
@@ -619,7 +619,11 @@ def _check_no_recovery(variant: str, reconnects: int, other: int, what: str) -> 
         raise RuntimeError(f"{variant}: {reconnects} reconnects, {other} {what} during the run")
 
 
-def sdk_async_publish(job: Job) -> Measurement:
+def _sdk_async_publishing(
+    job: Job, publish: Callable[[AsyncPublisher], Awaitable[object]]
+) -> Measurement:
+    """Times ``publish(publisher)`` on a started ``AsyncPublisher``: the two asyncio
+    variants differ only in that call."""
     from sdk import AsyncPublisher, PublisherSettings, QueueSettings
 
     settings = PublisherSettings(
@@ -632,10 +636,8 @@ def sdk_async_publish(job: Job) -> Measurement:
             publisher = AsyncPublisher(settings)
             await publisher.start()
             try:
-                send, body = publisher.send, job.body
                 watch.start()
-                futures = [await send(body) for _ in range(job.messages)]
-                await asyncio.gather(*futures)
+                await publish(publisher)
                 watch.stop()
             finally:
                 await publisher.close()
@@ -644,32 +646,20 @@ def sdk_async_publish(job: Job) -> Measurement:
         return watch.measurement(job.messages, stats.nacked)
 
     return asyncio.run(main())
+
+
+def sdk_async_publish(job: Job) -> Measurement:
+    async def one_by_one(publisher: AsyncPublisher) -> None:
+        send, body = publisher.send, job.body
+        futures = [await send(body) for _ in range(job.messages)]
+        await asyncio.gather(*futures)
+
+    return _sdk_async_publishing(job, one_by_one)
 
 
 def sdk_async_publish_many(job: Job) -> Measurement:
-    from sdk import AsyncPublisher, PublisherSettings, QueueSettings
-
-    settings = PublisherSettings(
-        _sdk_connection(job), window=job.window, queue=QueueSettings(job.queue)
-    )
-
-    async def main() -> Measurement:
-        watch = Stopwatch()
-        bodies = [job.body] * job.messages
-        async with asyncio.timeout(job.timeout):
-            publisher = AsyncPublisher(settings)
-            await publisher.start()
-            try:
-                watch.start()
-                await publisher.publish_many(bodies)
-                watch.stop()
-            finally:
-                await publisher.close()
-        stats = publisher.stats
-        _check_no_recovery(job.variant, stats.reconnects, stats.retransmitted, "retransmits")
-        return watch.measurement(job.messages, stats.nacked)
-
-    return asyncio.run(main())
+    bodies = [job.body] * job.messages
+    return _sdk_async_publishing(job, lambda publisher: publisher.publish_many(bodies))
 
 
 def sdk_blocking_publish(job: Job) -> Measurement:

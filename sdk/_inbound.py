@@ -143,13 +143,13 @@ class InboundDeliveries:
                         need = -taken
                         break
                 else:
-                    end, callback, args = taken
+                    end, frames, callback, args = taken
                     self.bytes += end - pos
-                    self.frames += args[-1]
+                    self.frames += frames
                     passed = pos = end
                     # Outside the try: what the callback raises is not a decoding error.
                     try:
-                        callback(*args[:-1])
+                        callback(*args)
                     except BaseException:
                         self._keep(data, pos, pos)
                         raise
@@ -169,10 +169,10 @@ class InboundDeliveries:
 
     def _delivery(
         self, data: bytes, pos: int, method_end: int, channel: int, size: int
-    ) -> int | tuple[int, DeliveryCallback, tuple[Any, ...]]:
+    ) -> int | tuple[int, int, DeliveryCallback, tuple[Any, ...]]:
         """Decode the delivery whose method frame starts at ``pos``: the offset after its
-        last frame, its consumer's callback and the arguments (the frame count last); 0 if
-        it is not ours to take; minus the bytes needed when it is not complete yet."""
+        last frame, the number of its frames, its consumer's callback and the arguments; 0
+        if it is not ours to take; minus the bytes needed when it is not complete yet."""
         if data[method_end - 1] != _FRAME_END:
             raise Malformed("method frame end")
         at = pos + 11
@@ -263,8 +263,9 @@ class InboundDeliveries:
                 frames += 1
             body = parts[0] if len(parts) == 1 else b"".join(parts)
 
-        return end, callback, (delivery_tag, redelivered, exchange, routing_key, content_type,
-                               headers, correlation_id, message_id, timestamp, body, frames)
+        return end, frames, callback, (delivery_tag, redelivered, exchange, routing_key,
+                                       content_type, headers, correlation_id, message_id,
+                                       timestamp, body)
 
     def _at_least(self, at: int, body_left: int) -> int:
         """The fewest bytes that can hold ``body_left`` more body bytes from ``at``: frames
