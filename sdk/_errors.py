@@ -42,7 +42,16 @@ class ConfigurationError(SacError, ValueError):
 
 
 class ConnectError(SacError):
-    """No node of the cluster accepted a connection within the reconnect policy."""
+    """No node of the cluster gave a working link within the reconnect policy (a first
+    connect tries each node once). ``attempts`` names every attempt's cause, in order."""
+
+    def __init__(self, message: str, attempts: Sequence[str] = ()) -> None:
+        super().__init__(message, tuple(attempts))
+        self.message = message
+        self.attempts: tuple[str, ...] = tuple(attempts)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class AuthenticationError(ConnectError):

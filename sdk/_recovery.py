@@ -6,13 +6,18 @@ up on a new link and what they do with the state of a lost one.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import Coroutine
 from typing import Any
 
-from ._errors import ConnectError, SacError
+from ._core.attempts import Attempts
+from ._errors import AuthenticationError, ConnectError, SacError
 from ._history import HistoryRecorder
 from ._settings import ConnectionSettings
-from ._transport import Link, LinkLost, connect_any
+from ._transport import Link, LinkLost, node_of, open_link
+
+log = logging.getLogger("sac.recovery")
 
 
 class Recovering:
@@ -27,7 +32,7 @@ class Recovering:
         self._node_index = 0
         self._reconnects = 0
         self._recovery: asyncio.Task[None] | None = None
-        self._first_open = False
+        self._opener: object | None = None  # the open() under way, if any
 
     # -- what subclasses decide
 
@@ -50,29 +55,63 @@ class Recovering:
 
     # -- the mechanism
 
-    async def _open(self, retry: bool) -> None:
-        """Connect to the first node that answers, from the one after the last used."""
-        self._first_open = not retry
-        try:
-            await self._open_link(retry)
-        finally:
-            self._first_open = False
+    @property
+    def _opening(self) -> bool:
+        return self._opener is not None
 
-    async def _open_link(self, retry: bool) -> None:
-        link, index = await connect_any(
-            self._connection, self._role, self._link_lost,
-            start=self._node_index, retry=retry, on_blocked=self._on_blocked,
-        )
-        self._node_index = index
+    async def _open(self, retry: bool) -> None:
+        """Attempt after attempt until a link is up and set up: ``retry=False`` (start) tries
+        each node once and fails fast, ``retry=True`` (after a loss) goes round the nodes
+        under the reconnect backoff. A loss at any step is one more failed attempt; only the
+        backoff decides to give up, with a ``ConnectError`` that names every attempt."""
+        token = self._opener = object()
+        settings = self._connection
+        plan = Attempts([node_of(u) for u in settings.urls], self._node_index,
+                        settings.reconnect, retry)
+        began = time.monotonic()
+        try:
+            while True:
+                index = plan.index
+                try:
+                    await self._attempt(settings.urls[index], retry)
+                    self._node_index = index
+                    return
+                except AuthenticationError:
+                    raise  # wrong credentials do not get better
+                except (ConnectError, LinkLost) as exc:
+                    cause = str(exc).removeprefix(f"{plan.nodes[index]}: ")
+                    if isinstance(exc, LinkLost):
+                        cause = exc.reason
+                    elapsed = time.monotonic() - began
+                    delay = plan.failed(cause, elapsed)
+                    if delay is None:
+                        raise ConnectError(plan.summary(elapsed), plan.causes()) from None
+                    if retry:
+                        log.warning("%s: attempt %d to %s failed (%s); next in %.2f s",
+                                    self._role, len(plan.failures), plan.nodes[index], cause,
+                                    delay)
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+        finally:
+            if self._opener is token:
+                self._opener = None
+
+    async def _attempt(self, url: str, retry: bool) -> None:
+        """One attempt: connect, handshake, ``channel.open``, then the owner's setup."""
+        link = await open_link(url, self._connection, self._role, self._link_lost,
+                               on_blocked=self._on_blocked)
         self._link = link
         self._record("connected", node=link.node, reason="retry" if retry else "start")
         try:
             await self._setup(link, retry)
-        except BaseException as exc:
-            self._link = None
+            if link.lost is not None:
+                # Lost after the last step answered but before this resumed: a link that is
+                # already gone is not a working one.
+                raise link.lost
+        except BaseException:
+            if self._link is link:
+                self._link = None
             await link.close()
-            if not retry and isinstance(exc, LinkLost):
-                raise ConnectError(str(exc)) from exc
             raise
 
     def _link_lost(self, link: Link, reason: LinkLost) -> None:
@@ -81,8 +120,10 @@ class Recovering:
         self._link = None
         self._dropped(link, reason)
         self._record("connection_lost", node=link.node, reason=reason.reason)
-        if self._shutting_down or self._first_open:
-            return  # start() reports a failure while it sets up: no recovery behind it
+        if self._shutting_down or self._opening:
+            # start() reports a failure itself; a reconnect under way counts it as a
+            # failed attempt (its pending step fails with LinkLost) and goes on.
+            return
         self._node_index += 1  # try the next node first
         self._reconnects += 1
         self._replace_recovery(self._reconnect())

@@ -20,7 +20,6 @@ import contextlib
 import re
 import ssl
 import struct
-import time
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
@@ -444,19 +443,31 @@ class Link:
         fut.add_done_callback(self._pending.discard)
         return fut
 
-    async def rpc(self, start: Callable[[Callable[[Any], None]], None]) -> Any:
-        """Run a pika call that reports through a callback; its result."""
+    async def rpc(self, start: Callable[[Callable[[Any], None]], None], step: str) -> Any:
+        """Run a pika call that reports through a callback; its result. ``LinkLost`` when
+        the link dies first, naming ``step`` (``channel.open``, ``basic.qos``...), so that a
+        failed reconnect says where it failed."""
         fut = self.future()
 
         def done(result: Any = None) -> None:
             if not fut.done():
                 fut.set_result(result)
 
-        start(done)
-        return await fut
+        try:
+            start(done)
+        except pika.exceptions.AMQPError as exc:
+            # The connection or channel closed between our last look and this call (pika
+            # refuses calls on a closed one): the same loss, seen a little earlier.
+            fut.cancel()
+            raise LinkLost(self.node, f"{describe(exc)} (at {step})") from exc
+        try:
+            return await fut
+        except LinkLost as lost:
+            raise LinkLost(lost.node, f"{lost.reason} (at {step})") from lost.__cause__
 
     async def open_channel(self) -> Channel:
-        channel: Channel = await self.rpc(lambda cb: self.conn.channel(on_open_callback=cb))
+        channel: Channel = await self.rpc(
+            lambda cb: self.conn.channel(on_open_callback=cb), "channel.open")
         channel.add_on_close_callback(self._channel_closed)
         self.channel = channel
         self.frames = PublishFrames(self.conn, channel)
@@ -473,7 +484,8 @@ class Link:
                     durable=True,
                     arguments=queue.arguments() if queue.declare else None,
                     callback=cb,
-                )
+                ),
+                "queue.declare",
             )
         except LinkLost as exc:
             cause = exc.__cause__
@@ -563,12 +575,14 @@ async def open_link(
     if on_blocked is not None:
         conn.add_on_connection_blocked_callback(lambda _c, _f: on_blocked(True))
         conn.add_on_connection_unblocked_callback(lambda _c, _f: on_blocked(False))
+    # Watched from the start: a node that goes silent while the link is being set up is
+    # a failed attempt within two heartbeats, not a setup step that waits forever.
+    link.watch(settings.heartbeat)
     try:
         await link.open_channel()
     except BaseException:
         await link.close()
         raise
-    link.watch(settings.heartbeat)
     return link
 
 
@@ -591,46 +605,3 @@ async def _tls_failure(params: pika.URLParameters, timeout: float) -> str | None
     with contextlib.suppress(OSError, ssl.SSLError):
         await writer.wait_closed()
     return None
-
-
-async def connect_any(
-    settings: ConnectionSettings,
-    role: str,
-    on_lost: Callable[[Link, LinkLost], None],
-    *,
-    start: int = 0,
-    retry: bool,
-    on_blocked: Callable[[bool], None] | None = None,
-) -> tuple[Link, int]:
-    """Connect to the first node that answers, starting at ``urls[start]``.
-
-    ``retry=False`` (the first connect) tries each node once and fails fast; ``retry=True``
-    (after a loss) keeps going round the nodes under the reconnect backoff. Wrong credentials
-    are never retried. Returns the link and the index of the node that answered.
-    """
-    urls = settings.urls
-    began = time.monotonic()
-    errors: dict[str, str] = {}
-    attempt = 0
-    while True:
-        index = (start + attempt) % len(urls)
-        url = urls[index]
-        try:
-            return await open_link(url, settings, role, on_lost, on_blocked), index
-        except AuthenticationError:
-            raise
-        except ConnectError as exc:
-            errors[node_of(url)] = str(exc).removeprefix(f"{node_of(url)}: ")
-        attempt += 1
-        elapsed = time.monotonic() - began
-        if not retry and attempt >= len(urls):
-            delay = None
-        else:
-            delay = settings.reconnect.delay(attempt, elapsed)
-        if delay is None:
-            detail = "; ".join(f"{node}: {why}" for node, why in errors.items())
-            raise ConnectError(
-                f"could not connect to any of {len(urls)} node(s) after {attempt} attempt(s) "
-                f"in {elapsed:.1f} s: {detail}"
-            )
-        await asyncio.sleep(delay)

@@ -200,9 +200,8 @@ class AsyncConsumer(Recovering):
             # for any consumer it cancels.
             link.conn.sac_inbound.unregister(channel.channel_number, tag)
             try:
-                await asyncio.wait_for(
-                    link.rpc(lambda cb: channel.basic_cancel(tag, callback=cb)), wait
-                )
+                await asyncio.wait_for(link.rpc(
+                    lambda cb: channel.basic_cancel(tag, callback=cb), "basic.cancel"), wait)
                 self._record("cancelled", queue=self.settings.queue.name, by="client")
             except (LinkLost, TimeoutError):
                 pass
@@ -457,6 +456,12 @@ class AsyncConsumer(Recovering):
         if self._stopping:
             return
         link = self._link
+        if self._opening:
+            # Cancelled while a (re)connect sets this link up: that attempt failed, and the
+            # open under way tries again (declaring the queue again names a deleted one).
+            if link is not None:
+                link.abandon("the broker cancelled the subscription while it was set up")
+            return
         if link is not None and link.usable:
             # Acks of messages already handled still count on this channel.
             self._apply(self._batcher.flush())
@@ -499,7 +504,7 @@ class AsyncConsumer(Recovering):
         assert channel is not None
         await link.declare_queue(self.settings.queue)
         await link.rpc(lambda cb: channel.basic_qos(
-            prefetch_count=self.settings.prefetch, callback=cb))
+            prefetch_count=self.settings.prefetch, callback=cb), "basic.qos")
         channel.add_on_cancel_callback(self._on_server_cancel)
         await self._subscribe(link)
 
@@ -518,7 +523,7 @@ class AsyncConsumer(Recovering):
         try:
             await link.rpc(lambda cb: channel.basic_consume(
                 queue.name, self._on_message, consumer_tag=tag, arguments=arguments,
-                callback=cb))
+                callback=cb), "basic.consume")
         except BaseException:
             inbound.unregister(channel.channel_number, tag)
             raise

@@ -36,7 +36,6 @@ from ._errors import (
     ClosedError,
     ConfigurationError,
     ConfirmTimeout,
-    ConnectError,
     MessageNacked,
     MessageReturned,
     MessageTooLarge,
@@ -654,7 +653,8 @@ class AsyncPublisher(Recovering):
             if link is self._link:
                 self._on_return(*args)
 
-        await link.rpc(lambda cb: channel.confirm_delivery(on_confirm, callback=cb))
+        await link.rpc(lambda cb: channel.confirm_delivery(on_confirm, callback=cb),
+                       "confirm.select")
         channel.add_on_return_callback(on_return)
         if self.settings.queue is not None:
             await link.declare_queue(self.settings.queue)
@@ -684,8 +684,10 @@ class AsyncPublisher(Recovering):
         self._after_settle()
 
     def _give_up(self, exc: SacError) -> None:
-        """The reconnect policy is exhausted: every outstanding publish fails with why."""
-        self._failure = exc if isinstance(exc, ConnectError) else ConnectError(str(exc))
+        """The reconnect policy is exhausted (``ConnectError`` naming every attempt), or a
+        reconnect met something that will not get better (wrong credentials, the queue gone
+        or redeclared with other arguments): every outstanding publish fails with it."""
+        self._failure = exc
         for item in [*self._window.channel_lost(), *self._backlog, *self._parked.values()]:
             _reject(item, self._failure)
         self._backlog.clear()

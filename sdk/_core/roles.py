@@ -49,10 +49,14 @@ class RoleTracker:
 
     def subscribed(self) -> Change | None:
         self.subscriptions += 1
+        if self.role is Role.ACTIVE:
+            return None  # its first delivery came in the same read as its consume-ok
         return self._to(Role.WAITING)
 
     def delivered(self) -> Change | None:
-        if self.role is Role.WAITING:
+        # CONNECTING too: with a backlog, the first deliveries arrive in the same read as
+        # the consume-ok and are taken before the subscribe call returns.
+        if self.role in (Role.WAITING, Role.CONNECTING):
             return self._to(Role.ACTIVE)
         return None
 

@@ -86,13 +86,31 @@ def test_graceful_handover_processes_every_message_once(
     face: str, consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
     conn: ConnectionSettings, queue: QueueSettings,
 ) -> None:
-    a = consumers(face, ConsumerSettings(on_node(conn, 1, "consumer-a"), queue)).start()
-    b = consumers(face, ConsumerSettings(on_node(conn, 2, "consumer-b"), queue)).start()
+    # The active consumer holds its 1000th message until its stop has begun, so that the
+    # handover happens with most of the queue still to do, however fast the machine is.
+    held, release = threading.Event(), threading.Event()
+    seen = Counter[str]()
+
+    def hold_at_1000(delivery: Delivery) -> None:
+        seen["all"] += 1
+        if seen["all"] == 1000:
+            held.set()
+            release.wait(30)
+
+    a = consumers(face, ConsumerSettings(on_node(conn, 1, "consumer-a"), queue),
+                  hold_at_1000).start()
+    b = consumers(face, ConsumerSettings(on_node(conn, 2, "consumer-b"), queue),
+                  hold_at_1000).start()
     ids = publish(publishers, face, conn, queue, 3000)
-    wait_until(lambda: a.count() + b.count() >= 1000, 30, "a third handled")
+    assert held.wait(30), "a third was not handled"
     first, second = (a, b) if a.count() else (b, a)
-    first.stop()
+    stopping = threading.Thread(target=first.stop)
+    stopping.start()
+    wait_until(lambda: first.role is Role.STOPPING, 10, "the stop to begin")
+    release.set()
+    stopping.join(60)
     assert first.role is Role.STOPPED
+    assert first.count() < 3000 - 100, "the handover came too late to show anything"
     wait_until(lambda: first.count() + second.count() >= 3000, 30, "the rest handled")
     handled = first.handled + second.handled
     assert sorted(handled) == sorted(ids)  # every message, each exactly once

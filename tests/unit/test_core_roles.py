@@ -38,12 +38,22 @@ def test_confirmation_by_the_broker_makes_a_waiting_consumer_active() -> None:
     assert tracker.confirmed_active() == Change(Role.WAITING, Role.ACTIVE)
 
 
-def test_delivery_before_subscribing_does_not_make_it_active() -> None:
+def test_a_delivery_before_start_changes_nothing() -> None:
     tracker = RoleTracker()
     assert tracker.delivered() is None
+    assert tracker.role is Role.STOPPED
+
+
+def test_a_delivery_read_with_the_consume_ok_makes_it_active_and_stay_active() -> None:
+    """With a backlog, the first deliveries come in the same read as the consume-ok: they
+    are taken before the subscribe call returns, and the subscription then must not make
+    an active consumer look like a waiting one."""
+    tracker = RoleTracker()
     tracker.connecting()
-    assert tracker.delivered() is None
-    assert tracker.role is Role.CONNECTING
+    assert tracker.delivered() == Change(Role.CONNECTING, Role.ACTIVE)
+    assert tracker.subscribed() is None
+    assert tracker.role is Role.ACTIVE
+    assert tracker.subscriptions == 1
 
 
 def test_losing_the_subscription_makes_it_a_candidate_again() -> None:

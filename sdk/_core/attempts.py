@@ -1,0 +1,73 @@
+"""The attempts of one (re)connect, as one decision: which node to try next, how long to wait
+before it, when to give up, and what to say then.
+
+An attempt is the whole way to a working link (TCP connect, AMQP handshake, ``channel.open``,
+and whatever the owner sets up on the channel: confirm mode, queue declare, qos, consume). A
+loss at any of those steps is one failed attempt under the same backoff, never the end of the
+client: giving up is the backoff's decision alone, and the error then names every attempt.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from .backoff import Backoff
+
+
+@attrs.define
+class Attempts:
+    """``retry=False`` (a first connect) tries each node once, without waiting, and fails
+    fast; ``retry=True`` (after a loss) goes round the nodes under ``policy``."""
+
+    nodes: Sequence[str]
+    start: int
+    policy: Backoff
+    retry: bool
+    failures: list[tuple[str, str]] = attrs.field(factory=list)
+    """(node, cause) of every failed attempt, in order."""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.nodes:
+            raise ValueError("at least one node is needed")
+
+    @property
+    def index(self) -> int:
+        """The node the next attempt goes to."""
+        return (self.start + len(self.failures)) % len(self.nodes)
+
+    def failed(
+        self, cause: str, elapsed: float, rng: Callable[[], float] = random.random
+    ) -> float | None:
+        """Record that the attempt at ``index`` failed; the seconds to wait before the next
+        one, or None: give up (``elapsed`` is the time since the first attempt began)."""
+        self.failures.append((self.nodes[self.index], cause))
+        count = len(self.failures)
+        if not self.retry:
+            return 0.0 if count < len(self.nodes) else None
+        return self.policy.delay(count, elapsed, rng)
+
+    def causes(self) -> list[str]:
+        """Every attempt's cause, one line each: ``attempt 3, 10.0.0.2:5672: ...``."""
+        return [f"attempt {n}, {node}: {cause}"
+                for n, (node, cause) in enumerate(self.failures, 1)]
+
+    def summary(self, elapsed: float) -> str:
+        """Why the client gives up: every attempt's cause, runs of the same cause on the same
+        node told once (``attempts 4-9``), so twenty refusals stay readable."""
+        runs: list[tuple[int, int, str, str]] = []
+        for n, (node, cause) in enumerate(self.failures, 1):
+            if runs and runs[-1][2:] == (node, cause):
+                runs[-1] = (runs[-1][0], n, node, cause)
+            else:
+                runs.append((n, n, node, cause))
+        told = "; ".join(
+            f"attempt{'s' if first != last else ''} "
+            f"{first if first == last else f'{first}-{last}'}, {node}: {cause}"
+            for first, last, node, cause in runs
+        )
+        count = len(self.failures)
+        return (f"could not connect to any of {len(self.nodes)} node(s) after {count} "
+                f"attempt(s) in {elapsed:.1f} s: {told}")

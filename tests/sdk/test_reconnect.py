@@ -1,0 +1,150 @@
+"""A loss at any step of a reconnect is one more failed attempt, never the end of a client.
+
+Each client talks to the cluster through a relay that resets its connection, and then resets
+the reconnect exactly when the client sends one step of it (TCP connect, handshake,
+``channel.open``, ``confirm.select``, ``queue.declare``, ``basic.qos``, ``basic.consume``).
+The client must carry on under its backoff, lose nothing, and give up only when the backoff
+is spent, with an exported ``ConnectError`` naming every attempt.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from sdk import (
+    Backoff,
+    ConnectError,
+    ConnectionSettings,
+    ConsumerSettings,
+    PublisherSettings,
+    QueueSettings,
+    Role,
+)
+from server import LocalCluster
+from tests.helpers import wait_until
+from tests.relay import Relay
+from tests.sdk.conftest import drain
+from tests.sdk.faces import ConsumerFace, PublisherFace
+
+MakePublisher = Callable[..., PublisherFace]
+
+PUBLISHER_STEPS = ["connect", "handshake", "channel.open", "confirm.select", "queue.declare"]
+CONSUMER_STEPS = ["connect", "handshake", "channel.open", "queue.declare", "basic.qos",
+                  "basic.consume"]
+QUICK = Backoff(initial=0.05, maximum=0.5, max_attempts=10, max_elapsed=30.0)
+
+
+@pytest.fixture
+def relay(cluster: LocalCluster) -> Iterator[Relay]:
+    with Relay(cluster.nodes[0].amqp_port) as made:
+        yield made
+
+
+def through(relay: Relay, cluster: LocalCluster, queue: QueueSettings, actor: str,
+            reconnect: Backoff = QUICK) -> ConnectionSettings:
+    """Settings that reach the cluster only through ``relay``: every reconnect meets it."""
+    return ConnectionSettings(urls=[relay.url(cluster.urls()[0])], heartbeat=2,
+                              reconnect=reconnect, name=f"{queue.name}-{actor}")
+
+
+class Background:
+    """A publish running in a thread, so the test can fault the link meanwhile."""
+
+    def __init__(self, pub: PublisherFace, bodies: list[bytes]) -> None:
+        self.ids: list[str] = []
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(pub, bodies), daemon=True)
+        self._thread.start()
+
+    def _run(self, pub: PublisherFace, bodies: list[bytes]) -> None:
+        try:
+            self.ids = pub.publish_many(bodies)
+        except BaseException as exc:  # noqa: BLE001 - kept for the test to assert on
+            self.error = exc
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), f"the publish did not end within {timeout} s"
+
+
+@pytest.mark.parametrize("step", PUBLISHER_STEPS)
+def test_the_publisher_survives_a_reset_at_each_step_of_its_reconnect(
+    face: str, step: str, publishers: MakePublisher, cluster: LocalCluster,
+    queue: QueueSettings, relay: Relay,
+) -> None:
+    pub = publishers(face, PublisherSettings(through(relay, cluster, queue, "pub"),
+                                             queue=queue))
+    pub.start()
+    before = pub.publish_many([b"before"] * 50)
+    relay.reset_at(step)
+    publishing = Background(pub, [f"m{i}".encode() for i in range(2000)])
+    wait_until(lambda: pub.stats.published > 50, 30, "messages in flight")
+    relay.reset()
+    publishing.join(60)
+    assert publishing.error is None, f"a publish failed: {publishing.error!r}"
+    assert relay.resets == ["reset", step], "the faults did not happen as planned"
+    pub.close()
+    assert set(drain(cluster.urls()[1], queue.name, 2050)) == {*before, *publishing.ids}
+    assert pub.stats.reconnects >= 1
+
+
+@pytest.mark.parametrize("step", CONSUMER_STEPS)
+def test_the_consumer_survives_a_reset_at_each_step_of_its_reconnect(
+    face: str, step: str, publishers: MakePublisher, consumers: Callable[..., ConsumerFace],
+    cluster: LocalCluster, conn: ConnectionSettings, queue: QueueSettings, relay: Relay,
+) -> None:
+    c = consumers(face, ConsumerSettings(through(relay, cluster, queue, "c"), queue)).start()
+    pub = publishers(face, PublisherSettings(conn, queue=queue))
+    pub.start()
+    first = pub.publish_many([b"first"] * 100)
+    wait_until(lambda: set(first) <= set(c.handled), 30, "the first messages handled")
+    relay.reset_at(step)
+    relay.reset()
+    wait_until(lambda: c.stats.reconnects >= 1, 30, "the consumer to notice the reset")
+    second = pub.publish_many([b"second"] * 100)
+    wait_until(lambda: set(second) <= set(c.handled), 60,
+               "the consumer to come back and handle the rest")
+    assert relay.resets == ["reset", step], "the faults did not happen as planned"
+    assert c.role is Role.ACTIVE
+    assert c.stats.reconnects >= 1
+
+
+def test_a_publisher_gives_up_only_when_its_backoff_is_spent_naming_every_attempt(
+    face: str, publishers: MakePublisher, cluster: LocalCluster, queue: QueueSettings,
+    relay: Relay,
+) -> None:
+    spent = Backoff(initial=0.05, maximum=0.2, max_attempts=3, max_elapsed=30.0)
+    pub = publishers(face, PublisherSettings(through(relay, cluster, queue, "pub", spent),
+                                             queue=queue))
+    pub.start()
+    pub.publish_many([b"before"] * 10)
+    relay.reset_at("channel.open", times=100)
+    publishing = Background(pub, [b"x"] * 500)
+    wait_until(lambda: pub.stats.published > 10, 30, "messages in flight")
+    relay.reset()
+    publishing.join(60)
+    error = publishing.error
+    assert isinstance(error, ConnectError), f"expected ConnectError, got {error!r}"
+    assert relay.resets == ["reset"] + ["channel.open"] * 4  # the first try and 3 retries
+    assert len(error.attempts) == 4
+    assert all("channel.open" in cause for cause in error.attempts), error.attempts
+    assert "after 4 attempt(s)" in str(error)
+
+
+def test_a_consumer_gives_up_only_when_its_backoff_is_spent_naming_every_attempt(
+    face: str, consumers: Callable[..., ConsumerFace], cluster: LocalCluster,
+    queue: QueueSettings, relay: Relay,
+) -> None:
+    spent = Backoff(initial=0.05, maximum=0.2, max_attempts=3, max_elapsed=30.0)
+    c = consumers(face, ConsumerSettings(through(relay, cluster, queue, "c", spent), queue))
+    c.start()
+    relay.reset_at("channel.open", times=100)
+    relay.reset()
+    error = c.ended(60)
+    assert isinstance(error, ConnectError), f"expected ConnectError, got {error!r}"
+    assert relay.resets == ["reset"] + ["channel.open"] * 4
+    assert len(error.attempts) == 4
+    assert all("channel.open" in cause for cause in error.attempts), error.attempts
