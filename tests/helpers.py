@@ -1,9 +1,14 @@
-"""Small helpers for tests against real servers: listening sockets, waiting on events."""
+"""Small helpers for tests against real servers: listening sockets, waiting on events, the
+output of a process of the test's own."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
+import queue as queue_module
+import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -73,3 +78,45 @@ def is_loopback(address: str) -> bool:
     if isinstance(host, ipaddress.IPv6Address) and host.ipv4_mapped is not None:
         return host.ipv4_mapped.is_loopback
     return host.is_loopback
+
+
+def finish(proc: subprocess.Popen[str]) -> None:
+    proc.kill()
+    proc.wait(10)
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+
+
+class Lines:
+    """A consumer process's stdout, read by a thread, so that waiting for a line can time
+    out."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: queue_module.Queue[str | None] = queue_module.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+        self.lines.put(None)
+
+    def expect(self, prefix: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue_module.Empty:
+                raise AssertionError(
+                    f"no {prefix!r} from the consumer process within {timeout} s; "
+                    f"it printed {self.seen}") from None
+            if line is None:
+                raise AssertionError(f"the process ended ({self.proc.wait(10)}) before "
+                                     f"{prefix!r}; it printed {self.seen}")
+            self.seen.append(line)
+            if line.startswith(prefix):
+                return line

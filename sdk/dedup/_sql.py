@@ -13,11 +13,15 @@ for what the consumer has waiting); each message's effect runs inside a savepoin
    back: ``StaleEpoch``;
 3. commit, then the ``on_commit`` callbacks.
 
-Nothing is locked before a message's first write, so a consumer frozen inside its handler
-holds no lock that its successor needs (on SQLite, as long as that handler has not written
-yet: SQLite has one writer at a time). If a claim slips in on SQLite between a batch's first
-read and its first write, SQLite refuses the write (busy snapshot) and the inbox tries the
-batch again.
+Nothing is locked before a message's first write. After it, a batch holds locks (SQLite's
+one write lock; PostgreSQL row locks on what it inserted) until it commits or rolls back: a
+consumer frozen in the middle of a batch holds them for as long as it is frozen. Its
+successor deals with that when it claims its epoch, which it does only once the broker has
+made it the active consumer, so that the holder recorded with the old epoch is known to be
+replaced: the PostgreSQL store ends the old holder's sessions that wait inside a
+transaction, the SQLite store kills the old holder if it is frozen and holds the write lock
+(see the stores). If a claim slips in on SQLite between a batch's first read and its first
+write, SQLite refuses the write (busy snapshot) and the inbox tries the batch again.
 """
 
 from __future__ import annotations
@@ -38,12 +42,19 @@ RECORDS = "sac_dedup_records"
 
 SCHEMA = (
     f"CREATE TABLE {META} (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    f"CREATE TABLE {EPOCHS} (queue TEXT PRIMARY KEY, epoch BIGINT NOT NULL)",
+    f"CREATE TABLE {EPOCHS} (queue TEXT PRIMARY KEY, epoch BIGINT NOT NULL, holder TEXT)",
     f"CREATE TABLE {RECORDS} (queue TEXT NOT NULL, message_id TEXT NOT NULL, "
     "epoch BIGINT NOT NULL, consumer TEXT, committed_at DOUBLE PRECISION NOT NULL, "
     "PRIMARY KEY (queue, message_id))",
     f"CREATE INDEX {RECORDS}_age ON {RECORDS} (committed_at)",
 )
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (f"ALTER TABLE {EPOCHS} ADD COLUMN holder TEXT",),
+}
+"""What brings a store of version n to n + 1, in place, on ``open``: additive only, so that
+a consumer of the older version still running beside it keeps working (its claims leave the
+holder empty, and an empty holder is never ended or killed)."""
 
 
 class SqlStore(Store):
@@ -52,6 +63,9 @@ class SqlStore(Store):
 
     placeholder = "?"
     lock_epoch_row = ""
+    claim_guard = ""
+    """A ``WITH`` clause yielding one row (named ``guard``) that the claim and the adoption
+    evaluate before raising the epoch; its parameters come from ``_guard_params``."""
 
     def __init__(self) -> None:
         self._conn: Any = None
@@ -64,13 +78,19 @@ class SqlStore(Store):
             f"VALUES ({p}, {p}, {p}, {p}, {p}) ON CONFLICT (queue, message_id) DO NOTHING")
         self._sql_epoch = f"SELECT epoch FROM {EPOCHS} WHERE queue = {p}{self.lock_epoch_row}"
         self._sql_seen = f"SELECT 1 FROM {RECORDS} WHERE queue = {p} AND message_id = {p}"
+        # INSERT ... SELECT, so that the guard runs first; "WHERE true" keeps SQLite from
+        # reading ON CONFLICT as a join constraint.
+        source = " FROM guard" if self.claim_guard else ""
         self._sql_claim = (
-            f"INSERT INTO {EPOCHS} (queue, epoch) VALUES ({p}, 1) ON CONFLICT (queue) "
-            f"DO UPDATE SET epoch = {EPOCHS}.epoch + 1 RETURNING epoch")
-        self._sql_adopt = (
-            f"INSERT INTO {EPOCHS} (queue, epoch) VALUES ({p}, {p}) ON CONFLICT (queue) "
-            f"DO UPDATE SET epoch = excluded.epoch WHERE {EPOCHS}.epoch <= excluded.epoch "
+            f"{self.claim_guard}INSERT INTO {EPOCHS} (queue, epoch, holder) "
+            f"SELECT {p}, 1, {p}{source} WHERE true ON CONFLICT (queue) "
+            f"DO UPDATE SET epoch = {EPOCHS}.epoch + 1, holder = excluded.holder "
             "RETURNING epoch")
+        self._sql_adopt = (
+            f"{self.claim_guard}INSERT INTO {EPOCHS} (queue, epoch, holder) "
+            f"SELECT {p}, {p}, {p}{source} WHERE true ON CONFLICT (queue) "
+            f"DO UPDATE SET epoch = excluded.epoch, holder = excluded.holder "
+            f"WHERE {EPOCHS}.epoch <= excluded.epoch RETURNING epoch")
 
     # ------------------------------------------------------------------ dialect
 
@@ -100,6 +120,18 @@ class SqlStore(Store):
     def _delete_batch_sql(self, condition: str) -> str:
         raise NotImplementedError
 
+    @abc.abstractmethod
+    def _holder(self) -> str | None:
+        """How the epoch row names this store's user as the epoch's holder."""
+
+    def _guard_params(self, queue: str, epoch: int | None) -> tuple[Any, ...]:
+        """Parameters of ``claim_guard``; ``epoch`` is the one adopted, None for a claim."""
+        return ()
+
+    def _raise_epoch(self, conn: Any, queue: str, sql: str, params: tuple[Any, ...]) -> Any:
+        """Run the claim or adoption statement; the row it returns (None: refused)."""
+        return conn.execute(sql, params).fetchone()
+
     # ------------------------------------------------------------------ lifecycle
 
     def open(self) -> None:
@@ -124,28 +156,44 @@ class SqlStore(Store):
                 self._purge_conn = None
 
     def _prepare_schema(self, conn: Any) -> None:
+        # A plain read first: the usual case (tables there, current version) then takes no
+        # lock, so a store opens even while another process holds the write lock (on SQLite
+        # a frozen one, that this store's claim may have to remove).
+        if self._schema_version(conn) == SCHEMA_VERSION:
+            return
         self._begin_schema(conn)
         try:
-            if self._table_exists(conn, META):
-                row = conn.execute(
-                    f"SELECT value FROM {META} WHERE key = {self.placeholder}",
-                    ("schema_version",)).fetchone()
-                found = int(row[0]) if row is not None else 0
-            elif self._table_exists(conn, RECORDS) or self._table_exists(conn, EPOCHS):
-                found = 0  # tables from before the version was kept
-            else:
+            found = self._schema_version(conn)
+            if found is None:
                 for statement in SCHEMA:
                     conn.execute(statement)
                 conn.execute(
                     f"INSERT INTO {META} (key, value) VALUES ({self.placeholder}, "
                     f"{self.placeholder})", ("schema_version", str(SCHEMA_VERSION)))
-                found = SCHEMA_VERSION
-            if found != SCHEMA_VERSION:
+            elif found in MIGRATIONS:
+                for version in range(found, SCHEMA_VERSION):
+                    for statement in MIGRATIONS[version]:
+                        conn.execute(statement)
+                conn.execute(
+                    f"UPDATE {META} SET value = {self.placeholder} "
+                    f"WHERE key = {self.placeholder}", (str(SCHEMA_VERSION), "schema_version"))
+            elif found != SCHEMA_VERSION:
                 raise SchemaMismatch(self.description, found, SCHEMA_VERSION)
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+    def _schema_version(self, conn: Any) -> int | None:
+        """The version of the tables; None when there are none; 0 for tables from before
+        the version was kept."""
+        if self._table_exists(conn, META):
+            row = conn.execute(f"SELECT value FROM {META} WHERE key = {self.placeholder}",
+                               ("schema_version",)).fetchone()
+            return int(row[0]) if row is not None else 0
+        if self._table_exists(conn, RECORDS) or self._table_exists(conn, EPOCHS):
+            return 0
+        return None
 
     def _connection(self) -> Any:
         """The open connection; a broken one is replaced once (the server restarted)."""
@@ -162,15 +210,26 @@ class SqlStore(Store):
     def claim_epoch(self, queue: str) -> int:
         with self._lock:
             conn = self._connection()
-            return int(conn.execute(self._sql_claim, (queue,)).fetchone()[0])
+            params = (*self._guard_params(queue, None), queue, self._holder())
+            return int(self._raise_epoch(conn, queue, self._sql_claim, params)[0])
 
     def adopt_epoch(self, queue: str, epoch: int) -> int:
         with self._lock:
             conn = self._connection()
-            row = conn.execute(self._sql_adopt, (queue, epoch)).fetchone()
+            params = (*self._guard_params(queue, epoch), queue, epoch, self._holder())
+            row = self._raise_epoch(conn, queue, self._sql_adopt, params)
             if row is None:
                 raise StaleEpoch(queue, epoch, self.current_epoch(queue))
             return int(row[0])
+
+    def holder(self, queue: str) -> str | None:
+        """Who claimed or adopted the queue's current epoch, as that store named itself."""
+        with self._lock:
+            conn = self._connection()
+            row = conn.execute(
+                f"SELECT holder FROM {EPOCHS} WHERE queue = {self.placeholder}", (queue,)
+            ).fetchone()
+            return None if row is None else row[0]
 
     def current_epoch(self, queue: str) -> int:
         with self._lock:

@@ -6,8 +6,10 @@ A commit carries the committer's epoch and is refused when a newer one exists, w
 keeps a replaced consumer (paused, declared dead, but still running its handler) from applying
 its effect after its successor did.
 
-Locks are only held while committing, never while a handler runs: a consumer frozen inside
-its handler must not be able to stall the consumer that replaced it.
+A batch holds the store's locks from its first write to its commit, so a consumer frozen in
+the middle of a batch holds them while it is frozen. What a store does so that this cannot
+stall the consumer that replaced it is said by each store: the epoch row names its holder,
+and a claim (made only once the broker has handed the queue over) deals with the old one.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ import attrs
 
 from .._errors import ConfigurationError
 
-SCHEMA_VERSION = 1
-"""Version of the tables the SQL stores create; a store with another version is refused."""
+SCHEMA_VERSION = 2
+"""Version of the tables the SQL stores create. An older version that can be brought up to
+date is migrated in place on ``open`` (version 1: the epoch's holder was not recorded); any
+other version is refused."""
 
 
 class Duplicate(Exception):
@@ -147,7 +151,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def claim_epoch(self, queue: str) -> int:
-        """Atomically raise the queue's epoch by one and return it."""
+        """Atomically raise the queue's epoch by one, record this store's user as its
+        holder, and return it. Call it only when the broker has just made this consumer the
+        active one: the SQL stores then end what the previous holder still holds."""
 
     @abc.abstractmethod
     def adopt_epoch(self, queue: str, epoch: int) -> int:

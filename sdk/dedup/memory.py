@@ -2,7 +2,11 @@
 same process. It forgets everything when the process ends, and it cannot roll back what an
 effect already did, so it checks for a duplicate both before the effect runs and when
 committing. An effect that registers its change with ``tx.on_commit`` is applied under the
-store's lock only when the commit is accepted: that is the memory store's transaction."""
+store's lock only when the commit is accepted: that is the memory store's transaction.
+
+Every consumer of a memory store lives in its one process, so a freeze (SIGSTOP) stops the
+active consumer and its successor alike: no frozen holder can stall a live one here. A batch
+takes the store's lock only to commit, never while an effect runs."""
 
 from __future__ import annotations
 

@@ -1,17 +1,41 @@
 """A PostgreSQL store (psycopg 3, the ``postgres`` extra): for consumers on several hosts, and
 for effects that already live in PostgreSQL, so that effect and record commit together.
 
-Sessions are opened with ``idle_in_transaction_session_timeout``: a consumer frozen in the
-middle of a commit must not hold its row locks forever.
+A frozen holder. A batch holds row locks (on the records it inserted, on rows its effects
+wrote, and at its end a share lock on the epoch row) until it commits. If the active consumer
+is frozen in the middle of a batch, its session waits "idle in transaction" and its
+successor's inserts of the same records wait on it. So every session of a store carries an
+``application_name`` of ``sac-dedup:<token>``, the token random per store; the epoch row
+records the token of its holder; and an epoch claim, in the same statement that raises the
+epoch, ends (``pg_terminate_backend``) the previous holder's sessions that are idle inside a
+transaction. Such a transaction could never commit after the claim (the epoch check at its
+commit refuses it); the woken zombie finds its session gone, tries again on a new one and
+is fenced (``StaleEpoch``). Sessions executing a statement are left alone: they are not
+waiting for a frozen client, and reach that check by themselves; this also keeps a claim
+from ending a concurrent claim. Ending a session needs the role's own sessions (or
+membership of the role, or ``pg_signal_backend``): consumers of one queue connect as one
+role. Sessions are also opened with ``idle_in_transaction_session_timeout``, the bound when
+nothing else applies.
 """
 
 from __future__ import annotations
 
+import secrets
 import urllib.parse
 from typing import Any
 
 from .._errors import ConfigurationError, StoreUnavailable
-from ._sql import RECORDS, SqlStore
+from ._sql import EPOCHS, RECORDS, SqlStore
+
+APPLICATION = "sac-dedup:"
+"""Prefix of the ``application_name`` of every store session; the store's token follows."""
+
+CLAIM_LOCK_TIMEOUT = 2.0
+"""How long a claim waits for a row lock (an ended holder's lock goes within milliseconds);
+past it the claim fails like any store failure and the inbox tries again."""
+
+CLAIM_STATEMENT_TIMEOUT = 10.0
+"""A bound on the whole claim statement, for what nobody foresaw."""
 
 _SCHEMA_LOCK = 0x5AC_DED0  # pg_advisory_xact_lock key: one process creates the tables
 
@@ -35,6 +59,17 @@ class PostgresStore(SqlStore):
 
     placeholder = "%s"
     lock_epoch_row = " FOR SHARE"
+    # The previous holder's sessions waiting inside a transaction, ended before the epoch
+    # moves on; "newer" is true for a claim, and for an adoption only when it raises the
+    # epoch (a refused one must not end the live holder's sessions).
+    claim_guard = (
+        "WITH guard AS (SELECT count(pg_terminate_backend(a.pid)) AS ended "
+        f"FROM {EPOCHS} e JOIN pg_stat_activity a "
+        f"ON a.application_name = '{APPLICATION}' || e.holder "
+        "WHERE e.queue = %s AND (%s::bigint IS NULL OR e.epoch < %s::bigint) "
+        "AND a.application_name <> %s AND a.pid <> pg_backend_pid() "
+        "AND a.state IN ('idle in transaction', 'idle in transaction (aborted)') "
+        "AND pg_has_role(a.usesysid, 'MEMBER')) ")
 
     def __init__(
         self,
@@ -50,6 +85,8 @@ class PostgresStore(SqlStore):
         self.dsn = dsn
         self.connect_timeout = connect_timeout
         self.idle_in_transaction_timeout = idle_in_transaction_timeout
+        self.token = secrets.token_hex(8)
+        """Names this store's sessions (``application_name``) and its epochs (``holder``)."""
         super().__init__()
 
     def __repr__(self) -> str:
@@ -70,6 +107,7 @@ class PostgresStore(SqlStore):
                 self.dsn,
                 autocommit=True,
                 connect_timeout=max(1, round(self.connect_timeout)),
+                application_name=f"{APPLICATION}{self.token}",
                 options=(f"-c idle_in_transaction_session_timeout="
                          f"{int(self.idle_in_transaction_timeout * 1000)}"),
             )
@@ -79,6 +117,26 @@ class PostgresStore(SqlStore):
             raise StoreUnavailable(
                 f"dedup store {self.description} does not connect: "
                 f"{reason.replace(self.dsn, mask_dsn(self.dsn))}") from None
+
+    def _holder(self) -> str:
+        return self.token
+
+    def _guard_params(self, queue: str, epoch: int | None) -> tuple[Any, ...]:
+        return (queue, epoch, epoch, f"{APPLICATION}{self.token}")
+
+    def _raise_epoch(self, conn: Any, queue: str, sql: str, params: tuple[Any, ...]) -> Any:
+        # One autocommit statement, never a transaction left open between round trips:
+        # a claim is never "idle in transaction", so a concurrent claim cannot end it.
+        conn.execute("SELECT set_config('lock_timeout', %s, false), "
+                     "set_config('statement_timeout', %s, false)",
+                     (f"{round(CLAIM_LOCK_TIMEOUT * 1000)}ms",
+                      f"{round(CLAIM_STATEMENT_TIMEOUT * 1000)}ms"))
+        try:
+            return conn.execute(sql, params).fetchone()
+        finally:
+            if self._usable(conn):
+                conn.execute("RESET lock_timeout")
+                conn.execute("RESET statement_timeout")
 
     def _usable(self, conn: Any) -> bool:
         return conn is not None and not conn.closed and not conn.broken

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from sdk import SchemaMismatch, StaleEpoch, StoreUnavailable
-from sdk.dedup import MemoryStore, PostgresStore, Retention, SQLiteStore, Store
+from sdk.dedup import SCHEMA_VERSION, MemoryStore, PostgresStore, Retention, SQLiteStore, Store
 from sdk.dedup._store import Duplicate
 from tests.dedup.conftest import SQL_STORES, StoreFactory, new_database
 
@@ -152,8 +152,16 @@ def test_a_commit_from_an_older_epoch_is_refused(make_store: StoreFactory) -> No
             assert time.monotonic() - began < 5
             write_effect(old, tx, "m-1")
 
-    with pytest.raises(StaleEpoch) as caught:
-        zombie()
+    if isinstance(old, PostgresStore):
+        # The claim ended the old one's session, waiting inside its transaction: the store
+        # failed under it; tried again (as the inbox does), it learns it was replaced.
+        with pytest.raises(StoreUnavailable):
+            zombie()
+        with pytest.raises(StaleEpoch) as caught, old.transaction(Q, "m-1", old_epoch) as tx:
+            write_effect(old, tx, "m-1")
+    else:
+        with pytest.raises(StaleEpoch) as caught:
+            zombie()
     new_epoch = new_epochs[0]
     assert (caught.value.epoch, caught.value.current) == (old_epoch, new_epoch)
     assert not old.seen(Q, "m-1")
@@ -231,6 +239,32 @@ def test_postgres_dsn_that_does_not_connect(postgres: LocalPostgres) -> None:
         PostgresStore(nothing, connect_timeout=2).open()
 
 
+def old_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest,
+              statements: list[str]) -> Store:
+    """A store on a file or database made by ``statements`` (tables of another version)."""
+    if kind == "sqlite":
+        path = tmp_path / "old.db"
+        with sqlite3.connect(path) as db:
+            for sql in statements:
+                db.execute(sql)
+        db.close()
+        return SQLiteStore(path)
+    import psycopg
+
+    dsn = new_database(request.getfixturevalue("postgres"), "old")
+    with psycopg.connect(dsn, autocommit=True) as pg:
+        for sql in statements:
+            pg.execute(sql)
+    return PostgresStore(dsn)
+
+
+def schema_version(store: Store) -> str:
+    assert isinstance(store, SQLiteStore | PostgresStore)
+    with store.transaction("read", f"read-{os.urandom(4).hex()}", 0) as tx:
+        return str(tx.execute("SELECT value FROM sac_dedup_meta WHERE key = 'schema_version'"
+                              ).fetchone()[0])
+
+
 @pytest.mark.parametrize("kind", SQL_STORES)
 @pytest.mark.parametrize("old", ["unversioned", "version-0"])
 def test_a_schema_from_an_older_version_is_refused_untouched(
@@ -240,24 +274,10 @@ def test_a_schema_from_an_older_version_is_refused_untouched(
     if old == "version-0":
         statements += ["CREATE TABLE sac_dedup_meta (key TEXT PRIMARY KEY, value TEXT)",
                        "INSERT INTO sac_dedup_meta VALUES ('schema_version', '0')"]
-    if kind == "sqlite":
-        path = tmp_path / "old.db"
-        with sqlite3.connect(path) as db:
-            for sql in statements:
-                db.execute(sql)
-        db.close()
-        store: Store = SQLiteStore(path)
-    else:
-        import psycopg
-
-        dsn = new_database(request.getfixturevalue("postgres"), "old")
-        with psycopg.connect(dsn, autocommit=True) as db:
-            for sql in statements:
-                db.execute(sql)
-        store = PostgresStore(dsn)
+    store = old_store(kind, tmp_path, request, statements)
     with pytest.raises(SchemaMismatch) as caught:
         store.open()
-    assert (caught.value.found, caught.value.wanted) == (0, 1)
+    assert (caught.value.found, caught.value.wanted) == (0, SCHEMA_VERSION)
     assert "schema version 0" in str(caught.value)
     store.close()
     # Untouched: no table was added to the old schema.
@@ -266,3 +286,50 @@ def test_a_schema_from_an_older_version_is_refused_untouched(
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
         db.close()
         assert "sac_dedup_epochs" not in tables
+
+
+VERSION_1 = [
+    "CREATE TABLE sac_dedup_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE sac_dedup_epochs (queue TEXT PRIMARY KEY, epoch BIGINT NOT NULL)",
+    "CREATE TABLE sac_dedup_records (queue TEXT NOT NULL, message_id TEXT NOT NULL, "
+    "epoch BIGINT NOT NULL, consumer TEXT, committed_at DOUBLE PRECISION NOT NULL, "
+    "PRIMARY KEY (queue, message_id))",
+    "CREATE INDEX sac_dedup_records_age ON sac_dedup_records (committed_at)",
+    "INSERT INTO sac_dedup_epochs VALUES ('orders', 7)",
+    "INSERT INTO sac_dedup_records VALUES ('orders', 'm-1', 7, 'a', 1700000000.0)",
+]
+
+
+def tables_of_version_1(kind: str, tmp_path: Path, request: pytest.FixtureRequest,
+                        marked: int) -> Store:
+    """A store with the tables of version 1 (one epoch, one record), marked as ``marked``."""
+    return old_store(kind, tmp_path, request, [
+        *VERSION_1, f"INSERT INTO sac_dedup_meta VALUES ('schema_version', '{marked}')"])
+
+
+@pytest.mark.parametrize("kind", SQL_STORES)
+def test_a_version_1_store_is_migrated_in_place_on_open(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The tables of version 1 gain the epoch's holder; epochs and records are kept."""
+    store = tables_of_version_1(kind, tmp_path, request, 1)
+    store.open()
+    assert schema_version(store) == str(SCHEMA_VERSION) == "2"
+    assert store.current_epoch(Q) == 7
+    assert store.seen(Q, "m-1")
+    assert isinstance(store, SQLiteStore | PostgresStore)
+    assert store.holder(Q) is None  # claimed by a version that did not record it
+    assert store.claim_epoch(Q) == 8
+    assert store.holder(Q) is not None
+    store.close()
+
+
+@pytest.mark.parametrize("kind", SQL_STORES)
+def test_a_store_of_a_newer_version_is_refused(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    store = tables_of_version_1(kind, tmp_path, request, 3)
+    with pytest.raises(SchemaMismatch) as caught:
+        store.open()
+    assert (caught.value.found, caught.value.wanted) == (3, SCHEMA_VERSION)
+    store.close()

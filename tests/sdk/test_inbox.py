@@ -5,8 +5,8 @@ one effect, and the fault really produced the duplicate or the zombie it is abou
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-import queue as queue_module
 import signal
 import sqlite3
 import subprocess
@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pika
@@ -25,6 +26,7 @@ from sdk import (
     ConnectionSettings,
     ConsumerSettings,
     Delivery,
+    HistoryRecorder,
     PublisherSettings,
     QueueSettings,
     Role,
@@ -36,7 +38,7 @@ from sdk.dedup import Inbox, PostgresStore, SQLiteStore, Store
 from server import LocalCluster
 from tests.dedup.conftest import SQL_STORES, StoreFactory, store_factory
 from tests.dedup.ledger import Ledger
-from tests.helpers import wait_until
+from tests.helpers import Lines, finish, wait_until
 from tests.relay import Relay
 from tests.sdk.conftest import close_connection_by_name, drain
 from tests.sdk.faces import ConsumerFace, PublisherFace
@@ -190,46 +192,12 @@ def start_process(face: str, conn: ConnectionSettings, queue: QueueSettings, sto
     )
 
 
-def finish(proc: subprocess.Popen[str]) -> None:
-    proc.kill()
-    proc.wait(10)
-    for pipe in (proc.stdin, proc.stdout):
-        if pipe is not None:
-            with contextlib.suppress(OSError):
-                pipe.close()
-
-
-class Lines:
-    """A consumer process's stdout, read by a thread, so that waiting for a line can time
-    out."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.proc = proc
-        self.lines: queue_module.Queue[str | None] = queue_module.Queue()
-        self.seen: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.strip())
-        self.lines.put(None)
-
-    def expect(self, prefix: str, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue_module.Empty:
-                raise AssertionError(
-                    f"no {prefix!r} from the consumer process within {timeout} s; "
-                    f"it printed {self.seen}") from None
-            if line is None:
-                raise AssertionError(f"the process ended ({self.proc.wait(10)}) before "
-                                     f"{prefix!r}; it printed {self.seen}")
-            self.seen.append(line)
-            if line.startswith(prefix):
-                return line
+def same_place(store: Store, **options: Any) -> Store:
+    """Another store on ``store``'s file or database, as another consumer would open it."""
+    if isinstance(store, SQLiteStore):
+        return SQLiteStore(store.path, **options)
+    assert isinstance(store, PostgresStore)
+    return PostgresStore(store.dsn, **options)
 
 
 @pytest.fixture(params=SQL_STORES)
@@ -254,10 +222,8 @@ def test_a_frozen_zombie_is_fenced_when_it_wakes(
         out = Lines(zombie)
         out.expect("paused", 60)
         zombie.send_signal(signal.SIGSTOP)
-        store_b = type(shared_store)(shared_store.path if isinstance(shared_store, SQLiteStore)
-                                     else shared_store.dsn)  # type: ignore[union-attr]
         b = consumers(face, ConsumerSettings(named(conn, queue, "b"), queue),
-                      inbox=Inbox(store_b, ledger.effect("b"))).start()
+                      inbox=Inbox(same_place(shared_store), ledger.effect("b"))).start()
         wait_until(lambda: len(ledger.rows()) >= 5, 60, "the standby to handle everything")
         assert b.role is Role.ACTIVE
         zombie.send_signal(signal.SIGCONT)
@@ -270,6 +236,74 @@ def test_a_frozen_zombie_is_fenced_when_it_wakes(
         finish(zombie)
     assert_once_each(ledger, ids)
     assert {actor for _, actor in ledger.rows()} == {"b"}
+
+
+FREEZE = 6.0
+"""How long the mid-batch zombie stays frozen at least: longer than the successor's
+``store_retry`` bound (3 s), so a successor that waited on the zombie would have given up."""
+
+
+def test_a_zombie_frozen_mid_batch_does_not_stall_its_successor(
+    face: str, conn: ConnectionSettings, queue: QueueSettings, publishers: MakePublisher,
+    consumers: Callable[..., ConsumerFace], shared_store: Store, tmp_path: Path,
+) -> None:
+    """Issue 9: the active consumer is SIGSTOPped inside a batch whose earlier effects have
+    written, so its open transaction holds SQLite's write lock, or PostgreSQL row locks on
+    dedup records the successor must insert. Once the broker hands the queue over, the
+    successor claims a newer epoch and commits every message while the zombie is still
+    frozen. On PostgreSQL the zombie's session was ended, and when it wakes it is fenced; on
+    SQLite the successor killed it (SIGKILL), and none of its batch committed."""
+    ledger = Ledger(shared_store)
+    ids = publish(publishers, face, conn, queue)
+    zombie = start_process(face, conn, queue, shared_store, "zombie",
+                           SAC_TEST_PAUSE_AFTER_WRITE="3", SAC_HEARTBEAT="1")
+    try:
+        out = Lines(zombie)
+        paused_batch = out.expect("wrote", 60).split()[1:]
+        assert len(paused_batch) == 3  # the paused message and two that wrote before it
+        zombie.send_signal(signal.SIGSTOP)
+        frozen_at = time.time()
+        quick = Backoff(initial=0.05, maximum=0.5, max_attempts=None, max_elapsed=3.0)
+        history = tmp_path / "b.jsonl"
+        recorder = HistoryRecorder(history, "b", flush_every=1)
+        inbox = Inbox(same_place(shared_store), ledger.effect("b"), store_retry=quick)
+        b = consumers(face, ConsumerSettings(named(conn, queue, "b"), queue),
+                      inbox=inbox, recorder=recorder).start()
+        wait_until(lambda: set(ledger.counts()) == set(ids), 30,
+                   "the successor to commit every message while the zombie is frozen")
+        remaining = frozen_at + FREEZE - time.time()
+        with contextlib.suppress(AssertionError):  # still running after the freeze: good
+            pytest.fail(f"the successor stopped during the freeze: {b.ended(remaining)!r}")
+        assert b.role is Role.ACTIVE
+        handed_over, first_commit = handover_times(history)
+        print(f"\n{type(shared_store).__name__} {face}: handover {handed_over - frozen_at:.2f} s "
+              f"after SIGSTOP, first commit {first_commit - handed_over:.3f} s after handover")
+        assert first_commit - handed_over < 1.0
+        zombie.send_signal(signal.SIGCONT)
+        if isinstance(shared_store, SQLiteStore):
+            assert zombie.wait(30) == -signal.SIGKILL
+        else:
+            assert zombie.stdin is not None
+            zombie.stdin.write("go\n")
+            zombie.stdin.flush()
+            out.expect("fenced", 60)
+            assert zombie.wait(30) == 3
+        b.stop()
+        recorder.close()
+    finally:
+        finish(zombie)
+    assert_once_each(ledger, ids)
+    assert {actor for m, actor in ledger.rows() if m in paused_batch} == {"b"}
+
+
+def handover_times(history: Path) -> tuple[float, float]:
+    """When the broker handed the queue over (its first delivery to the consumer: with an
+    inbox, the consumer records its activation only once the epoch is claimed), and when its
+    inbox first committed."""
+    events = [json.loads(line) for line in history.read_text().splitlines()]
+    handed_over = next(e["ts"] for e in events if e["type"] == "deliver")
+    first_commit = next(e["ts"] for e in events if e["type"] == "commit")
+    return float(handed_over), float(first_commit)
 
 
 def test_a_crash_between_commit_and_ack_has_one_effect(
@@ -287,9 +321,7 @@ def test_a_crash_between_commit_and_ack_has_one_effect(
     finally:
         finish(crashing)
     assert ledger.counts()[ids[2]] == 1  # committed before the kill
-    store_b = type(shared_store)(shared_store.path if isinstance(shared_store, SQLiteStore)
-                                 else shared_store.dsn)  # type: ignore[union-attr]
-    inbox = Inbox(store_b, ledger.effect("b"))
+    inbox = Inbox(same_place(shared_store), ledger.effect("b"))
     b = consumers(face, ConsumerSettings(named(conn, queue, "b"), queue), inbox=inbox).start()
     wait_until(lambda: b.stats.acked >= 5, 60, "the standby to settle every message")
     assert_once_each(ledger, ids)
