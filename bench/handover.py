@@ -44,10 +44,8 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
-import importlib.metadata
 import json
 import os
-import platform
 import random
 import signal
 import statistics
@@ -82,8 +80,9 @@ from sdk import (
 )
 from server import LocalCluster
 
+from ._report import conditions, positive_int, save
+
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 FACES = ("blocking", "asyncio")
 Fault = Literal["graceful", "connection-reset", "frozen"]
 FAULTS: tuple[Fault, ...] = ("graceful", "connection-reset", "frozen")
@@ -664,13 +663,6 @@ def table(summary: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, not {value}")
-    return value
-
-
 def _choices(allowed: Sequence[str]) -> Callable[[str], list[str]]:
     def parse(text: str) -> list[str]:
         items = [x.strip() for x in text.split(",") if x.strip()]
@@ -683,7 +675,7 @@ def _choices(allowed: Sequence[str]) -> Callable[[str], list[str]]:
 
 
 def _ints(text: str) -> list[int]:
-    return [_positive_int(x) for x in text.split(",") if x.strip()]
+    return [positive_int(x) for x in text.split(",") if x.strip()]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -692,13 +684,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         description="Single-active-consumer handover time on a quorum queue (local 3-node "
         "cluster): graceful stop, killed process, frozen process.",
     )
-    parser.add_argument("--repeat", type=_positive_int, default=3, help="runs per scenario/face")
+    parser.add_argument("--repeat", type=positive_int, default=3, help="runs per scenario/face")
     parser.add_argument("--rate", type=float, default=500.0, help="publish rate, msg/s")
-    parser.add_argument("--warmup", type=_positive_int, default=1000,
+    parser.add_argument("--warmup", type=positive_int, default=1000,
                         help="messages confirmed (with A active) before the fault")
-    parser.add_argument("--tail", type=_positive_int, default=500,
+    parser.add_argument("--tail", type=positive_int, default=500,
                         help="messages published after B's takeover before stopping")
-    parser.add_argument("--heartbeat", type=_positive_int, default=5,
+    parser.add_argument("--heartbeat", type=positive_int, default=5,
                         help="heartbeat (s) for graceful and connection-reset")
     parser.add_argument("--frozen-heartbeats", type=_ints, default=[2, 5],
                         help="heartbeats (s) to measure the frozen scenario with")
@@ -763,25 +755,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "statistic": "median/min/max of handover_s over the runs of a scenario and face",
         "placement": {"publisher": "node 1 (queue leader)", "A": "node 2", "B": "node 3"},
         "a_runner": {"graceful": "in process", "other": "tests.sdk.consumer_process"},
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "loadavg_1_5_15_before": [round(x, 2) for x in load_before],
-        "loadavg_1_5_15_after": [round(x, 2) for x in os.getloadavg()],
-        "libraries": {name: importlib.metadata.version(name) for name in ("pika", "attrs")},
-        "broker": {
-            "nodes": 3,
-            "rabbitmq_version": overview.get("rabbitmq_version"),
-            "erlang_version": overview.get("erlang_version"),
-        },
+        **conditions(overview, len(cluster.nodes), load_before),
         "summary": summary,
         "runs": [asdict(r) for r in results],
     }
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"handover-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(json.dumps(report, indent=2) + "\n")
-    print(table(summary))
-    print(f"results: {path}")
+    save("handover", started, report, table(summary))
     return 0
 
 

@@ -93,12 +93,10 @@ import concurrent.futures
 import contextlib
 import datetime as dt
 import importlib.metadata
-import json
 import multiprocessing
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -106,7 +104,6 @@ import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pika
@@ -118,6 +115,8 @@ from pika.adapters.asyncio_connection import AsyncioConnection
 from pika.adapters.blocking_connection import BlockingChannel
 
 from server import LocalCluster
+
+from ._report import positive_int, save, sdk_revision
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection as Pipe
@@ -137,7 +136,6 @@ DEFAULT_TIMEOUT = 300.0
 CHILD_GRACE = 60.0
 # What the SDK declares from a default QueueSettings; the bench declares every queue with it.
 QUEUE_ARGUMENTS: dict[str, Any] = {"x-queue-type": "quorum", "x-single-active-consumer": True}
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RESULTS_PREFIX = "throughput"
 LIBRARIES = ("pika", "aio-pika", "aiormq", "pamqp", "attrs")
 # Each SDK variant of a kind is compared with the fastest raw variant of that kind and these.
@@ -1083,25 +1081,6 @@ def _versions() -> dict[str, str]:
     return {name: importlib.metadata.version(name) for name in LIBRARIES}
 
 
-def _sdk_revision() -> dict[str, Any]:
-    """Which SDK code was measured: the commit, and whether ``sdk/`` differed from it."""
-    root = Path(__file__).resolve().parent.parent
-
-    def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=10
-        )
-        return done.stdout.strip()
-
-    try:
-        return {
-            "commit": git("rev-parse", "HEAD"),
-            "uncommitted_changes": bool(git("status", "--porcelain", "--", "sdk")),
-        }
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "uncommitted_changes": None}
-
-
 def _table(outcomes: dict[str, Outcome], found: Sequence[Ratio]) -> str:
     lines = [f"{'variant':<28} {'msg/s':>10} {'CPU us/msg':>11} {'wall s':>8}  notes"]
     for name, outcome in outcomes.items():
@@ -1135,22 +1114,15 @@ def _variants(spec: str) -> list[Variant]:
     return sorted((VARIANTS[n] for n in dict.fromkeys(names)), key=lambda v: v.kind != "publish")
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, not {value}")
-    return value
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.throughput",
         description="The SDK's publishers and consumers against the raw AMQP client libraries "
         "on a fresh local 3-node RabbitMQ cluster.",
     )
-    parser.add_argument("--messages", type=_positive_int, default=DEFAULT_MESSAGES)
+    parser.add_argument("--messages", type=positive_int, default=DEFAULT_MESSAGES)
     parser.add_argument(
-        "--window", type=_positive_int, default=DEFAULT_WINDOW, help="max unconfirmed publishes"
+        "--window", type=positive_int, default=DEFAULT_WINDOW, help="max unconfirmed publishes"
     )
     parser.add_argument(
         "--variants",
@@ -1159,7 +1131,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"comma list of: {', '.join(VARIANTS)} (default: all)",
     )
     parser.add_argument(
-        "--repeat", type=_positive_int, default=1, help="runs per variant; the median is reported"
+        "--repeat", type=positive_int, default=1, help="runs per variant; the median is reported"
     )
     parser.add_argument(
         "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds allowed per run"
@@ -1198,16 +1170,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "loadavg_1_5_15_before": [round(x, 2) for x in load_before],
         "loadavg_1_5_15_after": [round(x, 2) for x in os.getloadavg()],
         "libraries": _versions(),
-        "sdk": _sdk_revision(),
+        "sdk": sdk_revision(),
         "broker": broker,
         "variants": {name: o.summary() for name, o in bench.outcomes.items()},
         "ratios": _ratios_report(found),
     }
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"{RESULTS_PREFIX}-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(json.dumps(report, indent=2) + "\n")
-    print(_table(bench.outcomes, found))
-    print(f"results: {path}")
+    save(RESULTS_PREFIX, started, report, _table(bench.outcomes, found))
     return 0
 
 

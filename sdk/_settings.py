@@ -101,6 +101,11 @@ def _at_least(minimum: int) -> Any:
     return check
 
 
+def _flag(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{attribute.name} must be True or False, got {value!r}")
+
+
 def _optional(check: Any) -> Any:
     def run(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value is not None:
@@ -251,6 +256,13 @@ class PublisherSettings:
     """A channel that gets only nacks for this long is replaced by a new connection.
     Seen with RabbitMQ 3.10: a channel that starts publishing to a quorum queue while the
     queue elects a new leader can go on nacking every message long after the election."""
+    throttle_on_nack: bool = attrs.field(default=True, validator=_flag)
+    """On a nack, halve how many messages may be in flight (down to one probe, the next probe
+    paced by ``nack_backoff``'s caps with jitter), growing back by one per ack to ``window``:
+    a quorum queue electing a leader then sees a probe at a time instead of the whole window,
+    each one nacked and sent again. The window still bounds what ``send`` accepts. False keeps
+    every slot refilled at once (the behaviour before): only worth it when one publisher feeds
+    several queues, since a nacking queue slows the publishes to every queue."""
     confirm_timeout: float = attrs.field(default=60.0, validator=_positive)
     """Longest wait for one message's confirm, reconnects included."""
     close_timeout: float = attrs.field(default=30.0, validator=_positive)

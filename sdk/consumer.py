@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import inspect
 import itertools
 import logging
 import queue as thread_queue
+import signal
 import threading
 import types
 from collections.abc import Awaitable, Callable, Mapping
@@ -55,6 +57,7 @@ from ._history import HistoryRecorder
 from ._loop_thread import LoopThread
 from ._recovery import Recovering
 from ._settings import ConsumerSettings
+from ._signals import stop_on_signals
 from ._transport import Link, LinkLost
 from .dedup.inbox import Inbox
 
@@ -574,6 +577,10 @@ class _ThreadedConsumer(AsyncConsumer):
         self.handlers_done = threading.Event()
         self.handlers_done.set()
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.stop_requested = False
+        """Set in the handler thread (a signal) or by ``stop()``: the deliveries handed over
+        but not started are left unacked at once, not only once the loop has begun the
+        stop, so that the handler running when the stop was asked is the last one."""
 
     def _start_dispatch(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -594,7 +601,7 @@ class _ThreadedConsumer(AsyncConsumer):
         await asyncio.get_running_loop().run_in_executor(None, self.handlers_done.wait)
 
     def stale(self, generation: int) -> bool:
-        return self._stopping or generation != self._generation
+        return self._stopping or self.stop_requested or generation != self._generation
 
     def settle_from_thread(self, outcomes: list[_Outcome], idle: bool) -> None:
         if self.loop is not None and not self.loop.is_closed():
@@ -623,7 +630,7 @@ class Consumer:
             save(delivery.body)
 
         consumer = Consumer(ConsumerSettings(conn, QueueSettings("orders")), handle)
-        consumer.run()              # until consumer.stop() from another thread or a signal
+        consumer.run()      # until SIGTERM/SIGINT (in the main thread) or stop() elsewhere
     """
 
     def __init__(
@@ -659,11 +666,34 @@ class Consumer:
         self._thread.launch(self._engine.start())
         return self
 
-    def run(self) -> None:
+    def run(self, *, handle_signals: bool = True) -> None:
         """Handle deliveries in this thread until the consumer stops (starts it if needed).
-        Raises what stopped it if that was an error."""
+        Raises what stopped it if that was an error.
+
+        Called in the main thread, ``run()`` also stops on SIGTERM or SIGINT, gracefully:
+        the running handler finishes and is acked, what was prefetched goes back to the
+        queue, and ``run()`` returns normally. The handlers that were installed before come
+        back at the first signal (so a second Ctrl-C raises ``KeyboardInterrupt``, the
+        running message then unacked and redelivered; a second SIGTERM under the default
+        disposition ends the process) and when ``run()`` returns. ``handle_signals=False``
+        leaves signals to the application; from any other thread they are never touched.
+        """
         if not self._thread.running:
             self.start()
+        with stop_on_signals(self._on_signal, handle_signals):
+            self._run()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        """From the signal handler, in the thread running handlers: must not block."""
+        with contextlib.suppress(RuntimeError):  # the loop closing already: stopping anyway
+            self._thread.call_soon(self._signalled, sig)
+        self._stop_soon(None)
+
+    @staticmethod
+    def _signalled(sig: signal.Signals) -> None:
+        log.info("%s: stopping gracefully (a second one is not caught)", sig.name)
+
+    def _run(self) -> None:
         engine = self._engine
         engine.handlers_done.clear()
         self._running = True
@@ -676,6 +706,8 @@ class Consumer:
             while halted is None and (items := engine.handoff.get()) is not None:
                 if inbox is not None:
                     for start in range(0, len(items), limit):
+                        if engine.stop_requested:
+                            break  # left unacked: back to the queue
                         outcomes, halted = engine._process_batch(
                             inbox, items[start:start + limit])
                         if halted is not None:
@@ -738,11 +770,17 @@ class Consumer:
         if self._running:
             # run() owns the handler thread: start the stop on the loop and let run()
             # finish it once the running handler is done.
-            self._thread.call_soon(self._spawn_stop, timeout)
+            self._stop_soon(timeout)
             wait = (self.settings.stop_timeout if timeout is None else timeout) + 10
             self._closed.wait(wait)
             return
         self._close()
+
+    def _stop_soon(self, timeout: float | None) -> None:
+        """Start the graceful stop and return at once."""
+        self._engine.stop_requested = True
+        with contextlib.suppress(RuntimeError):
+            self._thread.call_soon(self._spawn_stop, timeout)
 
     def _spawn_stop(self, timeout: float | None) -> None:
         asyncio.get_running_loop().create_task(self._engine.stop(timeout))

@@ -12,6 +12,11 @@ Example::
 
 A message sent again after a lost confirm carries the header ``x-sac-retransmit`` (it arrives
 with ``redelivered`` false, so the consumer's dedup must look it up).
+
+A nack (a quorum queue electing a leader, a full ``reject-publish`` queue) narrows how many
+messages are in flight, down to one probe at a time, paced by ``nack_backoff``; acks widen it
+again (``sdk._core.congestion``, ``PublisherSettings.throttle_on_nack``). So an election costs
+a few nacks, not one per message of the window on every retry.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import attrs
 from pika.spec import Basic, BasicProperties
 
 from ._core.confirms import ConfirmWindow, InFlight
+from ._core.congestion import SendLimit
 from ._core.ids import new_message_id
 from ._delivery import RETRANSMIT_HEADER
 from ._errors import (
@@ -164,6 +170,8 @@ class AsyncPublisher(Recovering):
         super().__init__(settings.connection, recorder)
         self.settings = settings
         self._window: ConfirmWindow[_Outgoing] = ConfirmWindow(settings.window)
+        self._limit = SendLimit(settings.window, settings.nack_backoff)
+        self._resume_timer: asyncio.TimerHandle | None = None
         self._backlog: collections.deque[InFlight[_Outgoing]] = collections.deque()
         self._parked: dict[int, InFlight[_Outgoing]] = {}  # nacked, waiting for a retry
         self._methods: dict[tuple[str, str], bytes] = {}
@@ -236,6 +244,8 @@ class AsyncPublisher(Recovering):
             for item in [*self._window, *self._backlog, *self._parked.values()]
         ]
         self._cancel_recovery()
+        if self._resume_timer is not None:
+            self._resume_timer.cancel()
         link, self._link = self._link, None
         if link is not None:
             await link.close()
@@ -460,7 +470,7 @@ class AsyncPublisher(Recovering):
             return  # the channel is going down: what is left goes out on the next one
         window = self._window
         backlog = self._backlog
-        count = min(window.size - len(window), len(backlog))
+        count = min(self._limit.allowed - len(window), len(backlog))
         if count <= 0:
             return
         write = frames.write
@@ -508,7 +518,8 @@ class AsyncPublisher(Recovering):
         if isinstance(method, Basic.Ack):
             self._last_ack = now
             confirmed = 0
-            for item in self._window.acked(method.delivery_tag, method.multiple):
+            settled = self._window.acked(method.delivery_tag, method.multiple)
+            for item in settled:
                 if item.returned is not None:
                     self._returned += 1
                     _reject(item, MessageReturned(item.message_id, item.returned))
@@ -518,16 +529,36 @@ class AsyncPublisher(Recovering):
                     rec.record("confirm", msg=item.message_id)
                 _resolve(item)
             self._confirmed += confirmed
+            limit = self._limit
+            if limit.allowed < limit.window:  # recovering from nacks: widen, end a pause
+                limit.acked(len(settled))
         else:
             for item in self._window.nacked(method.delivery_tag, method.multiple):
                 self._nacked += 1
                 if rec is not None:
                     rec.record("nack", msg=item.message_id)
                 self._retry_nacked(item)
+            if self.settings.throttle_on_nack:
+                self._throttle()
             if now - self._last_ack > self.settings.nack_stall_timeout:
                 self._recycle_link("only nacks for "
                                    f"{now - self._last_ack:.1f} s: replacing the channel")
         self._after_settle()
+
+    def _throttle(self) -> None:
+        """After a nack: fewer messages in flight (see ``sdk._core.congestion``); when a
+        lone probe was nacked, nothing more goes out until the pause it returns is over."""
+        pause = self._limit.nacked(len(self._window))
+        if pause is not None:
+            if self._resume_timer is not None:
+                self._resume_timer.cancel()
+            self._resume_timer = asyncio.get_running_loop().call_later(pause, self._resume)
+            self._expire_refused()
+
+    def _resume(self) -> None:
+        self._resume_timer = None
+        self._limit.resume()
+        self._pump()
 
     def _recycle_link(self, why: str) -> None:
         link = self._link
@@ -546,15 +577,50 @@ class AsyncPublisher(Recovering):
             why = f"nacked by the broker {item.nacks} times"
             _reject(item, MessageNacked(item.message_id, why))
             return
+        if self.settings.throttle_on_nack:
+            # Back in its place at once: the throttle's pause between probes is the backoff,
+            # and the probe is always the oldest message waiting, so order holds.
+            self._requeue(item)
+            return
         self._parked[item.seq] = item
         loop.call_later(delay, self._unpark, item)
 
     def _unpark(self, item: InFlight[_Outgoing]) -> None:
         if self._parked.pop(item.seq, None) is None:
             return  # failed meanwhile (closed, or the reconnect policy gave up)
-        keys = [i.seq for i in self._backlog]
-        self._backlog.insert(bisect.bisect(keys, item.seq), item)
+        self._requeue(item)
         self._pump()
+
+    def _requeue(self, item: InFlight[_Outgoing]) -> None:
+        """Back into the backlog in publish order."""
+        backlog = self._backlog
+        if not backlog or item.seq < backlog[0].seq:
+            backlog.appendleft(item)
+            return
+        keys = [i.seq for i in backlog]
+        backlog.insert(bisect.bisect(keys, item.seq), item)
+
+    def _expire_refused(self) -> None:
+        """A probe was nacked again: the queue refuses, and the messages waiting behind the
+        probe would have been refused too had they been sent. Their nack budget runs from
+        now (or from their own first nack), so that ``nack_backoff.max_elapsed`` bounds how
+        long a refusing queue holds them, as it did when each was sent and nacked itself."""
+        now = asyncio.get_running_loop().time()
+        policy = self.settings.nack_backoff
+        keep: collections.deque[InFlight[_Outgoing]] = collections.deque()
+        for item in self._backlog:
+            out = item.message
+            if out.first_nack is None:
+                out.first_nack = now
+            elapsed = now - out.first_nack
+            if policy.exhausted(max(item.nacks, 1), elapsed):
+                why = (f"the broker nacked every message for {elapsed:.1f} s "
+                       f"(nacked {item.nacks} times itself)")
+                _reject(item, MessageNacked(item.message_id, why))
+            else:
+                keep.append(item)
+        if len(keep) != len(self._backlog):
+            self._backlog = keep
 
     def _on_return(self, _channel: Any, method: Any, props: BasicProperties, _body: bytes) -> None:
         mid = props.message_id
@@ -663,6 +729,8 @@ class AsyncPublisher(Recovering):
         self._pump()
 
     def _dropped(self, link: Link, reason: LinkLost) -> None:
+        if self.settings.throttle_on_nack:
+            self._limit.restart()
         unconfirmed = self._window.channel_lost()
         if unconfirmed:
             merged = sorted([*unconfirmed, *self._backlog], key=lambda i: i.seq)

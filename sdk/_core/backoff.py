@@ -47,6 +47,14 @@ class Backoff:
             return float(self.maximum)
         return float(min(self.maximum, grown))
 
+    def exhausted(self, attempt: int, elapsed: float) -> bool:
+        """No retry number ``attempt`` after ``elapsed`` s since the first failure."""
+        if attempt < 1:
+            raise ValueError(f"attempt counts from 1, got {attempt}")
+        if self.max_attempts is not None and attempt > self.max_attempts:
+            return True
+        return self.max_elapsed is not None and elapsed >= self.max_elapsed
+
     def delay(
         self, attempt: int, elapsed: float, rng: Callable[[], float] = random.random
     ) -> float | None:
@@ -55,11 +63,7 @@ class Backoff:
         ``elapsed`` is the time since the first failure; the delay never overshoots
         ``max_elapsed``.
         """
-        if attempt < 1:
-            raise ValueError(f"attempt counts from 1, got {attempt}")
-        if self.max_attempts is not None and attempt > self.max_attempts:
-            return None
-        if self.max_elapsed is not None and elapsed >= self.max_elapsed:
+        if self.exhausted(attempt, elapsed):
             return None
         wait = self.cap(attempt) * rng()
         if self.max_elapsed is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue as thread_queue
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pytest
 
 from sdk import (
     ConnectionSettings,
+    Consumer,
     ConsumerSettings,
     Delivery,
     HistoryRecorder,
@@ -280,3 +282,182 @@ def test_a_frozen_consumer_is_replaced_after_the_heartbeat_timeout(
         proc.wait(10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+class ChildConsumer:
+    """A blocking ``Consumer`` in a process of its own (``tests/sdk/consumer_process.py``)
+    on nodes 2, 3, 1; its stdout lines (role changes, ``handling <id>``, ``returned``) are
+    read by a thread, so that a test waits for each with a timeout."""
+
+    def __init__(self, conn: ConnectionSettings, queue: QueueSettings, out: Path,
+                 *flags: str) -> None:
+        env = {**os.environ, "SAC_AMQP_URLS": ",".join(conn.urls[1:] + conn.urls[:1]),
+               "SAC_HEARTBEAT": "2"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.sdk.consumer_process", "blocking", queue.name,
+             str(out), *flags],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            cwd=Path(__file__).parents[2],
+        )
+        self.lines: list[str] = []
+        self._lines: thread_queue.Queue[str | None] = thread_queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line.strip())
+        self._lines.put(None)  # the process closed its stdout: it ended
+
+    def expect(self, wanted: str, timeout: float = 60) -> None:
+        """Wait for the line ``wanted`` (the lines before it are kept in ``lines``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except thread_queue.Empty:
+                raise AssertionError(f"no line {wanted!r} within {timeout:g} s; got "
+                                     f"{self.lines}") from None
+            if line is None:
+                raise AssertionError(f"the process ended (exit code {self.proc.wait(10)}) "
+                                     f"before printing {wanted!r}; got {self.lines}")
+            self.lines.append(line)
+            if line == wanted:
+                return
+
+    def release(self) -> None:
+        """Let the held handler return."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+
+    def exit_code(self, timeout: float = 60) -> int:
+        return self.proc.wait(timeout)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def _held_child(
+    conn: ConnectionSettings, queue: QueueSettings, tmp_path: Path, publishers: MakePublisher,
+    consumers: Callable[..., ConsumerFace], *flags: str,
+) -> tuple[ChildConsumer, ConsumerFace, list[str]]:
+    """A child consumer, active, inside its handler for the first of 20 messages (the other
+    19 prefetched), and an in-process standby waiting for its turn."""
+    child = ChildConsumer(conn, queue, tmp_path / "child.txt", "--hold", *flags)
+    child.expect(Role.WAITING.value)
+    standby = consumers("blocking", ConsumerSettings(on_node(conn, 2, "standby"), queue))
+    standby.start()
+    ids = publish(publishers, "blocking", conn, queue, 20)
+    child.expect(f"handling {ids[0]}")
+    return child, standby, ids
+
+
+def test_sigterm_stops_a_blocking_consumer_gracefully(
+    consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
+    conn: ConnectionSettings, queue: QueueSettings, tmp_path: Path,
+) -> None:
+    """A service manager's stop: the running handler finishes and its message is acked once,
+    the prefetched ones go to the standby, and the process exits 0."""
+    child, standby, ids = _held_child(conn, queue, tmp_path, publishers, consumers)
+    try:
+        child.proc.send_signal(signal.SIGTERM)
+        child.expect(Role.STOPPING.value)  # taken while the handler still runs
+        child.release()
+        child.expect("returned")
+        assert child.exit_code() == 0
+    finally:
+        child.close()
+    assert (tmp_path / "child.txt").read_text().split() == [ids[0]]
+    wait_until(lambda: standby.count() >= 19, 30, "the standby to handle the rest")
+    assert standby.handled == ids[1:]  # the held message was acked: not delivered again
+
+
+def test_a_second_sigint_interrupts_the_running_handler(
+    consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
+    conn: ConnectionSettings, queue: QueueSettings, tmp_path: Path,
+) -> None:
+    """Ctrl-C twice: the first starts the graceful stop, the second raises KeyboardInterrupt
+    as Python does; the interrupted message was not acked and is handled by the standby."""
+    child, standby, ids = _held_child(conn, queue, tmp_path, publishers, consumers)
+    try:
+        child.proc.send_signal(signal.SIGINT)
+        child.expect(Role.STOPPING.value)
+        child.proc.send_signal(signal.SIGINT)
+        assert child.exit_code() == -signal.SIGINT  # an uncaught KeyboardInterrupt
+    finally:
+        child.close()
+    assert (tmp_path / "child.txt").read_text().split() == []
+    wait_until(lambda: standby.count() >= 20, 30, "the standby to handle all")
+    assert sorted(standby.handled) == sorted(ids)
+
+
+def test_with_handle_signals_false_sigterm_keeps_its_default(
+    consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
+    conn: ConnectionSettings, queue: QueueSettings, tmp_path: Path,
+) -> None:
+    """Opted out: SIGTERM ends the process at once, as it would without the SDK; nothing is
+    lost, the running message comes again to the standby."""
+    child, standby, ids = _held_child(
+        conn, queue, tmp_path, publishers, consumers, "--no-signals")
+    try:
+        child.proc.send_signal(signal.SIGTERM)
+        assert child.exit_code() == -signal.SIGTERM
+    finally:
+        child.close()
+    wait_until(lambda: standby.count() >= 20, 30, "the standby to handle all")
+    assert sorted(standby.handled) == sorted(ids)
+
+
+def test_run_touches_signal_handlers_only_in_the_main_thread_and_puts_them_back(
+    publishers: MakePublisher, conn: ConnectionSettings, queue: QueueSettings,
+) -> None:
+    def app_handler(_signum: int, _frame: object) -> None:
+        raise AssertionError("the application's handler should not run in this test")
+
+    settings = ConsumerSettings(conn, queue)
+    seen: list[object] = []
+
+    def record(delivery: Delivery) -> None:
+        seen.append(signal.getsignal(signal.SIGTERM))
+
+    before = signal.signal(signal.SIGTERM, app_handler)
+    try:
+        other = Consumer(settings, record)
+        runner = threading.Thread(target=other.run)
+        runner.start()
+        try:
+            publish(publishers, "blocking", conn, queue, 1)
+            wait_until(lambda: seen, 30, "the message handled in the other thread")
+        finally:
+            other.stop()
+            runner.join(30)
+        assert seen == [app_handler]
+
+        def record_then_stop(delivery: Delivery) -> None:
+            record(delivery)
+            threading.Thread(target=opted_out.stop).start()  # as another thread would
+
+        opted_out = Consumer(settings, record_then_stop)
+        publish(publishers, "blocking", conn, queue, 1, start=1)
+        opted_out.run(handle_signals=False)
+        assert seen == [app_handler, app_handler]
+
+        def record_then_sigterm(delivery: Delivery) -> None:
+            record(delivery)
+            signal.raise_signal(signal.SIGTERM)  # a real signal, to this process
+
+        default = Consumer(settings, record_then_sigterm)
+        publish(publishers, "blocking", conn, queue, 3, start=2)
+        default.run()  # returns: stopped by the signal
+        assert len(seen) == 3
+        assert seen[2] is not app_handler  # the consumer's own, during run()
+        assert signal.getsignal(signal.SIGTERM) is app_handler  # and back after it
+        assert default.stats.acked == 1  # the other two went back to the queue
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -95,6 +95,18 @@ def test_both_bounds_apply_whichever_comes_first() -> None:
     assert policy.delay(5, elapsed=9.0, rng=lambda: 0.5) is not None
 
 
+@pytest.mark.parametrize(
+    ("attempt", "elapsed", "exhausted"),
+    [(5, 9.0, False), (6, 0.0, True), (1, 10.0, True), (1, 0.0, False)],
+)
+def test_exhausted_says_what_delay_would_refuse(
+    attempt: int, elapsed: float, exhausted: bool
+) -> None:
+    policy = Backoff(max_attempts=5, max_elapsed=10.0)
+    assert policy.exhausted(attempt, elapsed) is exhausted
+    assert (policy.delay(attempt, elapsed, rng=lambda: 0.5) is None) is exhausted
+
+
 def test_default_policy_is_bounded_and_uses_random() -> None:
     policy = Backoff()
     wait = policy.delay(1, elapsed=0.0)

@@ -199,6 +199,14 @@ def test_publisher_nack_retries_are_bounded_by_default() -> None:
     assert publisher.nack_backoff.max_attempts is not None
 
 
+def test_publisher_throttles_on_nacks_unless_told_not_to() -> None:
+    connection = ConnectionSettings.from_url(URL)
+    assert PublisherSettings(connection).throttle_on_nack is True
+    assert PublisherSettings(connection, throttle_on_nack=False).throttle_on_nack is False
+    with pytest.raises(ConfigurationError, match="throttle_on_nack must be True or False"):
+        PublisherSettings(connection, throttle_on_nack="no")  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [("prefetch", 0), ("ack_batch", 0), ("ack_batch", False), ("stop_timeout", 0)],
