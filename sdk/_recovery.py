@@ -33,6 +33,7 @@ class Recovering:
         self._reconnects = 0
         self._recovery: asyncio.Task[None] | None = None
         self._opener: object | None = None  # the open() under way, if any
+        self._background: set[asyncio.Task[None]] = set()
 
     # -- what subclasses decide
 
@@ -133,10 +134,22 @@ class Recovering:
             self._recovery.cancel()
         self._recovery = asyncio.get_running_loop().create_task(work)
 
-    def _cancel_recovery(self) -> None:
-        if self._recovery is not None:
-            self._recovery.cancel()
-            self._recovery = None
+    async def _stop_recovery(self) -> None:
+        """Cancel the recovery under way and wait until it has let go of its half-made link:
+        a task only cancelled would finish (or be destroyed pending) after its owner closed,
+        and the blocking face closes the loop right after."""
+        task, self._recovery = self._recovery, None
+        if task is None or task is asyncio.current_task():
+            return
+        task.cancel()
+        await asyncio.wait([task])
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` in the background, holding a reference (asyncio keeps only a weak one,
+        and a task collected half-way never finishes)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _reconnect(self) -> None:
         try:

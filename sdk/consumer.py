@@ -193,8 +193,8 @@ class AsyncConsumer(Recovering):
         if self._inbox is not None:
             self._inbox.interrupt()  # a batch waiting for a failing store: leave it unacked
         wait = self.settings.stop_timeout if timeout is None else timeout
+        await self._stop_recovery()  # first: a reconnect may still be making a new link
         link = self._link
-        self._cancel_recovery()
         if link is not None and link.usable and self._consumer_tag is not None:
             channel = link.channel
             assert channel is not None
@@ -346,7 +346,7 @@ class AsyncConsumer(Recovering):
         log.warning("%s; stopping without acking the messages in hand", exc)
         if self._done is not None and not self._done.done():
             self._done.set_exception(exc)
-        asyncio.get_running_loop().create_task(self.stop(timeout=1.0))
+        self._spawn(self.stop(timeout=1.0))
 
     def _handler_failed(self, delivery: Delivery, exc: BaseException | None = None) -> bool:
         """Count and log a handler's exception (the one being handled, or ``exc``); False,
@@ -546,7 +546,7 @@ class AsyncConsumer(Recovering):
         log.error("consumer of %r gives up: %s", self.settings.queue.name, exc)
         if self._done is not None and not self._done.done():
             self._done.set_exception(exc)
-        asyncio.get_running_loop().create_task(self.stop(timeout=1.0))
+        self._spawn(self.stop(timeout=1.0))
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -783,7 +783,7 @@ class Consumer:
             self._thread.call_soon(self._spawn_stop, timeout)
 
     def _spawn_stop(self, timeout: float | None) -> None:
-        asyncio.get_running_loop().create_task(self._engine.stop(timeout))
+        self._engine._spawn(self._engine.stop(timeout))
 
     def __enter__(self) -> Self:
         return self.start()

@@ -243,7 +243,7 @@ class AsyncPublisher(Recovering):
             item.message_id
             for item in [*self._window, *self._backlog, *self._parked.values()]
         ]
-        self._cancel_recovery()
+        await self._stop_recovery()
         if self._resume_timer is not None:
             self._resume_timer.cancel()
         link, self._link = self._link, None

@@ -9,16 +9,20 @@ is spent, with an exported ``ConnectError`` naming every attempt.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from sdk import (
+    AsyncConsumer,
+    AsyncPublisher,
     Backoff,
     ConnectError,
     ConnectionSettings,
     ConsumerSettings,
+    Delivery,
     PublisherSettings,
     QueueSettings,
     Role,
@@ -148,3 +152,48 @@ def test_a_consumer_gives_up_only_when_its_backoff_is_spent_naming_every_attempt
     assert relay.resets == ["reset"] + ["channel.open"] * 4
     assert len(error.attempts) == 4
     assert all("channel.open" in cause for cause in error.attempts), error.attempts
+
+
+
+def test_close_and_stop_return_only_once_the_reconnect_under_way_has_ended(
+    cluster: LocalCluster, queue: QueueSettings, relay: Relay,
+) -> None:
+    """close()/stop() while a reconnect fails attempt after attempt: when they return, the
+    reconnect is over, not merely asked to end. An application that closes its own loop
+    right after (the asyncio face leaves the loop to it) would otherwise destroy it half-way,
+    with its half-made link never closed."""
+
+    async def handle(_delivery: Delivery) -> None:
+        return None
+
+    async def failing_reconnects() -> None:
+        relay.reset_at("channel.open", times=10_000)
+        await asyncio.to_thread(relay.reset)
+        seen = relay.resets.count("channel.open")
+        await asyncio.to_thread(wait_until,
+                                lambda: relay.resets.count("channel.open") >= seen + 2,
+                                30, "reconnects failing")
+
+    def pending() -> list[asyncio.Task[object]]:
+        me = asyncio.current_task()
+        return [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+
+    async def scenario() -> list[asyncio.Task[object]]:
+        pub = await AsyncPublisher(PublisherSettings(
+            through(relay, cluster, queue, "pub"), queue=queue)).start()
+        await failing_reconnects()
+        await pub.close(timeout=1)
+        left = pending()
+        relay.disarm()
+        consumer = await AsyncConsumer(
+            ConsumerSettings(through(relay, cluster, queue, "c"), queue), handle).start()
+        await failing_reconnects()
+        await consumer.stop()
+        return left + pending()
+
+    loop = asyncio.new_event_loop()
+    try:
+        left = loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+    assert left == []
