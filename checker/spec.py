@@ -1,0 +1,141 @@
+"""The constants of ``checker/SPEC.md`` that both engines share.
+
+Both engines must produce the same JSON, so every name, list and edge that the verdict depends
+on lives here once: the Python engine and the Spark engine import them instead of each
+spelling them out (a typo in one copy would be a disagreement that no review catches).
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Final
+
+RUN_FILE: Final = "run.json"
+EVENTS_DIR: Final = "events"
+EVENTS_GLOB: Final = "*.jsonl"
+EFFECTS_FILE: Final = "effects.jsonl"
+
+EFFECTS_SOURCE_FILE: Final = "effects.jsonl"
+"""``effects_source`` when the run has an ``effects.jsonl``."""
+EFFECTS_SOURCE_EVENTS: Final = "events"
+"""``effects_source`` when the effects are the ``commit`` events."""
+
+MESSAGE_EVENT_TYPES: Final = frozenset(
+    {
+        "publish",
+        "retransmit",
+        "confirm",
+        "nack",
+        "return",
+        "deliver",
+        "duplicate_skipped",
+        "commit",
+        "commit_rejected",
+        "ack",
+        "reject",
+    }
+)
+"""Event types that carry (and require) a ``msg`` string."""
+
+OTHER_EVENT_TYPES: Final = frozenset(
+    {
+        "connected",
+        "connection_lost",
+        "subscribed",
+        "cancelled",
+        "active",
+        "fault_start",
+        "fault_end",
+    }
+)
+KNOWN_EVENT_TYPES: Final = MESSAGE_EVENT_TYPES | OTHER_EVENT_TYPES
+"""Any other type is counted in ``unknown_events`` and otherwise ignored."""
+
+ANOMALIES: Final = ("concurrent", "duplicated", "lost", "unexpected")
+"""Names in the ``anomalies`` map, in the (sorted) order they are listed for an id."""
+
+TOLERABLE: Final = ("lost", "duplicated", "unexpected", "concurrent", "malformed")
+"""The anomalies ``run.json``'s ``tolerates`` may name; ``valid`` needs each at 0 otherwise."""
+
+COUNT_KEYS: Final = (
+    "publish",
+    "retransmit",
+    "confirm",
+    "nack",
+    "return",
+    "deliver",
+    "redelivered",
+    "duplicate_skipped",
+    "commit",
+    "commit_rejected_stale",
+    "commit_rejected_duplicate",
+    "ack",
+    "reject",
+    "connection_lost",
+    "fault_start",
+)
+"""Keys of ``counts``. Most are event types; these are not:"""
+REDELIVERED: Final = "redelivered"
+"""``deliver`` events with ``redelivered`` true."""
+COMMIT_REJECTED_WHY: Final = {
+    "stale-epoch": "commit_rejected_stale",
+    "duplicate": "commit_rejected_duplicate",
+}
+"""``commit_rejected`` events are counted by their ``why``; other reasons are not counted."""
+
+DEFAULT_ACTIVITY_GAP_S: Final = 1.0
+CONCURRENCY_GAP_S: Final = 0.0
+UNKNOWN_QUEUE: Final = ""
+"""The queue of an id without a publish event that names one."""
+
+PERCENTILES: Final = (50, 95, 99)
+HISTOGRAM_EDGES_MS: Final = (
+    0,
+    1,
+    2,
+    5,
+    10,
+    20,
+    50,
+    100,
+    200,
+    500,
+    1000,
+    2000,
+    5000,
+    10000,
+    30000,
+    60000,
+)
+"""Bin ``i`` holds ``edges[i] <= x < edges[i+1]``; the last bin ``x >= 60000``; below 0: bin 0."""
+
+SUMMARY_TOTALS: Final = (
+    "published",
+    "confirmed",
+    "effects",
+    "lost",
+    "duplicated",
+    "unexpected",
+    "concurrent",
+    "malformed",
+)
+"""Keys of ``summary.json``'s ``totals``: sums of the counts of the same name."""
+
+
+def nearest_rank(pct: int, n: int) -> int:
+    """The 0-based index of the ``pct`` percentile in ``n`` sorted values (nearest rank).
+
+    Integer arithmetic, so that both engines pick the same element for every ``n``
+    (``ceil(pct * n / 100)`` in floats drifts for some ``n``).
+
+    >>> nearest_rank(50, 2), nearest_rank(99, 100), nearest_rank(95, 1)
+    (0, 98, 0)
+    """
+    if n <= 0:
+        raise ValueError(f"no rank in {n} values")
+    return (pct * n + 99) // 100 - 1
+
+
+def histogram_bin(x_ms: float) -> int:
+    """The latency histogram bin of ``x_ms`` (negative values count in bin 0)."""
+    return max(bisect.bisect_right(HISTOGRAM_EDGES_MS, x_ms) - 1, 0)
