@@ -1,0 +1,373 @@
+"""The reference engine: ``checker/SPEC.md`` in plain Python.
+
+It is the definition the Spark engine is compared against, so it is written to be read next
+to the spec rather than to be fast: one pass over the files collects what each rule needs
+(``_Collected``), then each part of the verdict is a plain function on lists, in the spec's
+order. Memory grows with the number of message ids, not with the size of the files.
+
+    >>> verdict = check_run(Path("runs/r1"))      # doctest: +SKIP
+    >>> verdict["valid"], verdict["lost"]["ids"]  # doctest: +SKIP
+    (False, ['m-17'])
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from checker import spec
+from checker.runs import Effect, Event, Findings, Run, open_run, read_effects, read_events
+
+ENGINE = "python"
+
+Verdict = dict[str, Any]
+
+
+class Interval(NamedTuple):
+    """The processing of one effect row: from its last deliver to its commit."""
+
+    queue: str
+    actor: str
+    start: float
+    end: float
+    msg: str
+
+
+@dataclass
+class Island:
+    """Intervals of one actor on one queue that follow each other with gaps ``<= gap``."""
+
+    queue: str
+    actor: str
+    start: float
+    end: float
+    intervals: list[Interval]
+
+
+@dataclass
+class _Collected:
+    """What one pass over the events keeps for the rules (per id, not per event)."""
+
+    first_publish: dict[str, float] = field(default_factory=dict)
+    queue_publish: dict[str, tuple[float, str]] = field(default_factory=dict)
+    """id -> (ts, queue) of its earliest publish that names a queue."""
+    confirmed: set[str] = field(default_factory=set)
+    delivers: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    """(msg, actor) -> deliver times (only for pairs that have an effect, when known)."""
+    commits: list[Effect] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+    fault_starts: list[tuple[float, str, str]] = field(default_factory=list)
+    fault_ends: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+
+    def queue_of(self, msg: str) -> str:
+        found = self.queue_publish.get(msg)
+        return found[1] if found else spec.UNKNOWN_QUEUE
+
+
+def check_run(path: Path) -> Verdict:
+    """The verdict of the run directory at ``path`` (``SPEC.md``), as a JSON-able dict.
+
+    Raises ``InputError`` when the directory or its ``run.json`` cannot be used.
+    """
+    run = open_run(path)
+    findings = Findings()
+    if run.has_effects_file:
+        effects = list(read_effects(run, findings))
+        wanted: set[tuple[str, str]] | None = {(e.msg, e.actor) for e in effects}
+        source = spec.EFFECTS_SOURCE_FILE
+        collected = _collect(read_events(run, findings), wanted)
+    else:
+        collected = _collect(read_events(run, findings), None)
+        effects = collected.commits
+        source = spec.EFFECTS_SOURCE_EVENTS
+    return _verdict(run, findings, collected, effects, source)
+
+
+def check_runs(paths: Iterable[Path]) -> list[Verdict]:
+    """The verdicts of ``paths``, in their order."""
+    return [check_run(path) for path in paths]
+
+
+def summarize(verdicts: Sequence[Verdict], engine: str) -> dict[str, Any]:
+    """``summary.json`` for ``verdicts`` (of either engine): counts, invalid runs, totals."""
+    totals = {key: 0 for key in spec.SUMMARY_TOTALS}
+    for verdict in verdicts:
+        for key in spec.SUMMARY_TOTALS:
+            value = verdict[key]
+            totals[key] += value["count"] if isinstance(value, dict) else value
+    return {
+        "runs": len(verdicts),
+        "valid": sum(1 for v in verdicts if v["valid"]),
+        "invalid": sorted(v["run"] for v in verdicts if not v["valid"]),
+        "engine": engine,
+        "totals": totals,
+    }
+
+
+def _collect(events: Iterable[Event], wanted: set[tuple[str, str]] | None) -> _Collected:
+    """One pass over the events.
+
+    ``wanted``: the (msg, actor) pairs of the effect rows, whose delivers are all that the
+    intervals need; ``None`` when the effects are the commit events, which are then kept.
+    """
+    c = _Collected()
+    for event in events:
+        kind = event["type"]
+        ts = event["ts"]
+        if kind in spec.COUNT_KEYS:
+            c.counts[kind] += 1
+        if kind == "publish":
+            msg = event["msg"]
+            if ts < c.first_publish.get(msg, float("inf")):
+                c.first_publish[msg] = ts
+            queue = event.get("queue")
+            if isinstance(queue, str):
+                candidate = (ts, queue)
+                if msg not in c.queue_publish or candidate < c.queue_publish[msg]:
+                    c.queue_publish[msg] = candidate
+        elif kind == "confirm":
+            c.confirmed.add(event["msg"])
+        elif kind == "deliver":
+            if event.get("redelivered") is True:
+                c.counts[spec.REDELIVERED] += 1
+            key = (event["msg"], event["actor"])
+            if wanted is None or key in wanted:
+                c.delivers.setdefault(key, []).append(ts)
+        elif kind == "commit" and wanted is None:
+            c.commits.append(Effect(event["msg"], event["actor"], ts))
+        elif kind == "commit_rejected":
+            reason = spec.COMMIT_REJECTED_WHY.get(_text(event, "why"))
+            if reason:
+                c.counts[reason] += 1
+        elif kind == "fault_start":
+            c.fault_starts.append((ts, _text(event, "fault"), _text(event, "target")))
+        elif kind == "fault_end":
+            c.fault_ends.setdefault((_text(event, "fault"), _text(event, "target")), []).append(ts)
+    for times in (*c.delivers.values(), *c.fault_ends.values()):
+        times.sort()
+    return c
+
+
+def _text(event: Event, name: str) -> str:
+    """A string field; missing (or not a string) is ``""``."""
+    value = event.get(name)
+    return value if isinstance(value, str) else ""
+
+
+def _verdict(
+    run: Run,
+    findings: Findings,
+    c: _Collected,
+    effects: list[Effect],
+    source: str,
+) -> Verdict:
+    rows_per_id = Counter(e.msg for e in effects)
+    lost = sorted(c.confirmed - rows_per_id.keys())
+    duplicated = sorted(m for m, n in rows_per_id.items() if n > 1)
+    unexpected = sorted(m for m in rows_per_id if m not in c.first_publish)
+
+    intervals = processing_intervals(effects, c.delivers, c.queue_of)
+    checked = run.config.single_active_queues
+    pairs = concurrent_pairs(
+        [
+            island
+            for island in islands(intervals, spec.CONCURRENCY_GAP_S)
+            if checked is None or island.queue in checked
+        ]
+    )
+    malformed = sorted(findings.malformed, key=lambda m: (m.file, m.line))
+
+    named = {
+        "lost": lost,
+        "duplicated": duplicated,
+        "unexpected": unexpected,
+        "concurrent": sorted({m for pair in pairs for m in pair["msgs"]}),
+    }
+    anomalies: dict[str, list[str]] = defaultdict(list)
+    for name in spec.ANOMALIES:
+        for msg in named[name]:
+            anomalies[msg].append(name)
+
+    counts_of = {
+        "lost": len(lost),
+        "duplicated": len(duplicated),
+        "unexpected": len(unexpected),
+        "concurrent": len(pairs),
+        "malformed": len(malformed),
+    }
+    tolerates = run.config.tolerates
+    return {
+        "run": run.name,
+        "engine": ENGINE,
+        "effects_source": source,
+        "published": len(c.first_publish),
+        "confirmed": len(c.confirmed),
+        "effects": len(effects),
+        "lost": {"count": len(lost), "ids": lost},
+        "duplicated": {"count": len(duplicated), "ids": duplicated},
+        "unexpected": {"count": len(unexpected), "ids": unexpected},
+        "concurrent": {"count": len(pairs), "pairs": pairs},
+        "malformed": {
+            "count": len(malformed),
+            "lines": [{"file": m.file, "line": m.line, "error": m.error} for m in malformed],
+        },
+        "unknown_events": dict(findings.unknown_events),
+        "counts": {key: c.counts[key] for key in spec.COUNT_KEYS},
+        "anomalies": dict(anomalies),
+        "activity": activity(islands(intervals, run.config.activity_gap_s)),
+        "handovers": handovers(effects, c.queue_of),
+        "recovery": recovery(c.fault_starts, c.fault_ends, effects),
+        "latency_ms": latency(
+            [(e.ts - c.first_publish[e.msg]) * 1000 for e in effects if e.msg in c.first_publish]
+        ),
+        "valid": all(n == 0 for name, n in counts_of.items() if name not in tolerates),
+        "tolerated": dict(tolerates),
+    }
+
+
+def processing_intervals(
+    effects: Iterable[Effect],
+    delivers: dict[tuple[str, str], list[float]],
+    queue_of: Callable[[str], str],
+) -> list[Interval]:
+    """Each effect's ``[s, c]``: ``s`` its actor's last deliver of the id at or before ``c``.
+
+    ``delivers`` holds sorted times; without a deliver at or before the commit, ``s = c``.
+    """
+    intervals = []
+    for effect in effects:
+        times = delivers.get((effect.msg, effect.actor), [])
+        i = bisect.bisect_right(times, effect.ts)
+        start = times[i - 1] if i else effect.ts
+        intervals.append(Interval(queue_of(effect.msg), effect.actor, start, effect.ts, effect.msg))
+    return intervals
+
+
+def islands(intervals: Iterable[Interval], gap: float) -> list[Island]:
+    """Per (queue, actor), intervals joined while each starts ``<= gap`` after the end so far."""
+    by_owner: dict[tuple[str, str], list[Interval]] = defaultdict(list)
+    for interval in intervals:
+        by_owner[(interval.queue, interval.actor)].append(interval)
+    found: list[Island] = []
+    for (queue, actor), owned in by_owner.items():
+        current: Island | None = None
+        for interval in sorted(owned, key=lambda i: (i.start, i.end, i.msg)):
+            if current is None or interval.start > current.end + gap:
+                current = Island(queue, actor, interval.start, interval.end, [])
+                found.append(current)
+            current.end = max(current.end, interval.end)
+            current.intervals.append(interval)
+    return found
+
+
+def concurrent_pairs(checked: Iterable[Island]) -> list[dict[str, Any]]:
+    """Overlapping islands of different actors on one queue, found by a sweep in time order.
+
+    Each island is compared with the earlier island that reaches furthest (largest end, the
+    earliest on ties): if that one does not reach past this start, none does.
+    """
+    by_queue: dict[str, list[Island]] = defaultdict(list)
+    for island in checked:
+        by_queue[island.queue].append(island)
+    pairs = []
+    for queue in sorted(by_queue):
+        furthest: Island | None = None
+        for island in sorted(by_queue[queue], key=lambda i: (i.start, i.end, i.actor)):
+            if furthest is not None and furthest.end > island.start:
+                pairs.append(_pair(furthest, island))
+            if furthest is None or island.end > furthest.end:
+                furthest = island
+    return sorted(pairs, key=lambda p: (p["queue"], p["second"]["start"], p["second"]["actor"]))
+
+
+def _pair(first: Island, second: Island) -> dict[str, Any]:
+    msgs = {i.msg for i in first.intervals if i.end > second.start}
+    msgs |= {i.msg for i in second.intervals if i.start < first.end}
+    return {
+        "queue": second.queue,
+        "first": {"actor": first.actor, "start": first.start, "end": first.end},
+        "second": {"actor": second.actor, "start": second.start, "end": second.end},
+        "overlap_s": min(first.end, second.end) - second.start,
+        "msgs": sorted(msgs),
+    }
+
+
+def activity(found: Iterable[Island]) -> list[dict[str, Any]]:
+    """Who worked on which queue when, sorted by (queue, start, actor)."""
+    rows = [
+        {
+            "queue": i.queue,
+            "actor": i.actor,
+            "start": i.start,
+            "end": i.end,
+            "effects": len(i.intervals),
+        }
+        for i in found
+    ]
+    return sorted(rows, key=lambda r: (r["queue"], r["start"], r["actor"]))
+
+
+def handovers(effects: Iterable[Effect], queue_of: Callable[[str], str]) -> list[dict[str, Any]]:
+    """Consecutive effects (per queue, by time) by different actors: the work changed hands."""
+    by_queue: dict[str, list[Effect]] = defaultdict(list)
+    for effect in effects:
+        by_queue[queue_of(effect.msg)].append(effect)
+    rows = []
+    for queue, owned in by_queue.items():
+        ordered = sorted(owned, key=lambda e: (e.ts, e.actor, e.msg))
+        for before, after in itertools.pairwise(ordered):
+            if before.actor != after.actor:
+                rows.append(
+                    {
+                        "queue": queue,
+                        "from": before.actor,
+                        "to": after.actor,
+                        "last_commit": before.ts,
+                        "first_commit": after.ts,
+                        "gap_s": after.ts - before.ts,
+                    }
+                )
+    return sorted(rows, key=lambda r: (r["queue"], r["first_commit"], r["to"]))
+
+
+def recovery(
+    starts: Iterable[tuple[float, str, str]],
+    ends: dict[tuple[str, str], list[float]],
+    effects: Iterable[Effect],
+) -> list[dict[str, Any]]:
+    """Per fault: when it was healed and how long until the next effect after it started."""
+    effect_times = sorted(e.ts for e in effects)
+    rows = []
+    for start, fault, target in sorted(starts):
+        healed = ends.get((fault, target), [])
+        i = bisect.bisect_left(healed, start)
+        j = bisect.bisect_right(effect_times, start)
+        rows.append(
+            {
+                "fault": fault,
+                "target": target,
+                "start": start,
+                "end": healed[i] if i < len(healed) else None,
+                "recovery_s": effect_times[j] - start if j < len(effect_times) else None,
+            }
+        )
+    return rows
+
+
+def latency(values_ms: Iterable[float]) -> dict[str, Any]:
+    """Nearest-rank percentiles, max and histogram of publish-to-effect times (ms)."""
+    ordered = sorted(values_ms)
+    n = len(ordered)
+    histogram = [0] * len(spec.HISTOGRAM_EDGES_MS)
+    for value in ordered:
+        histogram[spec.histogram_bin(value)] += 1
+    summary: dict[str, Any] = {"count": n, "histogram": histogram}
+    for pct in spec.PERCENTILES:
+        summary[f"p{pct}"] = ordered[spec.nearest_rank(pct, n)] if n else None
+    summary["max"] = ordered[-1] if n else None
+    return summary
