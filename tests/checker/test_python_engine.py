@@ -396,8 +396,8 @@ def test_one_actor_overlapping_itself_is_not_concurrent(tmp_path: Path) -> None:
 def test_pairs_are_sorted_by_queue_then_second_start(tmp_path: Path) -> None:
     events = [pub(0.0, "a", "q2"), pub(0.0, "b", "q2"), pub(0.0, "c", "q1"), pub(0.0, "d", "q1")]
     events += [pub(0.0, "e", "q1"), pub(0.0, "f", "q1")]
-    spans = [("a", "x", 1, 3), ("b", "y", 2, 4), ("c", "x", 5, 7), ("d", "y", 6, 8)]
-    spans += [("e", "z", 0, 1.5), ("f", "w", 1, 2)]
+    spans = [("a", "x", 1.0, 3.0), ("b", "y", 2.0, 4.0), ("c", "x", 5.0, 7.0)]
+    spans += [("d", "y", 6.0, 8.0), ("e", "z", 0.0, 1.5), ("f", "w", 1.0, 2.0)]
     events += [ev(s, a, "deliver", msg=m) for m, a, s, _ in spans]
     effects = [eff(m, a, c) for m, a, _, c in spans]
     verdict = check_run(write_run(tmp_path, events=events, effects=effects))
