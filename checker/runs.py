@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 from checker import spec
 from checker.errors import InputError
@@ -156,13 +156,24 @@ def _malformed(run: Run, path: Path, line_no: int, error: str) -> Malformed:
     return Malformed(path.relative_to(run.path).as_posix(), line_no, error)
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
+    """A JSON number that is a finite double (``1e400`` parses as infinity, and a time that
+    is not finite would make the verdict itself not JSON)."""
     # bool is an int in Python but not a number in JSON.
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a double
+        return False
+
+
+_INT64 = range(-(2**63), 2**63)
 
 
 def _is_integer(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """A JSON integer that fits 64 bits (what Spark reads as a long)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value in _INT64
 
 
 def _event_error(obj: dict[str, Any]) -> str | None:
@@ -237,6 +248,6 @@ def _tolerates(path: Path, value: object) -> dict[str, str]:
 def _gap(path: Path, value: object) -> float:
     if value is None:
         return spec.DEFAULT_ACTIVITY_GAP_S
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+    if not _is_number(value) or value < 0:
         raise InputError(f"{path}: activity_gap_s must be a number >= 0")
     return float(value)

@@ -146,6 +146,8 @@ def test_malformed_lines_are_reported_by_file_and_line_and_the_rest_is_checked(
         '{"ts": 3, "actor": "p", "type": null, "msg": "c"}',
         '{"ts": 3, "actor": "p", "type": "publish"}',  # message event without msg
         '{"ts": NaN, "actor": "p", "type": "publish", "msg": "c"}',
+        '{"ts": 1e400, "actor": "p", "type": "publish", "msg": "c"}',  # not a finite double
+        '{"ts": 1' + "0" * 400 + ', "actor": "p", "type": "publish", "msg": "c"}',
         '{"ts": 4, "actor": "p", "type": "connected"}',  # no msg needed
         json.dumps(pub(5.0, "d")),
     ]
@@ -155,6 +157,8 @@ def test_malformed_lines_are_reported_by_file_and_line_and_the_rest_is_checked(
         '{"msg": "e", "actor": "c", "ts": 8, "epoch": 1.5}',
         '{"msg": "e", "actor": "c", "epoch": 1}',
         '{"msg": 5, "actor": "c", "ts": 8}',
+        '{"msg": "e", "actor": "c", "ts": 8, "epoch": 9223372036854775808}',  # over 64 bits
+        '{"msg": "e", "actor": "c", "ts": 8, "epoch": 9223372036854775807}',
     ]
     path = write_run(
         tmp_path,
@@ -170,13 +174,14 @@ def test_malformed_lines_are_reported_by_file_and_line_and_the_rest_is_checked(
         ("effects.jsonl", 3),
         ("effects.jsonl", 4),
         ("effects.jsonl", 5),
+        ("effects.jsonl", 6),
         ("events/a.jsonl", 2),
-        *[("events/p.jsonl", n) for n in range(4, 13)],
+        *[("events/p.jsonl", n) for n in range(4, 15)],
     ]
     assert all(m["error"] for m in verdict["malformed"]["lines"])
-    assert verdict["malformed"]["count"] == 13
+    assert verdict["malformed"]["count"] == 16
     assert verdict["published"] == 2
-    assert verdict["effects"] == 2
+    assert verdict["effects"] == 3
     assert verdict["valid"] is False
 
 
