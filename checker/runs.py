@@ -133,7 +133,7 @@ def _objects(run: Run, path: Path, findings: Findings) -> Iterator[tuple[int, di
                 if not line.strip(_JSON_WHITESPACE):
                     continue
                 try:
-                    obj = json.loads(line, parse_constant=_reject_constant)
+                    obj = _DECODER.decode(line)
                 except ValueError as exc:
                     findings.malformed.append(_malformed(run, path, line_no, f"not JSON: {exc}"))
                     continue
@@ -150,6 +150,10 @@ def _objects(run: Run, path: Path, findings: Findings) -> Iterator[tuple[int, di
 def _reject_constant(name: str) -> float:
     """``NaN`` and ``Infinity`` are not JSON; Python's parser accepts them unless told not to."""
     raise ValueError(f"{name} is not a JSON number")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+"""One decoder for every line (``json.loads`` with an option builds a new one per call)."""
 
 
 def _malformed(run: Run, path: Path, line_no: int, error: str) -> Malformed:
@@ -208,7 +212,7 @@ def _read_config(path: Path) -> RunConfig:
     if not path.is_file():
         return RunConfig()
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+        raw = _DECODER.decode(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except ValueError as exc:
