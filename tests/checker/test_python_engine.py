@@ -185,6 +185,16 @@ def test_malformed_lines_are_reported_by_file_and_line_and_the_rest_is_checked(
     assert verdict["valid"] is False
 
 
+def test_verdicts_compare_without_engine_and_error_texts(tmp_path: Path) -> None:
+    verdict = check_run(write_run(tmp_path, files={"events/p.jsonl": "{"}))
+    other = json.loads(json.dumps(verdict))
+    other["engine"] = "spark"
+    other["malformed"]["lines"][0]["error"] = "Unexpected end of input"
+    assert verdict != other
+    assert spec.comparable(verdict) == spec.comparable(other)
+    assert spec.comparable(verdict)["malformed"]["lines"] == [{"file": "events/p.jsonl", "line": 1}]
+
+
 def test_lines_end_at_cr_lf_and_crlf_alike(tmp_path: Path) -> None:
     good = json.dumps(pub(1.0, "a"))
     path = write_run(tmp_path, files={"events/p.jsonl": f"{good}\r{good}\r\n{{\n{good}"})
