@@ -89,12 +89,18 @@ def open_run(path: Path) -> Run:
 
 
 def event_files(run: Run) -> list[Path]:
-    """``events/*.jsonl``, sorted by name (the order malformed lines are reported in)."""
+    """``events/*.jsonl``, sorted by name, without hidden files (names starting with ``.`` or
+    ``_``, which Spark's file listing skips too: editor swap files, ``_SUCCESS`` markers)."""
     events_dir = run.path / spec.EVENTS_DIR
     if not events_dir.is_dir():
         return []
     return sorted(
-        (p for p in events_dir.glob(spec.EVENTS_GLOB) if p.is_file()), key=lambda p: p.name
+        (
+            p
+            for p in events_dir.glob(spec.EVENTS_GLOB)
+            if p.is_file() and not p.name.startswith(spec.HIDDEN_PREFIXES)
+        ),
+        key=lambda p: p.name,
     )
 
 

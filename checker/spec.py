@@ -15,6 +15,8 @@ RUN_FILE: Final = "run.json"
 EVENTS_DIR: Final = "events"
 EVENTS_GLOB: Final = "*.jsonl"
 EFFECTS_FILE: Final = "effects.jsonl"
+HIDDEN_PREFIXES: Final = (".", "_")
+"""Event files whose names start so are not read (Hadoop's and so Spark's listing rule)."""
 
 EFFECTS_SOURCE_FILE: Final = "effects.jsonl"
 """``effects_source`` when the run has an ``effects.jsonl``."""

@@ -203,6 +203,23 @@ def test_lines_end_at_cr_lf_and_crlf_alike(tmp_path: Path) -> None:
     assert verdict["counts"]["publish"] == 3
 
 
+def test_invalid_utf8_reads_as_replacement_characters(tmp_path: Path) -> None:
+    path = write_run(tmp_path)
+    (path / "events" / "p.jsonl").write_bytes(
+        b'{"ts": 1, "actor": "p", "type": "publish", "msg": "a\xff"}\n{"ts": 1\xff}\n'
+    )
+    verdict = check_run(path)
+    assert verdict["published"] == 1
+    assert [m["line"] for m in verdict["malformed"]["lines"]] == [2]
+
+
+def test_hidden_event_files_are_not_read(tmp_path: Path) -> None:
+    line = json.dumps(pub(1.0, "a")) + "\n"
+    hidden = {"events/.p.jsonl.swp.jsonl": line, "events/_tmp.jsonl": line, "events/p.txt": line}
+    verdict = check_run(write_run(tmp_path, files={**hidden, "events/p.jsonl": line}))
+    assert verdict["counts"]["publish"] == 1
+
+
 def test_unknown_event_types_are_counted_and_otherwise_ignored(tmp_path: Path) -> None:
     events = [
         ev(1.0, "c", "heartbeat"),
