@@ -51,7 +51,7 @@ from ._errors import (
     StartTimeoutError,
 )
 from ._files import default_home, read_json, tail, write_json
-from ._ports import allocate_base, check_free
+from ._ports import allocate_base, check_free, port_is_free
 
 # Offsets inside our block of 100 that no RabbitMQ, ZooKeeper or PostgreSQL port uses (see
 # ``PortLayout`` and ``postgres.PORT_OFFSET``), so a Spark cluster never collides with a server
@@ -70,6 +70,7 @@ ROLES = {
 }
 STATE_FILE = "spark.json"
 STOP_GRACE = 15.0
+PORT_RELEASE_TIMEOUT = 10.0
 INSTALL_HINT = "`pip install 'sac[spark]'` (or the `checker` extra) in the venv"
 # The properties every daemon reads: no REST submission server (it would open port 6066 on
 # every interface), and nothing that phones home.
@@ -322,8 +323,25 @@ class LocalSpark:
         left = _proc.find_marked(self.dir)
         if left:
             raise ServerError(f"Spark processes {left} survived SIGKILL")
+        self._wait_ports_released()
         (self.dir / STATE_FILE).unlink(missing_ok=True)
         return pids
+
+    def _wait_ports_released(self) -> None:
+        """A JVM's main thread shows as a zombie while its other threads still close the
+        sockets they share: wait for the ports themselves, so that ``up()`` right after
+        ``down()`` finds them free."""
+        if self._base is None:
+            return
+        ports = [self.port(role) for role in PORT_OFFSETS]
+        deadline = time.monotonic() + PORT_RELEASE_TIMEOUT
+        while busy := [port for port in ports if not port_is_free(port)]:
+            if time.monotonic() >= deadline:
+                raise ServerError(
+                    f"ports {busy} stayed bound {PORT_RELEASE_TIMEOUT:g} s after every Spark "
+                    f"process of {self.dir} had exited; see `ss -ltnp`"
+                )
+            time.sleep(0.05)
 
     def down(self) -> None:
         if not self._teardown():
