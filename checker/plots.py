@@ -54,8 +54,8 @@ STYLE: dict[RcKeyType, Any] = {
 def _svg(fig: Figure, salt: str) -> str:
     """The figure as an ``<svg>`` element (no XML prolog or DOCTYPE: it goes inside HTML)."""
     buf = io.StringIO()
-    svg_style: dict[RcKeyType, Any] = {"svg.hashsalt": salt, "svg.fonttype": "none"}
-    with mpl.rc_context(svg_style):
+    # The SVG backend writes a text's font list from rcParams when it saves: STYLE again.
+    with mpl.rc_context({**STYLE, "svg.hashsalt": salt}):
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     text = buf.getvalue()
     return text[text.index("<svg"):]
@@ -221,8 +221,10 @@ def latency_svg(latency: Mapping[str, Any], salt: str) -> str:
         xs = range(len(counts))
         bars = ax.bar(xs, counts, width=0.78, color="#93c5fd", edgecolor="#3b82f6", lw=0.8,
                       zorder=2)
-        ax.bar_label(bars, labels=[str(c) if c else "" for c in counts], fontsize=8,
-                     color="#334155", padding=2)
+        labels = ax.bar_label(bars, labels=[str(c) if c else "" for c in counts], fontsize=8,
+                              color="#334155", padding=2)
+        for label in labels:  # readable where a percentile line crosses it
+            label.set(zorder=4, bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.6})
         ax.set_xticks(list(xs), [bin_label(i) for i in xs], rotation=40, ha="right",
                       rotation_mode="anchor", fontsize=8.5)
         ax.set_xlim(-0.7, len(counts) - 0.3)
