@@ -3,7 +3,10 @@
 # that `make test` and `make demo` work on a fresh Debian 12 machine and cost nothing when warm.
 set -euo pipefail
 
-packages=(rabbitmq-server zookeeper default-jre-headless openssl postgresql)
+# chromium renders checker/'s report headless (its test screenshots it);
+# libpostgresql-jdbc-java lets Spark read the dedup ledgers in PostgreSQL over JDBC.
+packages=(rabbitmq-server zookeeper default-jre-headless openssl postgresql chromium
+          libpostgresql-jdbc-java)
 python_ok=1
 python3 -c 'import venv, ensurepip' 2>/dev/null || python_ok=0
 

@@ -1,7 +1,8 @@
 """Real servers on loopback, started and stopped by the project itself.
 
 ``LocalCluster`` runs RabbitMQ nodes from Debian's ``rabbitmq-server``; ``LocalZooKeeper`` runs
-Debian's ``zookeeper``. Nothing here knows about the SDK.
+Debian's ``zookeeper``; ``LocalPostgres`` Debian's ``postgresql``; ``LocalSpark`` a standalone
+Spark master and worker from the pip ``pyspark`` package. Nothing here knows about the SDK.
 """
 
 from ._errors import (
@@ -18,6 +19,7 @@ from ._files import Credentials, default_home
 from ._ports import PortLayout
 from .postgres import LocalPostgres
 from .rabbitmq import ClusterSpec, LocalCluster, Node, amqp_ready
+from .spark import LocalSpark
 from .zookeeper import LocalZooKeeper
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "Credentials",
     "LocalCluster",
     "LocalPostgres",
+    "LocalSpark",
     "LocalZooKeeper",
     "Node",
     "NotRunningError",

@@ -95,7 +95,7 @@ def check_free(ports: dict[int, str]) -> None:
 
 def _claimed_bases(home: Path) -> set[int]:
     bases = set()
-    states = ("state.json", "zookeeper.json", "postgres.json")
+    states = ("state.json", "zookeeper.json", "postgres.json", "spark.json")
     for state in [p for name in states for p in home.glob(f"*/{name}")]:
         try:
             bases.add(int(json.loads(state.read_text())["base_port"]))

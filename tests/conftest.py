@@ -1,9 +1,10 @@
-"""Real servers for the whole run: one 3-node RabbitMQ cluster, one ZooKeeper, one PostgreSQL.
+"""Real servers for the whole run: one 3-node RabbitMQ cluster, one ZooKeeper, one PostgreSQL,
+one Spark standalone cluster.
 
 Started once per session with readiness probes (AMQP header, management API membership,
-ZooKeeper ``ruok``, PostgreSQL asking a startup packet for its password). A server that cannot
-start makes the tests that need it error out: never skip. When a test fails, the tail of every
-server log is attached to its report.
+ZooKeeper ``ruok``, PostgreSQL asking a startup packet for its password, the Spark master's JSON
+listing its worker ALIVE). A server that cannot start makes the tests that need it error out:
+never skip. When a test fails, the tail of every server log is attached to its report.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from server import LocalCluster, LocalPostgres, LocalZooKeeper
+from server import LocalCluster, LocalPostgres, LocalSpark, LocalZooKeeper
 
 LOG_TAIL_LINES = 40
 _servers_key = pytest.StashKey[list[object]]()
@@ -55,6 +56,16 @@ def postgres(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalPostg
         yield local
 
 
+@pytest.fixture(scope="session")
+def spark_standalone(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalSpark]:
+    """A master and one worker (1 core, 1 GiB): sessions take ``master=spark_standalone.url``
+    and ``spark.executor.memory`` of at most 1g, else the worker never grants an executor."""
+    local = LocalSpark(name=f"spark-{os.getpid()}", home=sac_home, worker_cores=1)
+    pytestconfig.stash[_servers_key].append(local)
+    with local:
+        yield local
+
+
 @pytest.fixture
 def queue_name(request: pytest.FixtureRequest) -> str:
     """A queue name unique to the test, readable in the management UI, safe in URLs."""
@@ -69,7 +80,7 @@ def _log_tails(config: pytest.Config) -> list[tuple[str, str]]:
             files = srv.log_files()
         elif isinstance(srv, LocalZooKeeper):
             files = [f for f in (srv.log_file, srv.dir / "console.log") if f.exists()]
-        elif isinstance(srv, LocalPostgres):
+        elif isinstance(srv, LocalPostgres | LocalSpark):
             files = srv.log_files()
         else:
             files = []

@@ -1,0 +1,359 @@
+"""A local Spark standalone cluster (one master, one worker) from the pip ``pyspark`` package.
+
+The pip package carries the whole Spark distribution (``bin/spark-class``, ``jars/``), so no
+download is needed: we run ``spark-class`` with ``SPARK_HOME`` set to the package directory. The
+daemon scripts (``sbin/start-master.sh``) are not in the package, and they would daemonise and
+write to ``$SPARK_HOME/logs`` anyway; ``spark-class`` ``exec``s the JVM, so the pid we record is
+the JVM itself and it stays in the session we started.
+
+Everything is on loopback: ``SPARK_LOCAL_IP=127.0.0.1`` binds the RPC ports, the web UIs and
+the executors' block managers there (the executors inherit the worker's environment), and
+``--host 127.0.0.1`` is what the master advertises. The master's REST submission server is off.
+Ports come from a block of 100 of our own (``PORT_OFFSETS``), as for RabbitMQ, ZooKeeper and
+PostgreSQL; work and log files live under one state directory.
+
+Ready means the master's JSON (``http://127.0.0.1:<web UI>/json/``) lists our worker ALIVE:
+only then can an application get executors. The worker starts once the master answers, because
+a worker that finds no master retries only after 5-15 s.
+
+Executors run Python workers with the worker's ``PYSPARK_PYTHON`` unless the driver sets
+``spark.pyspark.python``; both default to this interpreter, since the driver's and the
+executors' Python must match.
+
+Example::
+
+    with LocalSpark(name="spark") as spark:
+        SparkSession.builder.master(spark.url).config("spark.executor.memory", "512m")
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from . import _proc
+from ._errors import (
+    AlreadyRunningError,
+    NotRunningError,
+    PackageMissingError,
+    ServerError,
+    ServerExitedError,
+    StartTimeoutError,
+)
+from ._files import default_home, read_json, tail, write_json
+from ._ports import allocate_base, check_free, port_is_free
+
+# Offsets inside our block of 100 that no RabbitMQ, ZooKeeper or PostgreSQL port uses (see
+# ``PortLayout`` and ``postgres.PORT_OFFSET``), so a Spark cluster never collides with a server
+# set that got the same block elsewhere.
+PORT_OFFSETS = {
+    "master": 70,
+    "master_ui": 71,
+    "worker": 72,
+    "worker_ui": 73,
+}
+ROLES = {
+    "master": "Spark master RPC",
+    "master_ui": "Spark master web UI",
+    "worker": "Spark worker RPC",
+    "worker_ui": "Spark worker web UI",
+}
+STATE_FILE = "spark.json"
+STOP_GRACE = 15.0
+PORT_RELEASE_TIMEOUT = 10.0
+INSTALL_HINT = "`pip install 'sac[spark]'` (or the `checker` extra) in the venv"
+# The properties every daemon reads: no REST submission server (it would open port 6066 on
+# every interface), and nothing that phones home.
+DAEMON_PROPERTIES = {
+    "spark.master.rest.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.worker.cleanup.enabled": "false",
+}
+
+
+def spark_home() -> Path:
+    """The pyspark package directory: it holds ``bin/spark-class`` and ``jars/``."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise PackageMissingError(f"pyspark is not installed: {INSTALL_HINT}")
+    home = Path(spec.origin).parent
+    if not (home / "bin" / "spark-class").exists() or not (home / "jars").is_dir():
+        raise PackageMissingError(
+            f"{home} has no bin/spark-class or jars/: this pyspark is not a full pip "
+            f"distribution; reinstall it ({INSTALL_HINT})"
+        )
+    return home
+
+
+def master_json(ui_port: int, timeout: float = 2.0) -> dict[str, Any] | None:
+    """The master's state as its web UI serves it, or None while nothing answers."""
+    url = f"http://127.0.0.1:{ui_port}/json/"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            data = json.loads(resp.read())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class LocalSpark:
+    """A standalone Spark master and one worker, their state under one directory."""
+
+    def __init__(
+        self,
+        name: str = "spark",
+        *,
+        home: Path | str | None = None,
+        base_port: int | None = None,
+        worker_cores: int = 2,
+        worker_memory: str = "1g",
+        daemon_memory: str = "256m",
+        python: str | None = None,
+        java: str | None = None,
+        start_timeout: float = 60.0,
+    ) -> None:
+        if not 1 <= worker_cores <= 2:
+            raise ValueError(f"worker_cores {worker_cores} is not 1 or 2: we share 2 cores")
+        self.home = default_home() if home is None else Path(home).resolve()
+        self.dir = self.home / name
+        self.name = name
+        self._base = base_port
+        self.worker_cores = worker_cores
+        self.worker_memory = worker_memory
+        self.daemon_memory = daemon_memory
+        self.python = python or sys.executable
+        self._java = java
+        self.start_timeout = start_timeout
+
+    @classmethod
+    def attach(cls, name: str = "spark", home: Path | str | None = None) -> LocalSpark:
+        spark = cls(name=name, home=home)
+        state = read_json(spark.dir / STATE_FILE)
+        if state is None:
+            raise NotRunningError(f"Spark {name!r} is not running (no state in {spark.dir})")
+        spark._base = int(state["base_port"])
+        return spark
+
+    def __repr__(self) -> str:
+        return f"LocalSpark(dir={self.dir}, base_port={self._base})"
+
+    # ------------------------------------------------------------------ addresses
+
+    def port(self, role: str) -> int:
+        """The port of ``role`` (a key of ``PORT_OFFSETS``)."""
+        if self._base is None:
+            raise NotRunningError("Spark has no ports yet: call up() first")
+        return self._base + PORT_OFFSETS[role]
+
+    @property
+    def url(self) -> str:
+        """The master URL a SparkSession takes: ``spark://127.0.0.1:<port>``."""
+        return f"spark://127.0.0.1:{self.port('master')}"
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://127.0.0.1:{self.port('master_ui')}"
+
+    @property
+    def work_dir(self) -> Path:
+        """Where the worker puts each application's executor directories and logs."""
+        return self.dir / "work"
+
+    @property
+    def master_log(self) -> Path:
+        return self.dir / "logs" / "master.log"
+
+    @property
+    def worker_log(self) -> Path:
+        return self.dir / "logs" / "worker.log"
+
+    def log_files(self) -> list[Path]:
+        """The daemons' logs, then every executor's stdout and stderr."""
+        files = [self.master_log, self.worker_log]
+        files += sorted(self.work_dir.glob("*/*/std*"))
+        return [f for f in files if f.exists()]
+
+    # ------------------------------------------------------------------ state
+
+    def _state(self) -> dict[str, Any]:
+        return read_json(self.dir / STATE_FILE) or {}
+
+    def _pids(self) -> dict[str, int]:
+        return {k: int(v) for k, v in self._state().get("pids", {}).items()}
+
+    def pids(self) -> list[int]:
+        """Every live process of the cluster: master, worker, executors and their Pythons."""
+        return _proc.find_marked(self.dir)
+
+    def is_running(self) -> bool:
+        pids = self._pids()
+        return bool(pids) and all(_proc.is_ours(p, self.dir) for p in pids.values())
+
+    def status(self) -> dict[str, Any]:
+        info = master_json(self.port("master_ui")) if self._base is not None else None
+        return {
+            "url": self.url if self._base is not None else None,
+            "ui": self.ui_url if self._base is not None else None,
+            "pids": self._pids(),
+            "running": self.is_running(),
+            "master": None if info is None else info.get("status"),
+            "workers": [] if info is None else [
+                {"id": w.get("id"), "state": w.get("state"), "cores": w.get("cores")}
+                for w in info.get("workers", [])
+            ],
+            "logs": [str(p) for p in self.log_files()],
+        }
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _java_binary(self) -> str:
+        java = self._java or shutil.which("java")
+        if java is None or not os.access(java, os.X_OK):
+            raise PackageMissingError(
+                f"java is not installed{'' if java is None else f' at {java}'}: Spark needs "
+                "Java 17 or 21 (`apt-get install -y default-jre-headless`, or `make deps`)"
+            )
+        return java
+
+    def _env(self, home: Path, java: str) -> dict[str, str]:
+        return {
+            "PATH": f"{Path(java).resolve().parent}:/usr/sbin:/usr/bin:/sbin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": str(self.dir),
+            "SPARK_HOME": str(home),
+            "SPARK_CONF_DIR": str(self.dir / "conf"),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_LOCAL_DIRS": str(self.dir / "tmp"),
+            "SPARK_DAEMON_MEMORY": self.daemon_memory,
+            "PYSPARK_PYTHON": self.python,
+            _proc.MARKER: str(self.dir),
+        }
+
+    def up(self) -> Self:
+        home = spark_home()
+        java = self._java_binary()
+        if self.is_running():
+            raise AlreadyRunningError(f"Spark in {self.dir} is already running")
+        if self._base is None:
+            self._base = allocate_base(self.home, self.name, {
+                off: ROLES[role] for role, off in PORT_OFFSETS.items()
+            })
+        check_free({self.port(role): ROLES[role] for role in PORT_OFFSETS})
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+        for sub in ("conf", "logs", "work", "tmp"):
+            (self.dir / sub).mkdir(parents=True)
+        props = self.dir / "conf" / "spark-defaults.conf"
+        props.write_text("".join(f"{k} {v}\n" for k, v in DAEMON_PROPERTIES.items()))
+        state: dict[str, Any] = {"base_port": self._base, "pids": {}}
+        write_json(self.dir / STATE_FILE, state)
+        env = self._env(home, java)
+        spark_class = str(home / "bin" / "spark-class")
+        try:
+            state["pids"]["master"] = _proc.spawn(
+                [spark_class, "org.apache.spark.deploy.master.Master",
+                 "--host", "127.0.0.1", "--port", str(self.port("master")),
+                 "--webui-port", str(self.port("master_ui")),
+                 "--properties-file", str(props)],
+                env, self.master_log, self.dir,
+            )
+            write_json(self.dir / STATE_FILE, state)
+            self._wait("master", self.master_log, self._master_alive)
+            state["pids"]["worker"] = _proc.spawn(
+                [spark_class, "org.apache.spark.deploy.worker.Worker",
+                 "--host", "127.0.0.1", "--port", str(self.port("worker")),
+                 "--webui-port", str(self.port("worker_ui")),
+                 "--cores", str(self.worker_cores), "--memory", self.worker_memory,
+                 "--work-dir", str(self.work_dir),
+                 "--properties-file", str(props), self.url],
+                env, self.worker_log, self.dir,
+            )
+            write_json(self.dir / STATE_FILE, state)
+            self._wait("worker", self.worker_log, self._worker_alive)
+        except BaseException:
+            self._teardown()
+            raise
+        return self
+
+    def _master_alive(self) -> bool:
+        info = master_json(self.port("master_ui"))
+        return info is not None and info.get("status") == "ALIVE"
+
+    def _worker_alive(self) -> bool:
+        info = master_json(self.port("master_ui"))
+        if info is None:
+            return False
+        return any(w.get("state") == "ALIVE" and w.get("host") == "127.0.0.1"
+                   and w.get("port") == self.port("worker") for w in info.get("workers", []))
+
+    def _wait(self, role: str, log: Path, ready: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        pid = self._pids()[role]
+        while not ready():
+            if not _proc.is_alive(pid):
+                raise ServerExitedError(
+                    f"the Spark {role} exited while starting; read {log}:\n{tail(log)}"
+                )
+            if time.monotonic() >= deadline:
+                what = ("answer on " + self.ui_url + "/json/" if role == "master"
+                        else "show its worker ALIVE on " + self.ui_url + "/json/")
+                raise StartTimeoutError(
+                    f"the Spark master did not {what} within {self.start_timeout:g} s; "
+                    f"read {log}:\n{tail(log)}"
+                )
+            time.sleep(0.1)
+
+    def _teardown(self) -> list[int]:
+        """Stop the worker (it kills its executors) and the master, then prove none is left."""
+        recorded = self._pids()
+        leaders = [recorded[r] for r in ("worker", "master") if r in recorded]
+        pids = sorted(set(_proc.find_marked(self.dir)) | set(leaders))
+        pids = [p for p in pids if _proc.is_ours(p, self.dir)]
+        _proc.terminate(pids, grace=STOP_GRACE)
+        left = _proc.find_marked(self.dir)
+        if left:
+            raise ServerError(f"Spark processes {left} survived SIGKILL")
+        self._wait_ports_released()
+        (self.dir / STATE_FILE).unlink(missing_ok=True)
+        return pids
+
+    def _wait_ports_released(self) -> None:
+        """A JVM's main thread shows as a zombie while its other threads still close the
+        sockets they share: wait for the ports themselves, so that ``up()`` right after
+        ``down()`` finds them free."""
+        if self._base is None:
+            return
+        ports = [self.port(role) for role in PORT_OFFSETS]
+        deadline = time.monotonic() + PORT_RELEASE_TIMEOUT
+        while busy := [port for port in ports if not port_is_free(port)]:
+            if time.monotonic() >= deadline:
+                raise ServerError(
+                    f"ports {busy} stayed bound {PORT_RELEASE_TIMEOUT:g} s after every Spark "
+                    f"process of {self.dir} had exited; see `ss -ltnp`"
+                )
+            time.sleep(0.05)
+
+    def down(self) -> None:
+        if not self._teardown():
+            raise NotRunningError(f"Spark in {self.dir} is not running")
+
+    def __enter__(self) -> Self:
+        return self.up()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._teardown()
