@@ -12,11 +12,13 @@ never by events, and assembles one verdict dict per run, identical to the refere
     >>> [v["valid"] for v in check_runs(spark, [Path("runs/r1")])]  # doctest: +SKIP
     [True]
 
-Percentiles are exact nearest ranks (``row_number`` over each run's values), not
-``percentile_approx``: measured against the spec's integer nearest rank, ``percentile_approx``
-with ``accuracy`` 1e6 agreed for every n up to 10 000 tried but only because its summary
-is then exact; a run with more values than the accuracy, or merged partial summaries, gives a
-value within 1/accuracy in rank, not the element the spec names.
+Percentiles are exact nearest ranks (``spark_rules.ranked_values``), not ``percentile_approx``.
+Measured against the spec's integer nearest rank (450 groups of n = 1..300 and 150 sizes up to
+10 000, uniform, exponential and heavily tied values, merged from 8 partitions):
+``percentile_approx(x, p, 10000)`` (the default accuracy) differs from n = 5 738 on (46 of the
+150 larger sizes); with accuracy 1e6 it agreed everywhere, and still at n = 300 000, but not at
+n = 1 500 000 (p50 and p95 off). It is exact only while its summary keeps every value, which
+is the memory of an exact method without its guarantee.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def spark_session(master: str | None = None, app: str = "sac-check") -> SparkSes
         SparkSession.builder.master(master)
         .appName(app)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         # Python's json keeps the last of duplicate keys; so does this, instead of refusing.
         .config("spark.sql.variant.allowDuplicateKeys", "true")
     )
@@ -86,8 +89,10 @@ class _Assembly:
     def __init__(self, inputs: Inputs, persisted: list[DataFrame]) -> None:
         self.inputs = inputs
         self.persisted = persisted
-        self.out: list[Verdict] = [_empty_verdict(run.name, run.config.tolerates,
-                                                  run.has_effects_file) for run in inputs.runs]
+        self.out: list[Verdict] = [
+            _empty_verdict(run.name, run.config.tolerates, run.has_effects_file)
+            for run in inputs.runs
+        ]
 
     def _keep(self, frame: DataFrame) -> DataFrame:
         self.persisted.append(frame.persist())
@@ -139,8 +144,10 @@ class _Assembly:
 
     def _sizes(self, published: DataFrame, confirmed: DataFrame, effects: DataFrame) -> None:
         def per_run(frame: DataFrame, name: str) -> DataFrame:
-            return frame.groupBy("run").agg(F.count(F.lit(1)).alias("n")).withColumn(
-                "name", F.lit(name)
+            return (
+                frame.groupBy("run")
+                .agg(F.count(F.lit(1)).alias("n"))
+                .withColumn("name", F.lit(name))
             )
 
         sizes = (
@@ -163,9 +170,11 @@ class _Assembly:
 
     def _concurrency(self, timed: DataFrame) -> None:
         settings = self.inputs.settings
-        checked = timed.join(settings, "run").filter(
-            F.col("checked").isNull() | F.array_contains(F.col("checked"), F.col("queue"))
-        ).drop("gap", "checked")
+        checked = (
+            timed.join(settings, "run")
+            .filter(F.col("checked").isNull() | F.array_contains(F.col("checked"), F.col("queue")))
+            .drop("gap", "checked")
+        )
         numbered = self._keep(rules.with_islands(checked, F.lit(spec.CONCURRENCY_GAP_S)))
         pairs = self._keep(rules.concurrent_pairs(rules.islands(numbered)))
         msgs: dict[tuple[int, str, str, int], list[str]] = defaultdict(list)

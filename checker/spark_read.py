@@ -67,7 +67,16 @@ RUNS_SCHEMA = T.StructType(
 """One row per run: its ``activity_gap_s`` and ``single_active_queues`` (null: every queue)."""
 
 EVENT_COLUMNS = (
-    "run", "ts", "actor", "type", "msg", "queue", "redelivered", "why", "fault", "target",
+    "run",
+    "ts",
+    "actor",
+    "type",
+    "msg",
+    "queue",
+    "redelivered",
+    "why",
+    "fault",
+    "target",
 )
 """The explicit schema of an event row (``run``: the run's index; ``ts``: double)."""
 EFFECT_COLUMNS = ("run", "msg", "actor", "ts")
@@ -279,9 +288,7 @@ def _number_malformed(parsed: DataFrame) -> DataFrame:
             ),
         )
     )
-    bad = parsed.filter(F.col("error").isNotNull()).select(
-        "run", "file", "split", "mid", "error"
-    )
+    bad = parsed.filter(F.col("error").isNotNull()).select("run", "file", "split", "mid", "error")
     return bad.join(splits, ["run", "file", "split"]).select(
         "run",
         "file",

@@ -70,9 +70,7 @@ def intervals(events: DataFrame, effects: DataFrame, published: DataFrame) -> Da
     )
     rows = effects.select("run", "msg", "actor", "ts", F.lit(1).alias("is_effect"))
     by_key = (
-        Window.partitionBy("run", "msg", "actor")
-        .orderBy("ts", "is_effect")
-        .rowsBetween(*_SO_FAR)
+        Window.partitionBy("run", "msg", "actor").orderBy("ts", "is_effect").rowsBetween(*_SO_FAR)
     )
     last_deliver = F.max(F.when(F.col("is_effect") == 0, F.col("ts"))).over(by_key)
     timed = (

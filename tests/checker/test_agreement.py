@@ -42,7 +42,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     root = tmp_path_factory.mktemp("generated")
     paths = []
     for name, shape in SHAPES.items():
-        generate_run(root / name, events=3000, **shape)
+        generate_run(root / name, events=2000, **shape)
         paths.append(root / name)
     return paths
 
