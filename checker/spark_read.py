@@ -23,6 +23,7 @@ file is read twice (the parsed lines are persisted for the rules that follow).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from checker import spec
+from checker.errors import CheckerError
 from checker.runs import Run, event_files, open_run
 
 EVENT = "event"
@@ -43,6 +45,9 @@ _BLANK = r"^[ \t\r\n]*$"
 _OBJECT_START = r"^[ \t\r\n]*\{"
 """A line that parsed as JSON is an object exactly when it starts with ``{``: cheaper than
 asking the variant for its whole schema."""
+
+_NEVER = "(?!)"
+"""A regex that matches no name: for ``ignoredPathSegmentRegex``, so no file is hidden."""
 
 _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 
@@ -174,7 +179,9 @@ def _scan(spark: SparkSession, paths: list[str]) -> DataFrame:
     """
     if not paths:
         return spark.createDataFrame([], _LINE_SCHEMA)
-    raw = spark.read.text(paths).select(
+    _check_hidden_files(spark, paths)
+    reader = spark.read.option("ignoredPathSegmentRegex", _NEVER)
+    raw = reader.text([_no_glob(path) for path in sorted(set(paths))]).select(
         "value",
         F.col("_metadata.file_path").alias("uri"),
         F.col("_metadata.file_block_start").alias("split"),
@@ -185,6 +192,24 @@ def _scan(spark: SparkSession, paths: list[str]) -> DataFrame:
     return raw.select(
         "value", F.regexp_replace(decoded, r"^file:(//)?", "").alias("path"), "split", "mid"
     )
+
+
+def _check_hidden_files(spark: SparkSession, paths: list[str]) -> None:
+    """Spark skips files named ``_*`` and ``.*`` (Hadoop's hidden files) unless told not to,
+    which only Spark 4.3 can be (``ignoredPathSegmentRegex``); the reference reads them. An
+    older Spark would drop their events silently, so it refuses instead."""
+    hidden = [path for path in paths if os.path.basename(path)[:1] in ("_", ".")]
+    major, minor = (int(part) for part in spark.version.split(".")[:2])
+    if hidden and (major, minor) < (4, 3):
+        raise CheckerError(
+            f"Spark {spark.version} cannot read files named _* or .* ({hidden[0]}): "
+            "use Spark 4.3 or later, or rename them"
+        )
+
+
+def _no_glob(path: str) -> str:
+    """``path`` for Hadoop, which expands ``*?[]{}`` in paths: each escaped to stay literal."""
+    return re.sub(r"([\\{}\[\]*?])", r"\\\1", path)
 
 
 def _json_type(v: Column, field: str) -> Column:

@@ -257,6 +257,8 @@ def build_runs(root: Path) -> list[Path]:
         )
     )
     runs.append(malformed_run(root))
+    odd = odd_names_run(root)
+    runs += [odd, odd]
     runs.append(
         write_run(
             root,
@@ -369,6 +371,20 @@ def malformed_run(root: Path) -> Path:
     return path
 
 
+def odd_names_run(root: Path) -> Path:
+    """A run whose path has Hadoop glob characters, with hidden-looking and escaped-looking
+    file names: every file is read, under its own name."""
+    return write_run(
+        root,
+        "odd[1]{a,b}*?",
+        {
+            "_under.jsonl": published("m1"),
+            ".dot.jsonl": published("m2"),
+            "x%20y.jsonl": [*published("m3"), "oops"],
+        },
+    )
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return build_runs(tmp_path_factory.mktemp("runs"))
@@ -378,6 +394,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 def verdicts(spark: SparkSession, runs: list[Path]) -> dict[str, Any]:
     found = check_runs(spark, runs)
     assert [v["run"] for v in found] == [path.name for path in runs]
+    # The same run given twice is checked twice, each copy whole.
+    twice = [v for path, v in zip(runs, found, strict=True) if runs.count(path) == 2]
+    assert len(twice) == 2
+    assert twice[0] == twice[1]
     return {v["run"]: v for v in found}
 
 
@@ -649,3 +669,9 @@ def test_bad_run_json_is_an_input_error(spark: SparkSession, tmp_path: Path) -> 
         check_runs(spark, [run])
     with pytest.raises(InputError, match="not found"):
         check_runs(spark, [tmp_path / "missing"])
+
+
+def test_odd_paths_and_hidden_files_are_read(verdicts: dict[str, Any]) -> None:
+    v = verdicts["odd[1]{a,b}*?"]
+    assert v["published"] == 3
+    assert [(m["file"], m["line"]) for m in v["malformed"]["lines"]] == [("events/x%20y.jsonl", 2)]
