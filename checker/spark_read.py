@@ -6,11 +6,11 @@ job per run. The driver only lists files and reads each small ``run.json`` (with
 engine's own ``checker.runs.open_run``, so both engines accept and refuse the same settings);
 it never sees an event.
 
-Each line is parsed once with ``try_parse_json`` into a ``VARIANT`` and checked field by field
-against its JSON type (``schema_of_variant``): Spark's typed JSON reader coerces (a number read
-as a string column becomes ``"5"``), which would let a wrong type through where the reference
-reports a malformed line. The fields are then taken out of the variant into the explicit
-schemas ``EVENT_COLUMNS``/``EFFECT_COLUMNS``.
+Each line is parsed once with ``try_parse_json`` into a ``VARIANT`` (whole lines only: see
+``_parse_whole``) and checked field by field against its JSON type (``schema_of_variant``):
+Spark's typed JSON reader coerces (a number read as a string column becomes ``"5"``), which
+would let a wrong type through where the reference reports a malformed line. The fields are
+then taken out of the variant into the explicit schemas ``EVENT_COLUMNS``/``EFFECT_COLUMNS``.
 
 Line numbers: Spark's readers have none. ``monotonically_increasing_id()`` on the scan is
 consecutive within each input split, and a split is a contiguous byte range of one file, so a
@@ -240,6 +240,23 @@ def _string(v: Column, field: str) -> Column:
     return F.when(_is_string(v, field), F.variant_get(v, f"$.{field}", "string"))
 
 
+def _parse_whole(line: Column) -> Column:
+    """The line's JSON value as a variant, null unless the *whole* line is one JSON value.
+
+    ``try_parse_json`` stops after the first value and ignores what follows (``{}{}``, ``{} x``,
+    a comment), where Python's ``json.loads`` refuses the line. So the line is parsed inside
+    ``[line,0]``: anything after the first value either breaks the array or adds elements,
+    and a value that closes the array early leaves fewer; exactly two elements means the
+    line was one value followed by JSON whitespace only.
+    """
+    wrapped = F.try_parse_json(F.concat(F.lit("["), line, F.lit(",0]")))
+    whole = (
+        F.variant_get(wrapped, "$[1]", "variant").isNotNull()
+        & F.variant_get(wrapped, "$[2]", "variant").isNull()
+    )
+    return F.when(whole, F.variant_get(wrapped, "$[0]", "variant"))
+
+
 def _parse(lines: DataFrame) -> DataFrame:
     """Each line with ``blank``, ``error`` (null when well-formed) and its typed fields."""
     v = F.col("v")
@@ -259,7 +276,7 @@ def _parse(lines: DataFrame) -> DataFrame:
     typed = F.col("type")
     with_v = (
         lines.withColumn("blank", F.col("value").rlike(_BLANK))
-        .withColumn("v", F.when(~F.col("blank"), F.try_parse_json("value")))
+        .withColumn("v", F.when(~F.col("blank"), _parse_whole(F.col("value"))))
         .withColumn("type", _string(v, "type"))
     )
     return with_v.select(

@@ -339,6 +339,10 @@ def malformed_run(root: Path) -> Path:
                 json.dumps({**ok, "type": "heartbeat", "extra": [1]}),  # 11 unknown type
                 ev(1, "p", "publish", "m3", queue=7),  # 12 fine, queue ""
                 '{"ts": 1, "actor": "p", "ty',  # 13 torn write
+                json.dumps(ok) + json.dumps(ok),  # 14 two objects on one line
+                json.dumps(ok) + " x",  # 15 trailing text
+                json.dumps(ok) + "]",  # 16 a stray bracket
+                json.dumps(ok) + " /* note */",  # 17 comments are not JSON
             ]
         },
         newline="\r\n",
@@ -600,9 +604,13 @@ def test_malformed_lines_with_file_and_line(verdicts: dict[str, Any]) -> None:
         ("events/a.jsonl", 8),
         ("events/a.jsonl", 10),
         ("events/a.jsonl", 13),
+        ("events/a.jsonl", 14),
+        ("events/a.jsonl", 15),
+        ("events/a.jsonl", 16),
+        ("events/a.jsonl", 17),
         ("events/b.jsonl", 2),
     ]
-    assert v["malformed"]["count"] == 12
+    assert v["malformed"]["count"] == 16
     assert all(m["error"] for m in v["malformed"]["lines"])
     assert v["unknown_events"] == {"heartbeat": 2}
     # The rest is still checked: effects rows 1, 4, 5; m3's queue (7) is not a string.
