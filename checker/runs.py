@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 from checker import spec
 from checker.errors import InputError
@@ -89,12 +89,18 @@ def open_run(path: Path) -> Run:
 
 
 def event_files(run: Run) -> list[Path]:
-    """``events/*.jsonl``, sorted by name (the order malformed lines are reported in)."""
+    """``events/*.jsonl``, sorted by name, without hidden files (names starting with ``.`` or
+    ``_``, which Spark's file listing skips too: editor swap files, ``_SUCCESS`` markers)."""
     events_dir = run.path / spec.EVENTS_DIR
     if not events_dir.is_dir():
         return []
     return sorted(
-        (p for p in events_dir.glob(spec.EVENTS_GLOB) if p.is_file()), key=lambda p: p.name
+        (
+            p
+            for p in events_dir.glob(spec.EVENTS_GLOB)
+            if p.is_file() and not p.name.startswith(spec.HIDDEN_PREFIXES)
+        ),
+        key=lambda p: p.name,
     )
 
 
@@ -133,7 +139,7 @@ def _objects(run: Run, path: Path, findings: Findings) -> Iterator[tuple[int, di
                 if not line.strip(_JSON_WHITESPACE):
                     continue
                 try:
-                    obj = json.loads(line, parse_constant=_reject_constant)
+                    obj = _DECODER.decode(line)
                 except ValueError as exc:
                     findings.malformed.append(_malformed(run, path, line_no, f"not JSON: {exc}"))
                     continue
@@ -152,17 +158,32 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+"""One decoder for every line (``json.loads`` with an option builds a new one per call)."""
+
+
 def _malformed(run: Run, path: Path, line_no: int, error: str) -> Malformed:
     return Malformed(path.relative_to(run.path).as_posix(), line_no, error)
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
+    """A JSON number that is a finite double (``1e400`` parses as infinity, and a time that
+    is not finite would make the verdict itself not JSON)."""
     # bool is an int in Python but not a number in JSON.
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a double
+        return False
+
+
+_INT64 = range(-(2**63), 2**63)
 
 
 def _is_integer(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """A JSON integer that fits 64 bits (what Spark reads as a long)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value in _INT64
 
 
 def _event_error(obj: dict[str, Any]) -> str | None:
@@ -197,7 +218,7 @@ def _read_config(path: Path) -> RunConfig:
     if not path.is_file():
         return RunConfig()
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+        raw = _DECODER.decode(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except ValueError as exc:
@@ -237,6 +258,6 @@ def _tolerates(path: Path, value: object) -> dict[str, str]:
 def _gap(path: Path, value: object) -> float:
     if value is None:
         return spec.DEFAULT_ACTIVITY_GAP_S
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+    if not _is_number(value) or value < 0:
         raise InputError(f"{path}: activity_gap_s must be a number >= 0")
     return float(value)

@@ -8,12 +8,15 @@ spelling them out (a typo in one copy would be a disagreement that no review cat
 from __future__ import annotations
 
 import bisect
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 RUN_FILE: Final = "run.json"
 EVENTS_DIR: Final = "events"
 EVENTS_GLOB: Final = "*.jsonl"
 EFFECTS_FILE: Final = "effects.jsonl"
+HIDDEN_PREFIXES: Final = (".", "_")
+"""Event files whose names start so are not read (Hadoop's and so Spark's listing rule)."""
 
 EFFECTS_SOURCE_FILE: Final = "effects.jsonl"
 """``effects_source`` when the run has an ``effects.jsonl``."""
@@ -139,3 +142,20 @@ def nearest_rank(pct: int, n: int) -> int:
 def histogram_bin(x_ms: float) -> int:
     """The latency histogram bin of ``x_ms`` (negative values count in bin 0)."""
     return max(bisect.bisect_right(HISTOGRAM_EDGES_MS, x_ms) - 1, 0)
+
+
+def comparable(verdict: Mapping[str, Any]) -> dict[str, Any]:
+    """``verdict`` as both engines must produce it: without ``engine`` and without the
+    malformed lines' ``error`` texts (which may differ). Compare with
+    ``json.dumps(comparable(v), sort_keys=True)``."""
+    same = {key: value for key, value in verdict.items() if key != "engine"}
+    malformed = verdict.get("malformed")
+    if isinstance(malformed, Mapping):
+        same["malformed"] = {
+            **malformed,
+            "lines": [
+                {key: value for key, value in line.items() if key != "error"}
+                for line in malformed.get("lines", [])
+            ],
+        }
+    return same
