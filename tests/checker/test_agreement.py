@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from checker import python_engine, spark_engine
+from checker import python_engine, spark_engine, spec
 from checker.generate import INJECTIONS, generate_run
 
 SHAPES: dict[str, dict[str, Any]] = {
@@ -28,13 +28,8 @@ SHAPES: dict[str, dict[str, Any]] = {
 
 
 def comparable(verdict: dict[str, Any]) -> str:
-    """The verdict as the agreement is defined: JSON without ``engine`` and error texts."""
-    kept = {k: v for k, v in verdict.items() if k != "engine"}
-    kept["malformed"] = {
-        "count": verdict["malformed"]["count"],
-        "lines": [{k: v for k, v in m.items() if k != "error"} for m in kept["malformed"]["lines"]],
-    }
-    return json.dumps(kept, sort_keys=True, indent=1)
+    """The verdict as the agreement is defined (``spec.comparable``), as sorted JSON."""
+    return json.dumps(spec.comparable(verdict), sort_keys=True, indent=1)
 
 
 @pytest.fixture(scope="module")

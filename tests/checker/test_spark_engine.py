@@ -343,6 +343,7 @@ def malformed_run(root: Path) -> Path:
                 json.dumps(ok) + " x",  # 15 trailing text
                 json.dumps(ok) + "]",  # 16 a stray bracket
                 json.dumps(ok) + " /* note */",  # 17 comments are not JSON
+                json.dumps(ok).replace('"ts": 1', '"ts": 1e400'),  # 18 not a finite double
             ]
         },
         newline="\r\n",
@@ -369,6 +370,7 @@ def malformed_run(root: Path) -> Path:
                 '{"msg": "m3", "actor": "a", "ts": 4}',
                 '{"msg": 1, "actor": "a", "ts": 2}',  # 6 msg a number
                 '{"msg": "m4", "actor": "a", "ts": "2"}',  # 7 ts a string
+                '{"msg": "m1", "actor": "a", "ts": 2, "epoch": 18446744073709551616}',  # 8 2**64
             ]
         )
     )
@@ -376,8 +378,8 @@ def malformed_run(root: Path) -> Path:
 
 
 def odd_names_run(root: Path) -> Path:
-    """A run whose path has Hadoop glob characters, with hidden-looking and escaped-looking
-    file names: every file is read, under its own name."""
+    """A run whose path has Hadoop glob characters and a file name that looks URI-escaped,
+    with hidden files (``.``/``_``: not read, SPEC)."""
     return write_run(
         root,
         "odd[1]{a,b}*?",
@@ -597,6 +599,7 @@ def test_malformed_lines_with_file_and_line(verdicts: dict[str, Any]) -> None:
         ("effects.jsonl", 3),
         ("effects.jsonl", 6),
         ("effects.jsonl", 7),
+        ("effects.jsonl", 8),
         ("events/a.jsonl", 2),
         ("events/a.jsonl", 5),
         ("events/a.jsonl", 6),
@@ -608,9 +611,10 @@ def test_malformed_lines_with_file_and_line(verdicts: dict[str, Any]) -> None:
         ("events/a.jsonl", 15),
         ("events/a.jsonl", 16),
         ("events/a.jsonl", 17),
+        ("events/a.jsonl", 18),
         ("events/b.jsonl", 2),
     ]
-    assert v["malformed"]["count"] == 16
+    assert v["malformed"]["count"] == 18
     assert all(m["error"] for m in v["malformed"]["lines"])
     assert v["unknown_events"] == {"heartbeat": 2}
     # The rest is still checked: effects rows 1, 4, 5; m3's queue (7) is not a string.
@@ -679,7 +683,7 @@ def test_bad_run_json_is_an_input_error(spark: SparkSession, tmp_path: Path) -> 
         check_runs(spark, [tmp_path / "missing"])
 
 
-def test_odd_paths_and_hidden_files_are_read(verdicts: dict[str, Any]) -> None:
+def test_odd_paths_are_read_literally_hidden_files_not(verdicts: dict[str, Any]) -> None:
     v = verdicts["odd[1]{a,b}*?"]
-    assert v["published"] == 3
+    assert v["published"] == 1
     assert [(m["file"], m["line"]) for m in v["malformed"]["lines"]] == [("events/x%20y.jsonl", 2)]
