@@ -33,6 +33,7 @@ from pyspark.sql import functions as F
 
 from checker import spark_rules as rules
 from checker import spec
+from checker.spark_positions import in_order
 from checker.spark_read import Inputs, open_runs, read_inputs
 
 ENGINE = "spark"
@@ -237,7 +238,8 @@ class _Assembly:
         values = self._keep(rules.latencies(timed))
         for row in rules.histogram(values).collect():
             self.out[row["run"]]["latency_ms"]["histogram"][row["bin"]] = row["n"]
-        for row in rules.ranked_values(values).collect():
+        ordered = self._keep(in_order(values, "run", "x"))
+        for row in rules.ranked_values(ordered).collect():
             latency, n = self.out[row["run"]]["latency_ms"], row["n"]
             latency["count"] = n
             for pct in spec.PERCENTILES:

@@ -16,8 +16,9 @@ Line numbers: Spark's readers have none. ``monotonically_increasing_id()`` on th
 consecutive within each input split, and a split is a contiguous byte range of one file, so a
 line's number is (lines of the file's earlier splits) + (its id - the split's first id) + 1.
 That costs one aggregation over the lines (one row per split and partition, so the shuffle is
-tiny) and a broadcast join of the few malformed lines with it; no line is collected and no
-file is read twice (the parsed lines are persisted for the rules that follow).
+tiny) and a join of the few malformed lines with its result (``spark_positions``); no line is
+collected and no file is read twice (the parsed lines are persisted for the rules that
+follow).
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from checker import spec
 from checker.runs import Run, event_files, open_run
+from checker.spark_positions import positions
 
 EVENT = "event"
 EFFECT = "effect"
@@ -310,22 +312,7 @@ def _parse(lines: DataFrame) -> DataFrame:
 
 def _number_malformed(parsed: DataFrame) -> DataFrame:
     """``run, file, line, error`` of the malformed lines (see the module docstring)."""
-    by_split = Window.partitionBy("run", "file").orderBy("split")
-    splits = (
-        parsed.groupBy("run", "file", "split")
-        .agg(F.min("mid").alias("first_mid"), F.count(F.lit(1)).alias("lines"))
-        .withColumn(
-            "before",
-            F.coalesce(
-                F.sum("lines").over(by_split.rowsBetween(Window.unboundedPreceding, -1)),
-                F.lit(0),
-            ),
-        )
-    )
-    bad = parsed.filter(F.col("error").isNotNull()).select("run", "file", "split", "mid", "error")
-    return bad.join(splits, ["run", "file", "split"]).select(
-        "run",
-        "file",
-        (F.col("before") + F.col("mid") - F.col("first_mid") + 1).alias("line"),
-        "error",
+    bad = parsed.filter(F.col("error").isNotNull())
+    return positions(bad, parsed, ["run", "file"], "split").select(
+        "run", "file", F.col("position").alias("line"), "error"
     )

@@ -15,6 +15,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from checker import spec
+from checker.spark_positions import positions
 
 _EARLIER = (Window.unboundedPreceding, -1)
 _SO_FAR = (Window.unboundedPreceding, Window.currentRow)
@@ -262,20 +263,17 @@ def histogram(values: DataFrame) -> DataFrame:
     )
 
 
-def ranked_values(values: DataFrame) -> DataFrame:
+def ranked_values(ordered: DataFrame) -> DataFrame:
     """``run, rank, n, x``: the values at the nearest ranks of ``spec.PERCENTILES`` and at
-    ``n`` (the max), exactly, by ``row_number`` over the run's values in order.
-
-    ``percentile_approx`` is not used: see the report in ``spark_engine``'s docstring. The
-    window sorts each run's values in one task, which is a sort of the effect rows.
+    ``n`` (the max), exactly. ``ordered`` is ``spark_positions.in_order(values, "run", "x")``,
+    persisted: the values are sorted across the cluster and each row's rank is its position,
+    so no run's values have to fit one task (``percentile_approx``: see ``spark_engine``).
     """
-    by_run = Window.partitionBy("run")
-    ordered = by_run.orderBy("x")
-    counted = values.withColumn("n", F.count(F.lit(1)).over(by_run)).withColumn(
-        "rank", F.row_number().over(ordered)
+    ranked = positions(ordered, ordered, ["run"], "part").select(
+        "run", F.col("position").alias("rank"), F.col("total").alias("n"), "x"
     )
     wanted = [_nearest_rank(pct, "n") for pct in spec.PERCENTILES] + [F.col("n")]
-    return counted.filter(F.col("rank").isin(*wanted)).select("run", "rank", "n", "x")
+    return ranked.filter(F.col("rank").isin(*wanted))
 
 
 def _nearest_rank(pct: int, n: str) -> Column:

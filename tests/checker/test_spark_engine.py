@@ -7,6 +7,7 @@ nothing more); each test then reads the verdict fields a user would look at.
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from pyspark.sql import SparkSession
 from checker import python_engine
 from checker.errors import InputError
 from checker.spark_engine import check_runs
+from checker.spark_positions import in_order
+from checker.spark_rules import ranked_values
 from tests.checker.test_agreement import comparable
 
 Line = dict[str, Any] | str
@@ -687,3 +690,30 @@ def test_odd_paths_are_read_literally_hidden_files_not(verdicts: dict[str, Any])
     v = verdicts["odd[1]{a,b}*?"]
     assert v["published"] == 1
     assert [(m["file"], m["line"]) for m in v["malformed"]["lines"]] == [("events/x%20y.jsonl", 2)]
+
+
+def test_percentile_ranks_are_exact_across_partitions(spark: SparkSession) -> None:
+    """The ranks come from a sort spread over partitions (here 8), ties included: each
+    percentile is still exactly the nearest-rank element."""
+    rng = random.Random(3)
+    runs = {
+        run: [float(rng.randint(0, n // 3)) for _ in range(n)]
+        for run, n in enumerate((1, 2, 7, 100, 999, 2500))
+    }
+    values = spark.createDataFrame(
+        [(run, x) for run, xs in runs.items() for x in xs], "run int, x double"
+    ).repartition(8)
+    spark.conf.set("spark.sql.shuffle.partitions", "8")
+    try:
+        ordered = in_order(values, "run", "x").persist()
+        found = {(row["run"], row["rank"]): row["x"] for row in ranked_values(ordered).collect()}
+        parts = ordered.select("part").distinct().count()
+        ordered.unpersist()
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "4")
+    assert parts > 1
+    for run, xs in runs.items():
+        xs.sort()
+        for pct in (50, 95, 99, 100):
+            k = (pct * len(xs) + 99) // 100
+            assert found[(run, k)] == xs[k - 1], (run, pct)
