@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from checker import python_engine
 from checker.errors import InputError
@@ -717,3 +717,24 @@ def test_percentile_ranks_are_exact_across_partitions(spark: SparkSession) -> No
         for pct in (50, 95, 99, 100):
             k = (pct * len(xs) + 99) // 100
             assert found[(run, k)] == xs[k - 1], (run, pct)
+
+
+def test_no_cross_join_in_any_job(
+    spark: SparkSession, runs: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every job the engine runs is planned without a cartesian product or a nested-loop
+    join: overlaps, ranks and recovery are sorts and equi-joins, so cost stays near-linear."""
+    plans: list[str] = []
+    classic = type(spark.range(1))  # the class that runs jobs (pyspark.sql.classic)
+    collect = classic.collect
+
+    def recording(frame: DataFrame) -> list[Any]:
+        plans.append(frame._jdf.queryExecution().executedPlan().toString())
+        return collect(frame)
+
+    monkeypatch.setattr(classic, "collect", recording)
+    check_runs(spark, runs[:3])
+    assert len(plans) >= 10
+    for plan in plans:
+        assert "CartesianProduct" not in plan
+        assert "NestedLoopJoin" not in plan
