@@ -4,9 +4,14 @@ Every DataFrame here carries ``run`` (the run's index) and every window and join
 first, so one job checks any number of runs. What the driver collects from these is bounded by
 anomalies and activity (ids, pairs, islands, handovers, faults), never by events.
 
-Order-dependent rules (processing starts, islands, the concurrency sweep, handovers, fault
-ends, recovery, percentile ranks) are window functions over a sort, never a cross join: the
-cost stays a sort of the rows involved, near-linear in events.
+Order-dependent rules are window functions over a sort, never a cross join, so the cost stays
+a sort of the rows involved, near-linear in events: processing starts per (run, msg, actor),
+islands and handovers per (run, queue, actor) and (run, queue), the concurrency sweep over the
+islands of a queue, fault ends per (run, fault, target). The two rules that would otherwise
+sort a whole run in one task do not: percentile ranks come from a sort spread over the
+cluster (``spark_positions``), and recovery tags each effect with the number of fault starts
+before it (``recovery``). The per-queue windows are what the spec's sweep asks for: one
+queue's effects are sorted in one task.
 """
 
 from __future__ import annotations
@@ -203,9 +208,15 @@ def recovery(events: DataFrame, effects: DataFrame) -> DataFrame:
     """``run, fault, target, start, end, recovery_s`` per ``fault_start``.
 
     ``end``: fault starts and ends of one (fault, target) sorted by time, starts first on a
-    tie (an end at the same time counts); the smallest end from each start on. ``recovery_s``:
-    starts and effect times of a run sorted by time, effects first on a tie (only a later
-    effect counts); the smallest effect time from each start on.
+    tie (an end at the same time counts); the smallest end from each start on. Nemesis events
+    are few, so this sort is small.
+
+    ``recovery_s`` needs, per start, the first effect after it, and effects are many: rather
+    than sort a run's effects in one task, each effect is tagged with ``j``, the number of the
+    run's starts before it (the few starts are broadcast as a sorted array), and only the
+    earliest effect per (run, j) is kept (a partial aggregation, no shuffle of effects).
+    An effect is after start ``i`` (0-based, in time order) exactly when its ``j > i``, so
+    the first effect after start ``i`` is the smallest of the kept ones with ``j > i``.
     """
     faults = events.filter(F.col("type").isin("fault_start", "fault_end")).select(
         "run", "fault", "target", "ts", (F.col("type") == "fault_end").cast("int").alias("k")
@@ -216,30 +227,33 @@ def recovery(events: DataFrame, effects: DataFrame) -> DataFrame:
     starts = (
         faults.withColumn("end", F.min(F.when(F.col("k") == 1, F.col("ts"))).over(by_fault))
         .filter(F.col("k") == 0)
-        .select("run", "fault", "target", "ts", "end", F.lit(1).alias("k"))
+        .select("run", "fault", "target", F.col("ts").alias("start"), "end")
     )
-    effect_times = effects.select(
+    times = starts.groupBy("run").agg(F.array_sort(F.collect_list("start")).alias("starts"))
+    before = F.size(F.filter("starts", lambda start: start < F.col("ts")))
+    firsts = (
+        effects.join(F.broadcast(times), "run")
+        .groupBy("run", before.alias("j"))
+        .agg(F.min("ts").alias("first"))
+    )
+    indexed = starts.join(times, "run").withColumn(
+        "i", F.array_position("starts", F.col("start")) - 1
+    )
+    next_effect = (
+        indexed.select("run", "i")
+        .distinct()
+        .join(firsts, "run")
+        .filter(F.col("j") > F.col("i"))
+        .groupBy("run", "i")
+        .agg(F.min("first").alias("next_effect"))
+    )
+    return indexed.join(next_effect, ["run", "i"], "left").select(
         "run",
-        F.lit(None).cast("string").alias("fault"),
-        F.lit(None).cast("string").alias("target"),
-        "ts",
-        F.lit(None).cast("double").alias("end"),
-        F.lit(0).alias("k"),
-    )
-    by_time = Window.partitionBy("run").orderBy("ts", "k").rowsBetween(*_FROM_HERE)
-    after = F.min(F.when(F.col("k") == 0, F.col("ts"))).over(by_time)
-    return (
-        starts.unionByName(effect_times)
-        .withColumn("next_effect", after)
-        .filter(F.col("k") == 1)
-        .select(
-            "run",
-            "fault",
-            "target",
-            F.col("ts").alias("start"),
-            "end",
-            (F.col("next_effect") - F.col("ts")).alias("recovery_s"),
-        )
+        "fault",
+        "target",
+        "start",
+        "end",
+        (F.col("next_effect") - F.col("start")).alias("recovery_s"),
     )
 
 
