@@ -47,11 +47,6 @@ _OBJECT_START = r"^[ \t\r\n]*\{"
 """A line that parsed as JSON is an object exactly when it starts with ``{``: cheaper than
 asking the variant for its whole schema."""
 
-_NEVER = "(?!)"
-"""A regex that matches no name, for ``ignoredPathSegmentRegex`` (Spark 4.3): which files
-are read is decided by ``checker.runs.event_files`` alone (hidden ones are not, SPEC), not
-by Spark's own listing rules applied to the directories above them."""
-
 _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 
 FILES_SCHEMA = T.StructType(
@@ -182,8 +177,8 @@ def _scan(spark: SparkSession, paths: list[str]) -> DataFrame:
     """
     if not paths:
         return spark.createDataFrame([], _LINE_SCHEMA)
-    reader = spark.read.option("ignoredPathSegmentRegex", _NEVER)
-    raw = reader.text([_no_glob(path) for path in sorted(set(paths))]).select(
+    # Hidden names (. or _) are never in ``paths`` (checker.runs.event_files); Spark skips them.
+    raw = spark.read.text([_no_glob(path) for path in sorted(set(paths))]).select(
         "value",
         F.col("_metadata.file_path").alias("uri"),
         F.col("_metadata.file_block_start").alias("split"),
