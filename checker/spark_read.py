@@ -196,9 +196,13 @@ def _no_glob(path: str) -> str:
     return re.sub(r"([\\{}\[\]*?])", r"\\\1", path)
 
 
+# Every extraction is try_variant_get: variant_get raises (ANSI) on a value it cannot cast,
+# and a malformed line ("ts": "soon") must be reported, not fail the job.
+
+
 def _json_type(v: Column, field: str) -> Column:
     """The JSON type of ``field`` as ``schema_of_variant`` names it; null when absent."""
-    return F.schema_of_variant(F.variant_get(v, f"$.{field}", "variant"))
+    return F.schema_of_variant(F.try_variant_get(v, f"$.{field}", "variant"))
 
 
 def _is_string(v: Column, field: str) -> Column:
@@ -208,7 +212,7 @@ def _is_string(v: Column, field: str) -> Column:
 def _is_number(v: Column, field: str) -> Column:
     """A JSON number that is a finite double (``1e400`` is read as infinity: malformed)."""
     kind = _json_type(v, field)
-    as_double = F.variant_get(v, f"$.{field}", "double")
+    as_double = F.try_variant_get(v, f"$.{field}", "double")
     finite = ~as_double.isin(float("inf"), float("-inf"))
     return F.coalesce(
         (kind.isin(*_INTEGER_TYPES, "DOUBLE", "FLOAT") | kind.startswith("DECIMAL")) & finite,
@@ -226,7 +230,7 @@ def _is_null_or_integer(v: Column, field: str) -> Column:
 
 def _string(v: Column, field: str) -> Column:
     """``field`` when it is a JSON string, else null (SPEC: no coercion)."""
-    return F.when(_is_string(v, field), F.variant_get(v, f"$.{field}", "string"))
+    return F.when(_is_string(v, field), F.try_variant_get(v, f"$.{field}", "string"))
 
 
 def _parse_whole(line: Column) -> Column:
@@ -240,10 +244,10 @@ def _parse_whole(line: Column) -> Column:
     """
     wrapped = F.try_parse_json(F.concat(F.lit("["), line, F.lit(",0]")))
     whole = (
-        F.variant_get(wrapped, "$[1]", "variant").isNotNull()
-        & F.variant_get(wrapped, "$[2]", "variant").isNull()
+        F.try_variant_get(wrapped, "$[1]", "variant").isNotNull()
+        & F.try_variant_get(wrapped, "$[2]", "variant").isNull()
     )
-    return F.when(whole, F.variant_get(wrapped, "$[0]", "variant"))
+    return F.when(whole, F.try_variant_get(wrapped, "$[0]", "variant"))
 
 
 def _parse(lines: DataFrame) -> DataFrame:
@@ -276,7 +280,7 @@ def _parse(lines: DataFrame) -> DataFrame:
         "split",
         "mid",
         "blank",
-        F.variant_get(v, "$.ts", "double").alias("ts"),
+        F.try_variant_get(v, "$.ts", "double").alias("ts"),
         _string(v, "actor").alias("actor"),
         "type",
         _string(v, "msg").alias("msg"),
@@ -285,7 +289,7 @@ def _parse(lines: DataFrame) -> DataFrame:
             typed == "deliver",
             F.coalesce(
                 (_json_type(v, "redelivered") == "BOOLEAN")
-                & F.variant_get(v, "$.redelivered", "boolean"),
+                & F.try_variant_get(v, "$.redelivered", "boolean"),
                 F.lit(False),
             ),
         ).alias("redelivered"),

@@ -270,6 +270,7 @@ def build_runs(root: Path) -> list[Path]:
                 "x.jsonl": [
                     ev(1, "c", "deliver", "m1", redelivered=True),
                     ev(1, "c", "deliver", "m1", redelivered="true"),
+                    ev(1, "c", "deliver", "m1", redelivered="yes"),
                     ev(1, "c", "deliver", "m1", redelivered=False),
                     ev(1, "c", "deliver", "m1"),
                     ev(2, "c", "commit_rejected", "m1", why="stale-epoch"),
@@ -347,6 +348,8 @@ def malformed_run(root: Path) -> Path:
                 json.dumps(ok) + "]",  # 16 a stray bracket
                 json.dumps(ok) + " /* note */",  # 17 comments are not JSON
                 json.dumps(ok).replace('"ts": 1', '"ts": 1e400'),  # 18 not a finite double
+                '{"ts": "x", "ts": 1, "actor": "p", "type": "connected"}',  # 19 fine: last key wins
+                '{"ts": 1, "ts": "x", "actor": "p", "type": "connected"}',  # 20 ts a string
             ]
         },
         newline="\r\n",
@@ -615,9 +618,10 @@ def test_malformed_lines_with_file_and_line(verdicts: dict[str, Any]) -> None:
         ("events/a.jsonl", 16),
         ("events/a.jsonl", 17),
         ("events/a.jsonl", 18),
+        ("events/a.jsonl", 20),
         ("events/b.jsonl", 2),
     ]
-    assert v["malformed"]["count"] == 18
+    assert v["malformed"]["count"] == 19
     assert all(m["error"] for m in v["malformed"]["lines"])
     assert v["unknown_events"] == {"heartbeat": 2}
     # The rest is still checked: effects rows 1, 4, 5; m3's queue (7) is not a string.
@@ -635,7 +639,7 @@ def test_counts(verdicts: dict[str, Any]) -> None:
         "confirm": 1,
         "nack": 1,
         "return": 1,
-        "deliver": 4,
+        "deliver": 5,
         "redelivered": 1,
         "duplicate_skipped": 1,
         "commit": 0,
