@@ -117,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--name", default="demo")
     demo.add_argument("--home", type=Path, default=None)
     demo.set_defaults(func=_demo)
+
+    from sac import check
+
+    check.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,117 @@
+"""``sac check RUN... [--engine spark|python] [--master URL] [--out DIR]``: the verdict of each
+run directory (``RUN/verdict.json``), ``summary.json`` and ``report.html`` in ``--out``.
+
+The exit status says what a script needs: 0 every run valid, 1 some run invalid (its
+anomalies are printed, one line each), 2 the input could not be checked (a missing
+directory, an unreachable ``--master``): one line naming the problem, never a Spark stack
+trace as the only output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from checker.errors import CheckerError, InputError
+
+ANOMALIES = ("lost", "duplicated", "unexpected", "concurrent", "malformed")
+SHOWN = 10  # offending ids printed per anomaly; the report lists them all
+
+
+def add_parser(commands: Any) -> None:
+    check = commands.add_parser(
+        "check", help="check run directories: verdict.json per run, summary.json, report.html")
+    check.add_argument("runs", nargs="+", type=Path, metavar="RUN",
+                       help="a run directory (run.json, events/*.jsonl, effects.jsonl)")
+    check.add_argument("--engine", choices=("spark", "python"), default="spark",
+                       help="spark (default; local[*] unless --master) or the pure-Python "
+                            "reference engine (small runs)")
+    check.add_argument("--master", default=None,
+                       help="a Spark master URL, e.g. spark://10.0.0.5:7077 (default: local[*])")
+    check.add_argument("--out", type=Path, default=Path("."),
+                       help="where summary.json and report.html go (default: .)")
+    check.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _check(args.runs, args.engine, args.master, args.out)
+    except CheckerError as exc:
+        print(f"sac check: {exc}", file=sys.stderr)
+        return 2
+
+
+def _check(runs: list[Path], engine: str, master: str | None, out: Path) -> int:
+    for path in runs:
+        if not path.is_dir():
+            raise InputError(f"{path}: no such run directory")
+    if master is not None and engine != "spark":
+        raise InputError("--master needs --engine spark")
+    out.mkdir(parents=True, exist_ok=True)
+    if engine == "python":
+        from checker.python_engine import check_runs
+
+        verdicts = check_runs(runs)
+    else:
+        if master is not None:
+            _reachable(master)
+        from checker.spark_engine import check_runs as spark_check
+        from checker.spark_engine import spark_session
+
+        spark = spark_session(master)
+        try:
+            verdicts = spark_check(spark, runs)
+        finally:
+            spark.stop()
+    from checker.python_engine import summarize
+    from checker.report import render_report
+
+    for path, verdict in zip(runs, verdicts, strict=True):
+        (path / "verdict.json").write_text(json.dumps(verdict, indent=2, sort_keys=True))
+    summary = summarize(verdicts, engine)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
+    report = render_report(verdicts, summary, out / "report.html")
+    for path, verdict in zip(runs, verdicts, strict=True):
+        print(_one_line(path, verdict))
+        for line in verdict["malformed"]["lines"][:SHOWN]:
+            print(f"  {path / line['file']}:{line['line']}: malformed line: {line['error']}")
+    print(f"{summary['valid']} of {summary['runs']} run(s) valid; report: {report}")
+    return 0 if summary["valid"] == summary["runs"] else 1
+
+
+def _one_line(path: Path, verdict: dict[str, Any]) -> str:
+    if verdict["valid"]:
+        tolerated = ", ".join(sorted(verdict["tolerated"]))
+        return f"{path}: valid" + (f" (tolerates {tolerated})" if tolerated else "")
+    found = []
+    for name in ANOMALIES:
+        count = verdict[name]["count"]
+        if count and name not in verdict["tolerated"]:
+            ids = verdict[name].get("ids") or sorted(
+                {m for pair in verdict[name].get("pairs", []) for m in pair["msgs"]})
+            shown = ", ".join(ids[:SHOWN]) + (f" and {len(ids) - SHOWN} more"
+                                              if len(ids) > SHOWN else "")
+            found.append(f"{name} {count}" + (f" ({shown})" if shown else ""))
+    return f"{path}: INVALID: " + "; ".join(found)
+
+
+def _reachable(master: str) -> None:
+    """A master that does not answer makes Spark retry for a minute and then fail in its
+    logs: say it at once, in one line."""
+    parts = urllib.parse.urlsplit(master)
+    if parts.scheme != "spark" or not parts.hostname:
+        if master.startswith(("local", "yarn", "k8s://")):
+            return
+        raise InputError(f"--master {master!r}: expected spark://HOST:PORT or local[N]")
+    port = parts.port or 7077
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=5):
+            pass
+    except OSError as exc:
+        raise InputError(f"--master {master}: cannot reach {parts.hostname}:{port} "
+                         f"({exc.strerror or exc})") from None
