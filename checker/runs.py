@@ -112,7 +112,7 @@ def read_events(run: Run, findings: Findings) -> Iterator[Event]:
             if error:
                 findings.malformed.append(_malformed(run, path, line_no, error))
             elif obj["type"] in spec.KNOWN_EVENT_TYPES:
-                obj["ts"] = float(obj["ts"])
+                obj["ts"] = float(obj["ts"]) + 0.0  # -0.0 reads as 0.0 (SPEC.md)
                 yield obj
             else:
                 findings.unknown_events[obj["type"]] += 1
@@ -128,7 +128,7 @@ def read_effects(run: Run, findings: Findings) -> Iterator[Effect]:
         if error:
             findings.malformed.append(_malformed(run, path, line_no, error))
         else:
-            yield Effect(obj["msg"], obj["actor"], float(obj["ts"]))
+            yield Effect(obj["msg"], obj["actor"], float(obj["ts"]) + 0.0)
 
 
 def _objects(run: Run, path: Path, findings: Findings) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -143,6 +143,10 @@ def _objects(run: Run, path: Path, findings: Findings) -> Iterator[tuple[int, di
                 except ValueError as exc:
                     findings.malformed.append(_malformed(run, path, line_no, f"not JSON: {exc}"))
                     continue
+                if "\\u" in line and _lone_surrogate(obj):
+                    findings.malformed.append(_malformed(
+                        run, path, line_no, "not JSON: an unpaired UTF-16 surrogate escape"))
+                    continue
                 if isinstance(obj, dict):
                     yield line_no, obj
                 else:
@@ -151,6 +155,19 @@ def _objects(run: Run, path: Path, findings: Findings) -> Iterator[tuple[int, di
                     )
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _lone_surrogate(value: object) -> bool:
+    """Whether a decoded string (key or value, at any depth) holds a code point of the
+    surrogate range: Python's parser lets an unpaired ``\\ud800`` through, which is not
+    valid Unicode (Spark refuses the line; SPEC.md)."""
+    if isinstance(value, str):
+        return any("\ud800" <= ch <= "\udfff" for ch in value)
+    if isinstance(value, dict):
+        return any(_lone_surrogate(k) or _lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_lone_surrogate(v) for v in value)
+    return False
 
 
 def _reject_constant(name: str) -> float:

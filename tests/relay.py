@@ -242,6 +242,10 @@ class Relay:
                             other.sendall(data)
                     elif not data:
                         drop(sock, other)
+        # Closed while connections were still relayed (cut() only shut them down): close
+        # them here, or they are left to the garbage collector (ResourceWarning).
+        for sock in list(peers):
+            drop(sock)
         sel.close()
 
     def __enter__(self) -> Self:

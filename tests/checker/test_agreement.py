@@ -104,3 +104,25 @@ def test_injected_anomalies_are_found(spark_verdicts: list[dict[str, Any]]) -> N
     assert by_name["inject-no_effects"]["effects_source"] == "events"
     assert all(by_name[name]["valid"] for name in SHAPES if name.startswith("clean"))
     assert all(by_name[f"mangled-{i}"]["malformed"]["count"] > 50 for i in (1, 2))
+
+
+def test_the_engines_agree_on_surrogates_negative_zero_and_duplicate_keys(
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    """The three cases the SPEC decided after the engines first disagreed on them."""
+    run = tmp_path / "edge"
+    (run / "events").mkdir(parents=True)
+    lines = [
+        '{"ts": -0.0, "actor": "p", "type": "publish", "msg": "a", "queue": "q"}',
+        '{"ts": 1.0, "actor": "p", "type": "confirm", "msg": "a"}',
+        '{"ts": 2.0, "actor": "p", "type": "publish", "msg": "\\ud800", "queue": "q"}',
+        '{"ts": 3.0, "actor": "p", "type": "publish", "msg": "\\ud83d\\ude00", "queue": "q"}',
+        '{"ts": 4.0, "actor": "p", "type": "publish", "msg": "b", "msg": "c", "queue": "q"}',
+    ]
+    (run / "events" / "p.jsonl").write_text("\n".join(lines) + "\n")
+    (run / "effects.jsonl").write_text('{"msg": "a", "actor": "c1", "ts": 5.0, "epoch": 1}\n')
+    [reference] = python_engine.check_runs([run])
+    [verdict] = spark_engine.check_runs(spark, [run])
+    assert spec.comparable(verdict) == spec.comparable(reference)
+    assert [m["line"] for m in reference["malformed"]["lines"]] == [3]
+    assert reference["published"] == 3  # a, the emoji, c (the last "msg" wins)
