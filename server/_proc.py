@@ -16,6 +16,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ._errors import ServerError
+
 MARKER = "SAC_STATE_DIR"
 
 # Children started by this process, kept so that they are reaped by ``poll()`` and never
@@ -126,3 +128,16 @@ def terminate(pids: Sequence[int], grace: float) -> None:
     for pid in wait_dead(pids, grace):
         signal_group(pid, signal.SIGKILL)
     wait_dead(pids, 5.0)
+
+
+def stop_marked(state_dir: Path, recorded: Sequence[int], grace: float, what: str) -> list[int]:
+    """Stop every process of one server: those marked with ``state_dir`` (children a server
+    spawned included) and the ``recorded`` pids that are still ours; raise if any survives.
+    Returns the pids that were running (none: the server was not)."""
+    pids = sorted(set(find_marked(state_dir)) | set(recorded))
+    pids = [p for p in pids if is_ours(p, state_dir)]
+    terminate(pids, grace=grace)
+    left = find_marked(state_dir)
+    if left:
+        raise ServerError(f"{what} processes {left} survived SIGKILL")
+    return pids

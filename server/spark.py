@@ -317,12 +317,7 @@ class LocalSpark:
         """Stop the worker (it kills its executors) and the master, then prove none is left."""
         recorded = self._pids()
         leaders = [recorded[r] for r in ("worker", "master") if r in recorded]
-        pids = sorted(set(_proc.find_marked(self.dir)) | set(leaders))
-        pids = [p for p in pids if _proc.is_ours(p, self.dir)]
-        _proc.terminate(pids, grace=STOP_GRACE)
-        left = _proc.find_marked(self.dir)
-        if left:
-            raise ServerError(f"Spark processes {left} survived SIGKILL")
+        pids = _proc.stop_marked(self.dir, leaders, STOP_GRACE, "Spark")
         self._wait_ports_released()
         (self.dir / STATE_FILE).unlink(missing_ok=True)
         return pids

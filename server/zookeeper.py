@@ -24,7 +24,6 @@ from ._errors import (
     AlreadyRunningError,
     NotRunningError,
     PackageMissingError,
-    ServerError,
     ServerExitedError,
     StartTimeoutError,
 )
@@ -215,12 +214,8 @@ class LocalZooKeeper:
             time.sleep(0.1)
 
     def _teardown(self) -> list[int]:
-        pids = sorted(set(_proc.find_marked(self.dir)) | ({p} if (p := self._pid()) else set()))
-        pids = [p for p in pids if _proc.is_ours(p, self.dir)]
-        _proc.terminate(pids, grace=10.0)
-        left = _proc.find_marked(self.dir)
-        if left:
-            raise ServerError(f"ZooKeeper processes {left} survived SIGKILL")
+        pid = self._pid()
+        pids = _proc.stop_marked(self.dir, [] if pid is None else [pid], 10.0, "ZooKeeper")
         (self.dir / "zookeeper.json").unlink(missing_ok=True)
         return pids
 
