@@ -13,6 +13,7 @@ Example::
 
 from ._core.backoff import Backoff
 from ._core.ids import new_message_id
+from ._core.poison import MessageIdFrom
 from ._core.roles import Role
 from ._delivery import RETRANSMIT_HEADER, Delivery
 from ._errors import (
@@ -27,6 +28,8 @@ from ._errors import (
     MessageReturned,
     MessageTooLarge,
     MissingMessageId,
+    ParkingFailed,
+    Poison,
     PublishError,
     QueueError,
     QueueMismatch,
@@ -52,6 +55,14 @@ from .dedup import (
     Store,
     Transaction,
 )
+from .parking import (
+    ParkedMessage,
+    ReplayError,
+    parked_messages,
+    parked_messages_async,
+    replay_parked,
+    replay_parked_async,
+)
 from .publisher import AsyncPublisher, Publisher, PublisherStats
 
 __all__ = [
@@ -76,10 +87,14 @@ __all__ = [
     "InboxStats",
     "LookupPolicy",
     "MemoryStore",
+    "MessageIdFrom",
     "MessageNacked",
     "MessageReturned",
     "MessageTooLarge",
     "MissingMessageId",
+    "ParkedMessage",
+    "ParkingFailed",
+    "Poison",
     "PostgresStore",
     "PublishError",
     "Publisher",
@@ -89,6 +104,7 @@ __all__ = [
     "QueueMismatch",
     "QueueNotFound",
     "QueueSettings",
+    "ReplayError",
     "Retention",
     "Role",
     "SQLiteStore",
@@ -101,4 +117,8 @@ __all__ = [
     "Transaction",
     "Unconfirmed",
     "new_message_id",
+    "parked_messages",
+    "parked_messages_async",
+    "replay_parked",
+    "replay_parked_async",
 ]

@@ -7,6 +7,8 @@ from typing import Any
 
 import attrs
 
+from ._core.poison import REPLAYED_HEADER
+
 RETRANSMIT_HEADER = "x-sac-retransmit"
 """Set by our publisher on a message it sends again after a lost confirm (value: how many
 times it was sent before). Such a copy arrives with ``redelivered`` false, so dedup must look
@@ -24,7 +26,8 @@ def delivery_count(headers: Mapping[str, Any] | None) -> int | None:
 @attrs.frozen
 class Delivery:
     """One message handed to a handler. Acknowledging is the consumer's job, not the
-    handler's: return normally to ack, raise to reject with requeue."""
+    handler's: return normally to ack it; raise to have it retried in place and then parked
+    (``Poison``: parked at once)."""
 
     body: bytes = attrs.field(repr=lambda b: f"<{len(b)} bytes>")
     message_id: str | None
@@ -38,6 +41,9 @@ class Delivery:
     correlation_id: str | None = None
     timestamp: int | None = None
     delivery_tag: int = attrs.field(default=0, repr=False)
+    id_derived: bool = attrs.field(default=False, repr=False)
+    """``message_id`` was derived (``ConsumerSettings.message_id_from``): the message was
+    published without one."""
 
     @property
     def retransmitted(self) -> bool:
@@ -47,4 +53,5 @@ class Delivery:
     @property
     def maybe_duplicate(self) -> bool:
         """Whether a dedup lookup is needed under the default policy."""
-        return self.redelivered or self.delivery_count is not None or self.retransmitted
+        return (self.redelivered or self.delivery_count is not None or self.retransmitted
+                or REPLAYED_HEADER in self.headers)

@@ -21,7 +21,9 @@ why every constructor passes all its arguments on to ``Exception.__init__``::
     │   └── Unconfirmed                       close() left messages unconfirmed
     ├── ConsumerError
     │   ├── StaleEpoch                        a fenced consumer tried to commit (sdk.dedup)
-    │   └── MissingMessageId                  an inbox got a message without a message id
+    │   ├── MissingMessageId                  an inbox got a message without a message id
+    │   ├── Poison                            raised by a handler: park this message now
+    │   └── ParkingFailed                     a failed message could not be parked
     ├── StoreError                            a dedup store cannot be used (sdk.dedup)
     │   ├── StoreUnavailable                  cannot open or reach it (path, DSN)
     │   └── SchemaMismatch                    its tables are from another SDK version
@@ -157,8 +159,8 @@ class StaleEpoch(ConsumerError):
 
 
 class MissingMessageId(ConsumerError):
-    """An inbox cannot deduplicate a message that has no id. Raised from the handler path, so
-    the message is rejected with requeue and the queue's delivery limit dead-letters it."""
+    """An inbox cannot deduplicate a message that has no id. No retry can cure that: the
+    message is parked at once (see ``ConsumerSettings.message_id_from``)."""
 
     def __init__(self, queue: str, delivery_tag: int) -> None:
         super().__init__(queue, delivery_tag)
@@ -170,6 +172,30 @@ class MissingMessageId(ConsumerError):
             f"a message on queue {self.queue!r} (delivery tag {self.delivery_tag}) has no "
             "message_id, so it cannot be deduplicated; publish it with a message id"
         )
+
+
+class Poison(ConsumerError):
+    """Raise it from a handler or an inbox effect for a message that can never succeed (a
+    body that does not decode, a request that is invalid): the message is parked at once,
+    without the retries, with this exception's text as the reason. ``raise Poison("...")
+    from exc`` keeps the cause."""
+
+
+class ParkingFailed(ConsumerError):
+    """A message had to leave the queue (its handler kept failing) but there was nowhere to
+    put it: no parking queue and no dead-letter exchange, or the parking queue refused it.
+    The consumer stops; the message stays in its queue, unacked until the channel closes."""
+
+    def __init__(self, queue: str, message_id: str | None, why: str) -> None:
+        super().__init__(queue, message_id, why)
+        self.queue = queue
+        self.message_id = message_id
+        self.why = why
+
+    def __str__(self) -> str:
+        shown = repr(self.message_id) if self.message_id else "without an id"
+        return (f"message {shown} of queue {self.queue!r} failed and could not be parked: "
+                f"{self.why}; the consumer stops and the message stays in {self.queue!r}")
 
 
 class StoreError(SacError):

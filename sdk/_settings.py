@@ -20,6 +20,7 @@ from typing import Any, Literal
 import attrs
 
 from ._core.backoff import Backoff
+from ._core.poison import MessageIdFrom, worst_case
 from ._errors import ConfigurationError
 
 DEFAULT_MAX_MESSAGE_SIZE = 128 * 1024 * 1024  # RabbitMQ 3.10's default max_message_size
@@ -202,20 +203,66 @@ def _queue_type(_inst: object, attribute: attrs.Attribute[str], value: str) -> N
         raise ConfigurationError(f"queue type must be 'quorum' or 'classic', got {value!r}")
 
 
+DEFAULT_DELIVERY_LIMIT = 20
+"""Deliveries of one message before a quorum queue dead-letters it (into the parking queue):
+the bound on a crash loop (a handler that kills its process). Handler failures are retried in
+the consumer without a redelivery, so only crashes, lost connections and handovers count."""
+PARKED_SUFFIX = ".parked"
+
+
+def _default_parking(inst: QueueSettings) -> str | None:
+    name = inst.name
+    parking = f"{name}{PARKED_SUFFIX}" if isinstance(name, str) else ""
+    if len(parking.encode()) <= 255 and not parking.startswith("amq."):
+        return parking
+    return None  # name it with parking_queue (a name over 248 bytes, or 'amq')
+
+
+def _default_limit(inst: QueueSettings) -> int | None:
+    has_target = inst.parking_queue is not None or inst.dead_letter_exchange is not None
+    return DEFAULT_DELIVERY_LIMIT if inst.type == "quorum" and has_target else None
+
+
+def _optional_queue_name(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and (not isinstance(value, str) or not value
+                              or len(value.encode()) > 255 or value.startswith("amq.")):
+        raise ConfigurationError(
+            f"{attribute.name} must be a queue name (1-255 bytes, not 'amq.'), got {value!r}")
+
+
 @attrs.frozen
 class QueueSettings:
-    """The queue a consumer reads (and a publisher may declare)."""
+    """The queue a consumer reads (and a publisher may declare), and where its poison
+    messages go.
+
+    By default each queue gets a parking queue next to it (``<name>.parked``, declared with
+    it): a message whose handler keeps failing is moved there, with the reason in its
+    headers, and the broker dead-letters there too (at least once) what reached the delivery
+    limit. Nothing is dropped, and ``sac dlq`` lists and replays what is parked.
+    """
 
     name: str = attrs.field(validator=_queue_name)
     type: QueueType = attrs.field(default="quorum", validator=_queue_type)
     single_active_consumer: bool = True
-    delivery_limit: int | None = attrs.field(default=None, validator=_optional(_at_least(1)))
-    """Quorum queues: after this many redeliveries the message is dead-lettered (or dropped
-    if there is no dead-letter exchange)."""
+    parking_queue: str | None = attrs.field(
+        default=attrs.Factory(_default_parking, takes_self=True),
+        validator=_optional_queue_name)
+    """Where failed messages are parked (declared, or checked when ``declare`` is False, with
+    the queue). None: no parking; a message that must leave the queue is then rejected into
+    ``dead_letter_exchange``, and without one the consumer stops rather than drop it."""
     dead_letter_exchange: str | None = None
+    """The broker's dead-letter target. None with a parking queue: the parking queue (through
+    the default exchange)."""
     dead_letter_routing_key: str | None = None
+    delivery_limit: int | None = attrs.field(
+        default=attrs.Factory(_default_limit, takes_self=True),
+        validator=_optional(_at_least(1)))
+    """Quorum queues: after this many deliveries the broker dead-letters a message. Default
+    20 when there is a dead-letter target; a limit without one is refused (the broker would
+    drop the message)."""
     declare: bool = True
-    """False: only check, passively, that the queue exists (arguments are then not checked)."""
+    """False: only check, passively, that the queue (and its parking queue) exists
+    (arguments are then not checked)."""
     extra_arguments: Mapping[str, Any] = attrs.field(factory=dict, converter=_copy_mapping)
 
     def __attrs_post_init__(self) -> None:
@@ -223,6 +270,18 @@ class QueueSettings:
             raise ConfigurationError(
                 "delivery_limit needs a quorum queue (classic queues count no deliveries)"
             )
+        if self.parking_queue == self.name:
+            raise ConfigurationError(f"parking_queue must differ from the queue {self.name!r}")
+        if self.delivery_limit is not None and not self.dead_lettered:
+            raise ConfigurationError(
+                f"delivery_limit={self.delivery_limit} without a dead-letter target: the broker "
+                "would drop a message past the limit; set parking_queue or dead_letter_exchange"
+            )
+
+    @property
+    def dead_lettered(self) -> bool:
+        """Whether the broker has somewhere to dead-letter this queue's messages."""
+        return self.dead_letter_exchange is not None or self.parking_queue is not None
 
     def arguments(self) -> dict[str, Any]:
         """The x-arguments ``queue.declare`` sends."""
@@ -231,12 +290,29 @@ class QueueSettings:
             args["x-single-active-consumer"] = True
         if self.delivery_limit is not None:
             args["x-delivery-limit"] = self.delivery_limit
-        if self.dead_letter_exchange is not None:
-            args["x-dead-letter-exchange"] = self.dead_letter_exchange
-        if self.dead_letter_routing_key is not None:
-            args["x-dead-letter-routing-key"] = self.dead_letter_routing_key
+        exchange, key = self.dead_letter_exchange, self.dead_letter_routing_key
+        if exchange is None and self.parking_queue is not None:
+            exchange, key = "", self.parking_queue
+        if exchange is not None:
+            args["x-dead-letter-exchange"] = exchange
+            if key is not None:
+                args["x-dead-letter-routing-key"] = key
+            if self.type == "quorum":
+                # At most once (the default) drops a dead letter whose target is unavailable;
+                # at least once keeps it in this queue until the target confirms it, and it
+                # needs reject-publish overflow (else RabbitMQ falls back to at most once).
+                args["x-dead-letter-strategy"] = "at-least-once"
+                args["x-overflow"] = "reject-publish"
         args.update(self.extra_arguments)
         return args
+
+    def parking(self) -> QueueSettings | None:
+        """The parking queue's own settings: same type and ``declare``, no single active
+        consumer, no delivery limit, no dead-lettering of its own."""
+        if self.parking_queue is None:
+            return None
+        return QueueSettings(self.parking_queue, type=self.type, single_active_consumer=False,
+                             parking_queue=None, declare=self.declare)
 
 
 @attrs.frozen
@@ -271,6 +347,30 @@ class PublisherSettings:
     """Declared (or checked) on every connect, so that messages are routable from the start."""
 
 
+HANDLER_RETRY = Backoff(initial=0.5, maximum=8.0, max_attempts=4, max_elapsed=60.0)
+"""Four retries after the first failure, up to 0.5, 1, 2 and 4 s apart (full jitter): about
+4 s in all on average, 7.5 s at most, before the message is parked."""
+MAX_RETRY_WAIT = 600.0
+"""A message in retries stays unacked; the broker's consumer timeout (30 min by default)
+closes the channel of a consumer that holds one longer."""
+
+
+def _retry_bound(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, Backoff):
+        raise ConfigurationError(f"{attribute.name} must be a Backoff, got {value!r}")
+    if worst_case(value) > MAX_RETRY_WAIT:
+        raise ConfigurationError(
+            f"{attribute.name} may keep a message unacked for {worst_case(value):.0f} s; at most "
+            f"{MAX_RETRY_WAIT:.0f} s (the broker's consumer timeout would close the channel)")
+
+
+def _id_source(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not isinstance(value, MessageIdFrom):
+        raise ConfigurationError(
+            f"{attribute.name} must be MessageIdFrom.header(name) or MessageIdFrom.content(), "
+            f"got {value!r}")
+
+
 @attrs.frozen
 class ConsumerSettings:
     """A consumer with manual acks, sent only after the handler returned."""
@@ -284,3 +384,10 @@ class ConsumerSettings:
     consumer_name: str | None = None
     stop_timeout: float = attrs.field(default=30.0, validator=_positive)
     """Graceful stop: how long in-flight handlers may take to finish."""
+    retry: Backoff = attrs.field(factory=lambda: HANDLER_RETRY, validator=_retry_bound)
+    """A handler (or inbox effect) that raises is run again for the same message, in this
+    process, the message unacked, under this policy; then the message is parked. Nothing
+    behind it on the queue is handled meanwhile (that keeps the order)."""
+    message_id_from: MessageIdFrom | None = attrs.field(default=None, validator=_id_source)
+    """Where a message published without a ``message_id`` gets one (for the inbox):
+    ``MessageIdFrom.header(name)`` or ``MessageIdFrom.content(headers=...)``."""

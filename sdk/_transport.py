@@ -473,6 +473,14 @@ class Link:
         self.frames = PublishFrames(self.conn, channel)
         return channel
 
+    async def declare_topology(self, queue: QueueSettings) -> int:
+        """Its parking queue first (the queue dead-letters into it), then ``queue``; the
+        queue's message count."""
+        parking = queue.parking()
+        if parking is not None:
+            await self.declare_queue(parking)
+        return await self.declare_queue(queue)
+
     async def declare_queue(self, queue: QueueSettings) -> int:
         """Declare (or passively check) ``queue``; its message count. Errors name the cause."""
         channel = self._require_channel()

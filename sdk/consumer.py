@@ -8,8 +8,12 @@ What they do for you:
 - declare the queue from its settings (quorum, single active consumer) or check it
   passively; a queue that exists with other arguments raises ``QueueMismatch`` naming it;
 - manual acks, sent only after the handler returned (batched as ``multiple`` acks, flushed
-  whenever no further delivery waits); a handler that raises rejects with requeue, and the
-  quorum queue's delivery limit dead-letters a poison message;
+  whenever no further delivery waits);
+- a handler (or inbox effect) that raises is run again for the same message, in place and
+  unacked, under ``ConsumerSettings.retry``; then (or at once for ``Poison`` and a message
+  without an id for the inbox) the message is parked: copied, with the reason in its
+  headers, to the queue's parking queue, confirmed, and only then acked. Never requeued in a
+  hot loop, never dropped;
 - a server-sent ``basic.cancel`` (queue deleted, mirrored-queue failover: classic queues are
   consumed with ``x-cancel-on-ha-failover``) leads to a new ``basic.consume`` with backoff;
 - a dead connection (closed, reset, or silent for two heartbeat intervals) leads to a
@@ -35,12 +39,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import inspect
 import itertools
 import logging
 import queue as thread_queue
 import signal
 import threading
+import time
 import types
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
@@ -50,9 +56,28 @@ import attrs
 from pika.spec import Basic, BasicProperties
 
 from ._core.acks import Ack, AckBatcher, Action, Reject
+from ._core.poison import (
+    LogBudget,
+    Park,
+    Retry,
+    Step,
+    after_failure,
+    describe_failure,
+    parking_headers,
+)
 from ._core.roles import Change, Role, RoleTracker
 from ._delivery import Delivery, delivery_count
-from ._errors import ClosedError, ConsumerError, SacError, StaleEpoch, StoreUnavailable
+from ._errors import (
+    ClosedError,
+    ConsumerError,
+    MissingMessageId,
+    ParkingFailed,
+    Poison,
+    SacError,
+    StaleEpoch,
+    StoreUnavailable,
+)
+from ._forward import Forwarder, Refused
 from ._history import HistoryRecorder
 from ._loop_thread import LoopThread
 from ._recovery import Recovering
@@ -77,11 +102,19 @@ class ConsumerStats:
     handler_errors: int
     reconnects: int
     resubscribes: int
+    retried: int = 0
+    """Handler runs made again for a message that failed (in place, unacked)."""
+    parked: int = 0
+    """Messages moved to the parking queue (or rejected into the dead-letter exchange)."""
 
 
 _Outcome = tuple[int, int, bool]
-"""A handler's result: (channel generation, delivery tag, succeeded). A plain tuple: one is
-made per message."""
+"""A message's end: (channel generation, delivery tag, ack it). True acks (handled, or parked
+and confirmed there), False rejects without requeue (the broker dead-letters it). A plain
+tuple: one is made per message."""
+PARK_TIMEOUT = 120.0
+"""Longest a handler thread waits for a park to be confirmed (the nack retries are bounded
+by 30 s, a lost link ends it at once): past it the consumer stops, the message unacked."""
 
 
 class AsyncConsumer(Recovering):
@@ -125,7 +158,14 @@ class AsyncConsumer(Recovering):
         self._pending: collections.deque[tuple[int, Delivery] | None] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
         self._delivered = self._acked = self._rejected = self._errors = 0
-        self._resubscribes = 0
+        self._resubscribes = self._retried = self._parked = 0
+        self._id_from = settings.message_id_from
+        self._forwarder: Forwarder | None = None
+        self._log_budget = LogBudget()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._cut = threading.Event()
+        """Set when a retry wait should end early: stopping, or the channel is gone."""
+        self._cut_async = asyncio.Event()
 
     # ------------------------------------------------------------------ public
 
@@ -139,7 +179,7 @@ class AsyncConsumer(Recovering):
     def stats(self) -> ConsumerStats:
         return ConsumerStats(
             self._delivered, self._acked, self._rejected, self._errors,
-            self._reconnects, self._resubscribes,
+            self._reconnects, self._resubscribes, self._retried, self._parked,
         )
 
     async def start(self) -> Self:
@@ -147,7 +187,7 @@ class AsyncConsumer(Recovering):
         if self._started:
             raise ClosedError("this consumer was already started")
         self._started = True
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self._done = loop.create_future()
         self._change(self._roles.connecting())
         inbox = self._inbox
@@ -189,6 +229,7 @@ class AsyncConsumer(Recovering):
             await self._stopped.wait()
             return
         self._stopping = True
+        self._interrupt()
         self._change(self._roles.stopping())
         if self._inbox is not None:
             self._inbox.interrupt()  # a batch waiting for a failing store: leave it unacked
@@ -283,9 +324,15 @@ class AsyncConsumer(Recovering):
                 else:
                     # A plain function runs in a thread, so it cannot stall the heartbeats.
                     await asyncio.to_thread(handler, delivery)  # type: ignore[arg-type]
-                ok = True
-            except Exception:  # noqa: BLE001 - logged there; the message is requeued
-                ok = self._handler_failed(delivery)
+                ok: bool | None = True
+            except Exception as exc:  # noqa: BLE001 - retried, then parked
+                try:
+                    ok = await self._recover(generation, delivery, exc, is_async)
+                except ParkingFailed as failed:
+                    self._halt(failed)
+                    return
+            if ok is None:
+                continue  # stopping, or the channel is gone: the broker has it back
             self._settle_one(generation, delivery.delivery_tag, ok, not pending)
 
     async def _work_inbox(self, inbox: Inbox) -> None:
@@ -322,22 +369,191 @@ class AsyncConsumer(Recovering):
         self, inbox: Inbox, batch: list[tuple[int, Delivery]]
     ) -> tuple[list[_Outcome], SacError | None]:
         """In the thread that runs effects (either face): the deliveries of the current
-        channel through the inbox as one store transaction. Fenced (``StaleEpoch``) or the
-        store gone for good (``StoreUnavailable``): no outcome at all, so nothing of the
-        batch is acked, and the error that stops the consumer; none when it is stopping
-        anyway."""
-        live = [(g, d) for g, d in batch if not self._stopping and g == self._generation]
-        if not live:
-            return [], None
-        try:
-            results = inbox.process_batch([d for _, d in live], self._activation)
-        except (StaleEpoch, StoreUnavailable) as exc:
-            return [], None if self._stopping and isinstance(exc, StoreUnavailable) else exc
+        channel through the inbox, each run of them one store transaction. A failed effect
+        ends its run: it is retried alone, in place, then parked, before the deliveries
+        after it run (the queue's order holds). Returns the outcomes, and the error that
+        stops the consumer: fenced (``StaleEpoch``), the store gone for good
+        (``StoreUnavailable``; none when stopping anyway), nowhere to park
+        (``ParkingFailed``). What has no outcome is not acked."""
         outcomes: list[_Outcome] = []
-        for (generation, delivery), result in zip(live, results, strict=True):
-            ok = not isinstance(result, Exception) or self._handler_failed(delivery, result)
-            outcomes.append((generation, delivery.delivery_tag, ok))
+        live = [(g, d) for g, d in batch if not self.stale(g)]
+        while live:
+            try:
+                results = inbox.process_batch([d for _, d in live], self._activation)
+            except (StaleEpoch, StoreUnavailable) as exc:
+                return outcomes, self._halting(exc)
+            for (generation, delivery), result in zip(live, results, strict=False):
+                if not isinstance(result, Exception):
+                    outcomes.append((generation, delivery.delivery_tag, True))
+            failed = results[-1] if results else None
+            if isinstance(failed, Exception):
+                generation, delivery = live[len(results) - 1]
+                try:
+                    ok = self._recover_in_thread(
+                        generation, delivery, failed,
+                        functools.partial(self._again, inbox, delivery))
+                except (StaleEpoch, StoreUnavailable) as exc:
+                    return outcomes, self._halting(exc)
+                except ParkingFailed as exc:
+                    return outcomes, exc
+                if ok is None:
+                    return outcomes, None  # stopping, or the channel is gone
+                outcomes.append((generation, delivery.delivery_tag, ok))
+            live = [(g, d) for g, d in live[len(results):] if not self.stale(g)]
         return outcomes, None
+
+    def _again(self, inbox: Inbox, delivery: Delivery) -> None:
+        inbox.process(delivery, self._activation)
+
+    def _halting(self, exc: SacError) -> SacError | None:
+        return None if self._stopping and isinstance(exc, StoreUnavailable) else exc
+
+    def stale(self, generation: int) -> bool:
+        """A delivery of this generation is no longer to be handled: stopping, or its
+        channel is gone (the broker gives it back)."""
+        return self._stopping or generation != self._generation
+
+    # ------------------------------------------------------------------ failures
+
+    def _recover_in_thread(
+        self, generation: int, delivery: Delivery, exc: Exception,
+        again: Callable[[], object],
+    ) -> bool | None:
+        """In the thread that runs a plain handler or the inbox's effects, after ``exc``
+        ended the message's first run: retries in place, then park. True: ack it (it
+        succeeded, or it is parked); False: reject it without requeue (the broker
+        dead-letters it); None: leave it (stopping, or its channel is gone). Raises
+        ``ParkingFailed``, and the inbox's ``StaleEpoch``/``StoreUnavailable``."""
+        began = time.monotonic()
+        attempts = 1
+        while True:
+            step = self._next_step(delivery, exc, attempts, time.monotonic() - began)
+            if isinstance(step, Park):
+                break
+            self._cut.wait(step.delay)
+            if self.stale(generation):
+                return None
+            self._retried += 1
+            try:
+                again()
+                return True
+            except (StaleEpoch, StoreUnavailable):
+                raise
+            except Exception as error:  # noqa: BLE001 - the next step decides
+                exc, attempts = error, attempts + 1
+        loop = self._loop
+        if self.stale(generation) or loop is None or loop.is_closed():
+            return None
+        future = asyncio.run_coroutine_threadsafe(
+            self._park(generation, delivery, exc, attempts), loop)
+        try:
+            return future.result(PARK_TIMEOUT)
+        except TimeoutError:
+            future.cancel()
+            raise ParkingFailed(self._queue_name, delivery.message_id,
+                                f"no confirm from the parking queue within {PARK_TIMEOUT:.0f} s"
+                                ) from None
+
+    async def _recover(
+        self, generation: int, delivery: Delivery, exc: Exception, is_async: bool
+    ) -> bool | None:
+        """``_recover_in_thread`` for the asyncio face's handler, on the loop."""
+        handler: Any = self._handler
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        attempts = 1
+        while True:
+            step = self._next_step(delivery, exc, attempts, loop.time() - began)
+            if isinstance(step, Park):
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._cut_async.wait(), step.delay)
+            if self.stale(generation):
+                return None
+            self._retried += 1
+            try:
+                if is_async:
+                    await handler(delivery)
+                else:
+                    await asyncio.to_thread(handler, delivery)
+                return True
+            except Exception as error:  # noqa: BLE001 - the next step decides
+                exc, attempts = error, attempts + 1
+        return await self._park(generation, delivery, exc, attempts)
+
+    def _next_step(
+        self, delivery: Delivery, exc: Exception, attempts: int, elapsed: float
+    ) -> Step:
+        """Decide, count and log (within the log budget: the traceback with the first
+        line of a message, one line per further attempt)."""
+        self._errors += 1
+        step = after_failure(self.settings.retry, attempts, elapsed,
+                             isinstance(exc, Poison | MissingMessageId))
+        allowed, held = self._log_budget.allow(time.monotonic())
+        if not allowed:
+            return step
+        more = f" ({held} similar lines held back)" if held else ""
+        mid = delivery.message_id or "(no id)"
+        if isinstance(step, Retry) and attempts == 1:
+            log.error("handler failed for message %s on queue %r (attempt 1); retrying in "
+                      "%.2f s, the message unacked%s", mid, self._queue_name, step.delay, more,
+                      exc_info=exc)
+        elif isinstance(step, Retry):
+            log.warning("handler failed again for message %s on queue %r (attempt %d): %s; "
+                        "retrying in %.2f s%s", mid, self._queue_name, attempts,
+                        describe_failure(exc), step.delay, more)
+        else:
+            log.error("message %s on queue %r failed (%d attempt(s)): %s; parking it%s", mid,
+                      self._queue_name, attempts, describe_failure(exc), more,
+                      exc_info=exc if attempts == 1 and exc.__traceback__ is not None else None)
+        return step
+
+    async def _park(
+        self, generation: int, delivery: Delivery, exc: Exception, attempts: int
+    ) -> bool | None:
+        """On the loop: copy the message to the parking queue and wait for the confirm.
+        True: ack the original now; False: reject it without requeue (no parking queue,
+        the broker dead-letters it); None: the channel went first (it comes back)."""
+        queue = self.settings.queue
+        link = self._link
+        if self.stale(generation) or link is None or not link.usable:
+            return None
+        if queue.parking_queue is None:
+            if queue.dead_letter_exchange is not None:
+                self._parked += 1
+                return False
+            raise ParkingFailed(queue.name, delivery.message_id,
+                                "the queue has no parking queue and no dead-letter exchange "
+                                "(QueueSettings.parking_queue is None)")
+        forwarder = self._forwarder
+        if forwarder is None or forwarder.link is not link:
+            forwarder = self._forwarder = Forwarder(link)
+        headers = parking_headers(delivery.headers, exc, queue.name, attempts,
+                                  self.settings.consumer_name)
+        props = BasicProperties(
+            content_type=delivery.content_type, headers=headers, delivery_mode=2,
+            correlation_id=delivery.correlation_id,
+            message_id=None if delivery.id_derived else delivery.message_id,
+            timestamp=delivery.timestamp)
+        try:
+            await forwarder.send(queue.parking_queue, delivery.body, props)
+        except LinkLost:
+            return None
+        except Refused as refused:
+            raise ParkingFailed(queue.name, delivery.message_id,
+                                f"parking queue {queue.parking_queue!r} refused it: {refused}"
+                                ) from refused
+        self._parked += 1
+        if self._recorder is not None:
+            self._ids_by_tag.pop(delivery.delivery_tag, None)  # not recorded as an ack
+            self._recorder.record("reject", msg=delivery.message_id, requeue=False,
+                                  parked=queue.parking_queue)
+        return True
+
+    def _interrupt(self) -> None:
+        """End the retry waits under way (they then see why)."""
+        self._cut.set()
+        self._cut_async.set()
 
     def _halt(self, exc: SacError) -> None:
         """A newer consumer holds the queue, or the store is gone: leave the messages in
@@ -347,14 +563,6 @@ class AsyncConsumer(Recovering):
         if self._done is not None and not self._done.done():
             self._done.set_exception(exc)
         self._spawn(self.stop(timeout=1.0))
-
-    def _handler_failed(self, delivery: Delivery, exc: BaseException | None = None) -> bool:
-        """Count and log a handler's exception (the one being handled, or ``exc``); False,
-        the outcome that rejects with requeue."""
-        self._errors += 1
-        log.error("handler failed for message %s; rejecting it with requeue",
-                  delivery.message_id, exc_info=exc if exc is not None else True)
-        return False
 
     # ------------------------------------------------------------------ broker events
 
@@ -374,10 +582,14 @@ class AsyncConsumer(Recovering):
         body: bytes,
     ) -> None:
         try:
+            derived = False
+            if not message_id and self._id_from is not None:
+                message_id = self._id_from.derive(body, headers)
+                derived = message_id is not None
             delivery = Delivery(
                 body, message_id, headers or _NO_HEADERS, bool(redelivered),
                 delivery_count(headers), self._queue_name, routing_key, exchange,
-                content_type, correlation_id, timestamp, tag,
+                content_type, correlation_id, timestamp, tag, derived,
             )
             self._delivered += 1
             if self._roles.role is not Role.ACTIVE:
@@ -400,7 +612,7 @@ class AsyncConsumer(Recovering):
         if generation != self._generation or link is None or not link.usable:
             return
         batcher = self._batcher
-        actions = batcher.done(tag) if ok else batcher.failed(tag, requeue=True)
+        actions = batcher.done(tag) if ok else batcher.failed(tag, requeue=False)
         if idle:
             actions = [*actions, *batcher.flush()]
         if actions:
@@ -419,7 +631,7 @@ class AsyncConsumer(Recovering):
             if ok:
                 actions += batcher.done(tag)
             else:
-                actions += batcher.failed(tag, requeue=True)
+                actions += batcher.failed(tag, requeue=False)
         if idle and current:
             actions += self._batcher.flush()
         self._apply(actions)
@@ -505,7 +717,7 @@ class AsyncConsumer(Recovering):
     async def _setup(self, link: Link, retry: bool) -> None:
         channel = link.channel
         assert channel is not None
-        await link.declare_queue(self.settings.queue)
+        await link.declare_topology(self.settings.queue)
         await link.rpc(lambda cb: channel.basic_qos(
             prefetch_count=self.settings.prefetch, callback=cb), "basic.qos")
         channel.add_on_cancel_callback(self._on_server_cancel)
@@ -516,7 +728,7 @@ class AsyncConsumer(Recovering):
         assert channel is not None
         queue = self.settings.queue
         if self._roles.subscriptions:  # again after a cancel: the queue may have gone
-            await link.declare_queue(queue)
+            await link.declare_topology(queue)
         name = self.settings.consumer_name or "sac"
         tag = f"{name}-{next(_tags)}-{id(self):x}"
         arguments = {"x-cancel-on-ha-failover": True} if queue.type == "classic" else None
@@ -531,6 +743,8 @@ class AsyncConsumer(Recovering):
             inbound.unregister(channel.channel_number, tag)
             raise
         self._consumer_tag = tag
+        self._cut.clear()
+        self._cut_async.clear()
         self._record("subscribed", queue=queue.name, by="client")
         self._change(self._roles.subscribed())
 
@@ -539,6 +753,8 @@ class AsyncConsumer(Recovering):
         self._generation += 1  # outcomes of the old channel can no longer be acked
         self._batcher.channel_lost()
         self._ids_by_tag.clear()
+        self._forwarder = None
+        self._interrupt()
         if not self._stopping:
             self._change(self._roles.lost())
 
@@ -602,6 +818,17 @@ class _ThreadedConsumer(AsyncConsumer):
 
     def stale(self, generation: int) -> bool:
         return self._stopping or self.stop_requested or generation != self._generation
+
+    def recover_in_thread(
+        self, generation: int, delivery: Delivery, exc: Exception,
+        again: Callable[[], object],
+    ) -> bool | None:
+        return self._recover_in_thread(generation, delivery, exc, again)
+
+    def process_batch(
+        self, inbox: Inbox, batch: list[tuple[int, Delivery]]
+    ) -> tuple[list[_Outcome], SacError | None]:
+        return self._process_batch(inbox, batch)
 
     def settle_from_thread(self, outcomes: list[_Outcome], idle: bool) -> None:
         if self.loop is not None and not self.loop.is_closed():
@@ -700,7 +927,7 @@ class Consumer:
         batch: list[_Outcome] = []
         limit = self.settings.ack_batch
         inbox = engine.dedup_inbox
-        handler = self._handler
+        handler: Any = self._handler
         halted: SacError | None = None
         try:
             while halted is None and (items := engine.handoff.get()) is not None:
@@ -708,11 +935,11 @@ class Consumer:
                     for start in range(0, len(items), limit):
                         if engine.stop_requested:
                             break  # left unacked: back to the queue
-                        outcomes, halted = engine._process_batch(
+                        outcomes, halted = engine.process_batch(
                             inbox, items[start:start + limit])
+                        batch += outcomes  # committed: acked even when it then stops
                         if halted is not None:
-                            break  # not acked: a newer consumer has the messages
-                        batch += outcomes
+                            break  # the rest not acked: a newer consumer has them
                         if len(batch) >= limit:
                             engine.settle_from_thread(batch, False)
                             batch = []
@@ -724,10 +951,17 @@ class Consumer:
                     if engine.stale(generation):
                         continue
                     try:
-                        handler(delivery)  # type: ignore[operator]
-                        ok = True
-                    except Exception:  # noqa: BLE001 - logged there; requeued
-                        ok = engine._handler_failed(delivery)
+                        handler(delivery)
+                        ok: bool | None = True
+                    except Exception as error:  # noqa: BLE001 - retried, then parked
+                        try:
+                            ok = engine.recover_in_thread(
+                                generation, delivery, error, functools.partial(handler, delivery))
+                        except ParkingFailed as failed:
+                            halted = failed
+                            break
+                    if ok is None:
+                        continue  # stopping, or the channel is gone
                     batch.append((generation, delivery.delivery_tag, ok))
                     if len(batch) >= limit:
                         engine.settle_from_thread(batch, False)
@@ -779,6 +1013,7 @@ class Consumer:
     def _stop_soon(self, timeout: float | None) -> None:
         """Start the graceful stop and return at once."""
         self._engine.stop_requested = True
+        self._engine._cut.set()  # a retry wait in the handler thread ends now
         with contextlib.suppress(RuntimeError):
             self._thread.call_soon(self._spawn_stop, timeout)
 

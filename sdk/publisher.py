@@ -723,7 +723,7 @@ class AsyncPublisher(Recovering):
                        "confirm.select")
         channel.add_on_return_callback(on_return)
         if self.settings.queue is not None:
-            await link.declare_queue(self.settings.queue)
+            await link.declare_topology(self.settings.queue)
         self._blocked = False
         self._last_ack = asyncio.get_running_loop().time()
         self._pump()

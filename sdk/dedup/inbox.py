@@ -222,12 +222,15 @@ class Inbox:
         transaction (one commit for the batch; each effect isolated in a savepoint).
 
         Returns, per delivery in order: ``COMMITTED``, ``DUPLICATE`` (ack it, its effect
-        was committed before) or the exception its effect raised (reject it; nothing of it
-        was committed). ``activation`` changes each time the consumer becomes active; the
-        first batch of a new activation claims the epoch first. Raises ``StaleEpoch`` when
-        this consumer was replaced: nothing of the batch was committed, ack none of it.
-        A failing store is tried again under ``store_retry``; raises ``StoreUnavailable``
-        when that is exhausted or ``interrupt()`` was called: ack none of it either.
+        was committed before) or the exception its effect raised (nothing of it was
+        committed), which ends the list: the deliveries after a failed one are not run (the
+        consumer retries or parks the failed one first, which keeps the queue's order), and
+        the list is then shorter than ``deliveries``. ``activation`` changes each time the
+        consumer becomes active; the first batch of a new activation claims the epoch first.
+        Raises ``StaleEpoch`` when this consumer was replaced: nothing of the batch was
+        committed, ack none of it. A failing store is tried again under ``store_retry``;
+        raises ``StoreUnavailable`` when that is exhausted or ``interrupt()`` was called:
+        ack none of it either.
         """
         queue = self._queue()
         began = time.monotonic()
@@ -268,7 +271,10 @@ class Inbox:
         try:
             with store.batch(queue, epoch, self.consumer) as batch:
                 for delivery in deliveries:
-                    results.append(self._one(batch, delivery, queue, policy, events))
+                    result = self._one(batch, delivery, queue, policy, events)
+                    results.append(result)
+                    if isinstance(result, Exception):
+                        break  # what follows waits: the consumer retries or parks this first
         except StaleEpoch:
             self._stale += 1
             if rec is not None:
@@ -280,7 +286,7 @@ class Inbox:
         if rec is not None:
             for kind, fields in events:
                 rec.record(kind, **fields)
-        for i, delivery in enumerate(deliveries):
+        for i, delivery in enumerate(deliveries[:len(results)]):
             if results[i] is not Outcome.COMMITTED:
                 continue
             if delivery.message_id in batch.late_duplicates:

@@ -150,42 +150,6 @@ def test_reconsumes_after_its_node_is_killed(
     wait_until(lambda: set(first + second) <= set(c.handled), 60, "the second batch handled")
 
 
-def test_poison_message_is_dead_lettered_after_the_delivery_limit(
-    face: str, consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
-    cluster: LocalCluster, conn: ConnectionSettings, queue_name: str,
-) -> None:
-    dlq = f"{queue_name}.dead"
-    with pika.BlockingConnection(pika.URLParameters(cluster.urls()[0])) as raw:
-        raw.channel().queue_declare(dlq, durable=True, arguments={"x-queue-type": "quorum"})
-    queue = QueueSettings(queue_name, delivery_limit=2, dead_letter_exchange="",
-                          dead_letter_routing_key=dlq)
-    attempts: Counter[str] = Counter()
-
-    def work(delivery: Delivery) -> None:
-        attempts[delivery.body.decode()] += 1
-        if delivery.body == b"m3":
-            raise ValueError("poison")
-
-    c = consumers(face, ConsumerSettings(conn, queue), work).start()
-    ids = publish(publishers, face, conn, queue, 6)
-    poison = ids[3]
-    wait_until(lambda: set(ids) - {poison} <= set(c.handled), 30, "the good messages")
-    with pika.BlockingConnection(pika.URLParameters(cluster.urls()[0])) as raw:
-        channel = raw.channel()
-
-        def dead_letter() -> tuple[object, pika.BasicProperties, bytes] | None:
-            method, props, body = channel.basic_get(dlq, auto_ack=True)
-            return (method, props, body) if method is not None else None
-
-        _method, props, body = wait_until(dead_letter, 30, "the poison in the dead-letter queue")
-    assert body == b"m3"
-    assert props.message_id == poison
-    assert props.headers["x-first-death-reason"] == "delivery_limit"
-    assert attempts["m3"] == 3  # first delivery plus two redeliveries
-    assert c.stats.handler_errors == 3
-    assert poison not in c.handled
-
-
 def test_reconsumes_after_mirrored_queue_master_dies(
     face: str, consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
     healed: LocalCluster, conn: ConnectionSettings, queue_name: str,

@@ -421,8 +421,8 @@ def test_a_store_outage_holds_the_messages_until_the_store_is_back(
     publishers: MakePublisher, consumers: Callable[..., ConsumerFace], outage: Outage,
 ) -> None:
     """The store fails while messages arrive: they are held unacked and the batch is tried
-    again, not rejected. With a delivery limit of 1 and no dead-letter exchange, a rejected
-    message would be dropped after one redelivery: here every message ends with one effect."""
+    again, not rejected. With a delivery limit of 1, a rejected message would be
+    dead-lettered after one redelivery: here every message ends with one effect."""
     queue = QueueSettings(queue_name, delivery_limit=1)
     ledger = Ledger(outage.store())
     inbox = Inbox(outage.store(), ledger.effect("a"))

@@ -233,14 +233,71 @@ def test_queue_arguments_for_quorum_sac_delivery_limit_and_dlx() -> None:
         "x-delivery-limit": 5,
         "x-dead-letter-exchange": "orders.dlx",
         "x-dead-letter-routing-key": "dead",
+        "x-dead-letter-strategy": "at-least-once",
+        "x-overflow": "reject-publish",
     }
+
+
+def test_by_default_a_queue_dead_letters_at_least_once_into_its_parking_queue() -> None:
+    queue = QueueSettings("orders")
+    assert queue.parking_queue == "orders.parked"
+    assert queue.arguments() == {
+        "x-queue-type": "quorum",
+        "x-single-active-consumer": True,
+        "x-delivery-limit": 20,
+        "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": "orders.parked",
+        "x-dead-letter-strategy": "at-least-once",
+        "x-overflow": "reject-publish",
+    }
+    parking = queue.parking()
+    assert parking is not None
+    assert parking.name == "orders.parked"
+    assert parking.arguments() == {"x-queue-type": "quorum"}
+    assert QueueSettings("orders", declare=False).parking().declare is False  # type: ignore[union-attr]
+
+
+def test_without_a_dead_letter_target_there_is_no_delivery_limit() -> None:
+    queue = QueueSettings("orders", parking_queue=None)
+    assert queue.delivery_limit is None
+    assert queue.parking() is None
+    assert queue.arguments() == {"x-queue-type": "quorum", "x-single-active-consumer": True}
+    with pytest.raises(ConfigurationError, match="would drop"):
+        QueueSettings("orders", parking_queue=None, delivery_limit=5)
+
+
+def test_a_classic_queue_parks_too_but_counts_no_deliveries() -> None:
+    queue = QueueSettings("jobs", type="classic")
+    assert queue.delivery_limit is None
+    assert queue.arguments() == {
+        "x-queue-type": "classic", "x-single-active-consumer": True,
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "jobs.parked"}
+
+
+@pytest.mark.parametrize("name", ["orders", "amq.parked", ""])
+def test_a_bad_parking_queue_is_refused(name: str) -> None:
+    with pytest.raises(ConfigurationError, match="parking_queue"):
+        QueueSettings("orders", parking_queue=name)
 
 
 def test_queue_arguments_minimal_and_extra() -> None:
     queue = QueueSettings(
-        "jobs", type="classic", single_active_consumer=False, extra_arguments={"x-max-length": 9}
+        "jobs", type="classic", single_active_consumer=False, parking_queue=None,
+        extra_arguments={"x-max-length": 9}
     )
     assert queue.arguments() == {"x-queue-type": "classic", "x-max-length": 9}
+
+
+def test_handler_retry_must_stay_below_the_consumer_timeout() -> None:
+    connection = ConnectionSettings.from_url(URL)
+    settings = ConsumerSettings(connection, QueueSettings("q"))
+    assert settings.retry.max_attempts == 4
+    with pytest.raises(ConfigurationError, match="retry may keep a message unacked"):
+        ConsumerSettings(connection, QueueSettings("q"),
+                         retry=Backoff(initial=1, maximum=60, max_attempts=None, max_elapsed=3600))
+    with pytest.raises(ConfigurationError, match="message_id_from"):
+        ConsumerSettings(connection, QueueSettings("q"),
+                         message_id_from="x-id")  # type: ignore[arg-type]
 
 
 def test_queue_arguments_are_a_fresh_dict() -> None:

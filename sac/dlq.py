@@ -1,0 +1,123 @@
+"""``sac dlq list|replay QUEUE``: what is parked in the queue's parking queue, and sending it
+back after a fix.
+
+The broker is named by ``--url`` (comma-separated, one per node), else ``SAC_AMQP_URLS``,
+else ``--cluster NAME`` for a cluster started with ``sac server up``. Exit status: 0 done,
+1 the broker or a queue said no (one line naming it), 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from sdk import (
+    ConnectionSettings,
+    ParkedMessage,
+    QueueSettings,
+    SacError,
+    parked_messages,
+    replay_parked,
+)
+
+PREVIEW = 60
+
+
+def add_parser(commands: Any) -> None:
+    dlq = commands.add_parser("dlq", help="list or replay the messages parked for a queue")
+    sub = dlq.add_subparsers(dest="action", required=True)
+    listing = sub.add_parser("list", help="show parked messages (they stay parked)")
+    _common(listing)
+    listing.add_argument("--limit", type=int, default=100,
+                         help="most messages shown (default: 100)")
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    listing.set_defaults(func=_list)
+    replay = sub.add_parser(
+        "replay", help="move parked messages back to the queue (ids kept, each confirmed)")
+    _common(replay)
+    replay.add_argument("--limit", type=int, default=None,
+                        help="most messages replayed (default: all parked now)")
+    replay.set_defaults(func=_replay)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("queue", help="the queue whose parked messages these are")
+    parser.add_argument("--parking-queue", default=None,
+                        help="the parking queue, if not QUEUE.parked")
+    parser.add_argument("--url", default=None,
+                        help="AMQP URLs, comma-separated (default: $SAC_AMQP_URLS)")
+    parser.add_argument("--cluster", default=None,
+                        help="a local cluster started with 'sac server up --name NAME'")
+    parser.add_argument("--home", default=None, help="its state directory root")
+
+
+def _connection(args: argparse.Namespace) -> ConnectionSettings:
+    if args.url:
+        return ConnectionSettings.from_url(args.url, name="sac-dlq")
+    if os.environ.get("SAC_AMQP_URLS") and args.cluster is None:
+        return ConnectionSettings.from_env()
+    if args.cluster is not None:
+        from pathlib import Path
+
+        from server import LocalCluster
+
+        home = Path(args.home) if args.home else None
+        cluster = LocalCluster.attach(args.cluster, home=home)
+        return ConnectionSettings.from_url(",".join(cluster.urls()), name="sac-dlq")
+    raise ValueError("name the broker: --url, SAC_AMQP_URLS or --cluster")
+
+
+def _queue(args: argparse.Namespace) -> QueueSettings:
+    if args.parking_queue is not None:
+        return QueueSettings(args.queue, parking_queue=args.parking_queue)
+    return QueueSettings(args.queue)
+
+
+def _preview(body: bytes) -> str:
+    text = body[:PREVIEW].decode("utf-8", "replace")
+    return json.dumps(text + ("…" if len(body) > PREVIEW else ""), ensure_ascii=False)
+
+
+def _row(message: ParkedMessage) -> dict[str, Any]:
+    return {
+        "message_id": message.message_id,
+        "reason": message.reason,
+        "error": message.error,
+        "from": message.origin,
+        "attempts": message.attempts,
+        "parked_at": message.parked_at.isoformat() if message.parked_at else None,
+        "size": len(message.body),
+        "body": message.body[:PREVIEW].decode("utf-8", "replace"),
+    }
+
+
+def _list(args: argparse.Namespace) -> int:
+    try:
+        messages = parked_messages(_connection(args), _queue(args), limit=args.limit)
+    except SacError as exc:
+        print(f"sac dlq: {exc}", file=sys.stderr)
+        return 1
+    for message in messages:
+        if args.json:
+            print(json.dumps(_row(message), ensure_ascii=False))
+            continue
+        when = message.parked_at.strftime("%Y-%m-%d %H:%M:%S") if message.parked_at else "-"
+        tries = f"{message.attempts} attempt(s)" if message.attempts else "-"
+        print(f"{message.message_id or '(no id)'}  {when}  {tries}  {message.reason}")
+        print(f"    {len(message.body)} bytes: {_preview(message.body)}")
+    if not args.json:
+        print(f"{len(messages)} parked message(s) shown for {args.queue!r}")
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    try:
+        count = replay_parked(_connection(args), _queue(args), limit=args.limit)
+    except SacError as exc:
+        print(f"sac dlq: {exc}", file=sys.stderr)
+        return 1
+    print(f"replayed {count} message(s) to {args.queue!r}")
+    return 0

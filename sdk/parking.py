@@ -1,0 +1,240 @@
+"""Parked messages: what failed and why, and sending them back after a fix.
+
+A consumer parks a message its handler could not handle (``ConsumerSettings.retry`` spent,
+or ``Poison``) in the queue's parking queue, ``<queue>.parked`` by default, with the reason in
+its headers; the broker dead-letters there too what reached the delivery limit (a crash
+loop). ``parked_messages`` shows them without taking them away; ``replay_parked`` moves them
+back to their queue, each confirmed there before it leaves the parking queue, keeping its
+message id and marked as a replay, so that an inbox looks each one up and a message whose
+effect was committed after all is not done twice.
+
+Example::
+
+    from sdk import ConnectionSettings, parked_messages, replay_parked
+
+    conn = ConnectionSettings.from_env()
+    for message in parked_messages(conn, "orders"):
+        print(message.message_id, message.reason)
+    replay_parked(conn, "orders")      # after the fix is deployed
+
+``sac dlq list|replay QUEUE`` is the same from the command line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+from pika import spec
+from pika.channel import Channel
+from pika.spec import BasicProperties
+
+from ._core.poison import (
+    AT_HEADER,
+    ATTEMPTS_HEADER,
+    ERROR_HEADER,
+    REPLAYED_HEADER,
+    origin_of,
+    reason_of,
+    replay_headers,
+)
+from ._errors import ConfigurationError, ConnectError, QueueError
+from ._forward import Forwarder, Refused
+from ._settings import ConnectionSettings, QueueSettings
+from ._transport import Link, LinkLost, node_of, open_link
+
+
+@attrs.frozen
+class ParkedMessage:
+    """One message in a parking queue, as it is there."""
+
+    message_id: str | None
+    reason: str
+    """Why it was parked: the handler's exception, or the broker's dead-letter reason."""
+    error: str | None
+    """The exception's type name, when a consumer parked it."""
+    origin: str | None
+    """The queue it came from."""
+    attempts: int | None
+    """How many times the handler ran for it before it was parked."""
+    parked_at: datetime.datetime | None
+    body: bytes = attrs.field(repr=lambda b: f"<{len(b)} bytes>")
+    headers: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
+    content_type: str | None = None
+    correlation_id: str | None = None
+
+
+class ReplayError(QueueError):
+    """A parked message could not be sent back; those before it were, and it stays parked."""
+
+
+def _parking_name(queue: str | QueueSettings) -> tuple[str, str]:
+    settings = queue if isinstance(queue, QueueSettings) else QueueSettings(queue)
+    if settings.parking_queue is None:
+        raise ConfigurationError(f"queue {settings.name!r} has no parking queue")
+    return settings.name, settings.parking_queue
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else None
+
+
+def _parked(props: BasicProperties, body: bytes) -> ParkedMessage:
+    headers = dict(props.headers or {})
+    at = headers.get(AT_HEADER)
+    attempts = headers.get(ATTEMPTS_HEADER)
+    return ParkedMessage(
+        message_id=_text(props.message_id),
+        reason=reason_of(headers),
+        error=_text(headers.get(ERROR_HEADER)),
+        origin=origin_of(headers),
+        attempts=attempts if isinstance(attempts, int) else None,
+        parked_at=(datetime.datetime.fromtimestamp(at / 1000, datetime.UTC)
+                   if isinstance(at, int) else None),
+        body=body,
+        headers=headers,
+        content_type=_text(props.content_type),
+        correlation_id=_text(props.correlation_id),
+    )
+
+
+async def _connect(connection: ConnectionSettings) -> Link:
+    causes: list[str] = []
+    for url in connection.urls:
+        try:
+            return await open_link(url, connection, "parking", lambda _link, _why: None)
+        except ConnectError as exc:
+            if type(exc) is not ConnectError:
+                raise  # refused credentials: no other node will take them
+            causes.append(str(exc))
+    raise ConnectError(f"no node answered: {'; '.join(causes)}", causes)
+
+
+async def _get(link: Link, queue: str) -> tuple[Any, BasicProperties, bytes] | None:
+    """One ``basic.get`` (manual ack): the message, or None when the queue is empty."""
+    channel: Channel | None = link.channel
+    assert channel is not None
+    fut = link.future()
+
+    def got(_channel: Any, method: Any, props: BasicProperties, body: bytes) -> None:
+        if not fut.done():
+            fut.set_result((method, props, body))
+
+    def empty(_frame: Any) -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    channel.add_callback(empty, [spec.Basic.GetEmpty], one_shot=True)
+    channel.basic_get(queue, got, auto_ack=False)
+    result: tuple[Any, BasicProperties, bytes] | None = await fut
+    if result is not None:
+        channel.callbacks.remove(channel.channel_number, spec.Basic.GetEmpty, empty)
+    return result
+
+
+def _passive(name: str) -> QueueSettings:
+    return QueueSettings(name, single_active_consumer=False, parking_queue=None, declare=False)
+
+
+async def parked_messages_async(
+    connection: ConnectionSettings, queue: str | QueueSettings, limit: int = 100
+) -> list[ParkedMessage]:
+    """Up to ``limit`` messages of the queue's parking queue, oldest first, left in place
+    (fetched unacked, given back when the channel closes)."""
+    if limit < 1:
+        raise ConfigurationError(f"limit must be >= 1, got {limit}")
+    _name, parking = _parking_name(queue)
+    link = await _connect(connection)
+    try:
+        count = await link.declare_queue(_passive(parking))
+        out: list[ParkedMessage] = []
+        for _ in range(min(count, limit)):
+            got = await _get(link, parking)
+            if got is None:
+                break
+            _method, props, body = got
+            out.append(_parked(props, body))
+        return out
+    finally:
+        await link.close()
+
+
+async def replay_parked_async(
+    connection: ConnectionSettings, queue: str | QueueSettings, limit: int | None = None
+) -> int:
+    """Move the messages parked now (up to ``limit``) back to ``queue``, oldest first; how
+    many. Each is confirmed in the queue before it is acked in the parking queue, so a
+    failure half-way loses nothing (at worst one message is in both, with one id). Messages
+    parked again while this runs are not replayed a second time."""
+    if limit is not None and limit < 1:
+        raise ConfigurationError(f"limit must be >= 1, got {limit}")
+    name, parking = _parking_name(queue)
+    link = await _connect(connection)
+    try:
+        await link.declare_queue(_passive(name))
+        count = await link.declare_queue(_passive(parking))
+        forwarder = Forwarder(link)
+        replayed = 0
+        for _ in range(count if limit is None else min(count, limit)):
+            got = await _get(link, parking)
+            if got is None:
+                break
+            method, props, body = got
+            headers = replay_headers(props.headers)
+            headers[REPLAYED_HEADER] = int(_replays(props.headers)) + 1
+            copy = BasicProperties(
+                content_type=props.content_type, content_encoding=props.content_encoding,
+                headers=headers, delivery_mode=2, priority=props.priority,
+                correlation_id=props.correlation_id, reply_to=props.reply_to,
+                message_id=props.message_id, timestamp=props.timestamp, type=props.type,
+                app_id=props.app_id)
+            try:
+                await forwarder.send(name, body, copy)
+            except Refused as exc:
+                raise ReplayError(
+                    f"replaying message {props.message_id!r} to {name!r} failed after "
+                    f"{replayed} replayed: {exc}; it stays in {parking!r}") from exc
+            channel = link.channel
+            assert channel is not None
+            channel.basic_ack(method.delivery_tag)
+            replayed += 1
+        return replayed
+    except LinkLost as exc:
+        raise ConnectError(f"{node_of(link.url)}: the connection was lost during the replay "
+                           f"({exc}); what was not confirmed stays parked") from exc
+    finally:
+        await link.close()
+
+
+def _replays(headers: Mapping[str, Any] | None) -> int:
+    value = (headers or {}).get(REPLAYED_HEADER)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def parked_messages(
+    connection: ConnectionSettings, queue: str | QueueSettings, limit: int = 100
+) -> list[ParkedMessage]:
+    """The blocking face of ``parked_messages_async`` (not from a running event loop)."""
+    return asyncio.run(parked_messages_async(connection, queue, limit))
+
+
+def replay_parked(
+    connection: ConnectionSettings, queue: str | QueueSettings, limit: int | None = None
+) -> int:
+    """The blocking face of ``replay_parked_async`` (not from a running event loop)."""
+    return asyncio.run(replay_parked_async(connection, queue, limit))
+
+
+__all__ = [
+    "ParkedMessage",
+    "ReplayError",
+    "parked_messages",
+    "parked_messages_async",
+    "replay_parked",
+    "replay_parked_async",
+]
