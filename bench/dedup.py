@@ -170,6 +170,7 @@ def consume(env: Env, face: str, queue: str, expected: int,
 def delete_queue(env: Env, queue: str) -> None:
     with pika.BlockingConnection(pika.URLParameters(env.cluster.urls()[0])) as raw:
         raw.channel().queue_delete(queue)
+        raw.channel().queue_delete(f"{queue}.parked")
 
 
 def run_cost(env: Env, face: str, store_kind: str | None, policy: str | None,

@@ -110,6 +110,7 @@ def _drain(url: str, queue: str, timeout: float) -> list[str]:
                 break
         channel.cancel()
         channel.queue_delete(queue)
+        channel.queue_delete(f"{queue}.parked")
     return ids
 
 

@@ -134,8 +134,6 @@ DEFAULT_WINDOW = 1000
 DEFAULT_TIMEOUT = 300.0
 # Seconds a child process may take on top of its job's own timeout (interpreter start, imports).
 CHILD_GRACE = 60.0
-# What the SDK declares from a default QueueSettings; the bench declares every queue with it.
-QUEUE_ARGUMENTS: dict[str, Any] = {"x-queue-type": "quorum", "x-single-active-consumer": True}
 RESULTS_PREFIX = "throughput"
 LIBRARIES = ("pika", "aio-pika", "aiormq", "pamqp", "attrs")
 # Each SDK variant of a kind is compared with the fastest raw variant of that kind and these.
@@ -875,8 +873,15 @@ def _admin(url: str) -> Iterator[BlockingChannel]:
 
 
 def declare_queue(url: str, queue: str) -> None:
+    """As the SDK declares it from a default ``QueueSettings``: its parking queue, then it."""
+    from sdk import QueueSettings
+
+    settings = QueueSettings(queue)
+    parking = settings.parking()
     with _admin(url) as channel:
-        channel.queue_declare(queue, durable=True, arguments=QUEUE_ARGUMENTS)
+        if parking is not None:
+            channel.queue_declare(parking.name, durable=True, arguments=parking.arguments())
+        channel.queue_declare(queue, durable=True, arguments=settings.arguments())
 
 
 def queue_depth(url: str, queue: str) -> int:
@@ -888,6 +893,7 @@ def queue_depth(url: str, queue: str) -> int:
 def delete_queue(url: str, queue: str) -> None:
     with _admin(url) as channel:
         channel.queue_delete(queue)
+        channel.queue_delete(f"{queue}.parked")
 
 
 # --------------------------------------------------------------------------- orchestration

@@ -85,10 +85,18 @@ class QueueMismatch(QueueError):
         self.current = current
 
     def __str__(self) -> str:
-        return (
+        text = (
             f"queue {self.queue!r} exists with {self.argument}={self.current!r} but the settings "
             f"ask for {self.argument}={self.wanted!r}; delete the queue or change the settings"
         )
+        if self.current is None and self.argument in _PARKING_ARGUMENTS:
+            text += (" (a queue declared without a dead-letter target, e.g. by an SDK before "
+                     "parking queues: keep it as it is with QueueSettings(parking_queue=None))")
+        return text
+
+
+_PARKING_ARGUMENTS = ("x-dead-letter-exchange", "x-dead-letter-routing-key", "x-delivery-limit",
+                      "x-dead-letter-strategy", "x-overflow")
 
 
 class PublishError(SacError):
@@ -170,7 +178,8 @@ class MissingMessageId(ConsumerError):
     def __str__(self) -> str:
         return (
             f"a message on queue {self.queue!r} (delivery tag {self.delivery_tag}) has no "
-            "message_id, so it cannot be deduplicated; publish it with a message id"
+            "message_id, so it cannot be deduplicated; publish it with a message id, or "
+            "give the consumer ConsumerSettings.message_id_from"
         )
 
 

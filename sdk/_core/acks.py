@@ -3,8 +3,9 @@
 Handlers run one at a time in delivery order, so after a handler returns every earlier
 delivery is settled and one ``basic.ack`` with ``multiple`` can cover a batch: the batch is
 sent when it is full or when no further delivery is waiting, so an idle consumer never sits on
-acks. A failed handler first flushes the acks before it, then rejects its own delivery with
-requeue (the quorum queue's delivery limit turns a poison message into a dead letter).
+acks. A message that must leave the queue without being handled (no parking queue, a
+dead-letter exchange instead) first flushes the acks before it, then is rejected without
+requeue, so the broker dead-letters it; a parked message is simply acked.
 """
 
 from __future__ import annotations

@@ -83,7 +83,11 @@ def worst_case(policy: Backoff) -> float:
     if policy.max_attempts is None:
         assert policy.max_elapsed is not None
         return policy.max_elapsed
-    total = sum(policy.cap(n) for n in range(1, policy.max_attempts + 1))
+    total, n = 0.0, 1
+    while n <= policy.max_attempts and policy.cap(n) < policy.maximum:
+        total += policy.cap(n)
+        n += 1
+    total += (policy.max_attempts - n + 1) * policy.maximum  # the rest wait the maximum
     return total if policy.max_elapsed is None else min(total, policy.max_elapsed)
 
 
@@ -133,7 +137,7 @@ def reason_of(headers: Mapping[str, Any] | None) -> str:
     reason = headers.get(REASON_HEADER)
     if isinstance(reason, bytes):
         reason = reason.decode("utf-8", "replace")
-    if isinstance(reason, str):
+    if isinstance(reason, str) and reason:
         return reason
     first = headers.get("x-first-death-reason")
     if isinstance(first, bytes):
@@ -174,7 +178,8 @@ class MessageIdFrom:
 
     def __attrs_post_init__(self) -> None:
         if (self.header_name is None) == (not self.body):
-            raise ValueError("MessageIdFrom takes a header name or the content, not both")
+            raise ValueError("MessageIdFrom takes either a header name or the content: "
+                             "MessageIdFrom.header(name) or MessageIdFrom.content()")
         if self.header_name is not None and not self.header_name:
             raise ValueError("MessageIdFrom.header needs a header name")
 
@@ -195,11 +200,11 @@ class MessageIdFrom:
                 return None
             return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
         digest = hashlib.sha256()
-        for name in self.headers:
-            digest.update(name.encode() + b"\0")
-            if name in headers:
-                digest.update(b"\1" + _header_text(headers[name]))
-            digest.update(b"\0")
+        for name in self.headers:  # each part length-prefixed: no part can run into the next
+            value = _header_text(headers[name]) if name in headers else None
+            digest.update(b"%d:%s" % (len(name.encode()), name.encode()))
+            digest.update(b"-" if value is None else b"%d:%s" % (len(value), value))
+        digest.update(b"%d:" % len(body))
         digest.update(body)
         return "sha256:" + digest.hexdigest()[:40]
 

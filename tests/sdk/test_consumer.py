@@ -209,7 +209,7 @@ def test_mismatched_queue_arguments_are_named(
     with pika.BlockingConnection(pika.URLParameters(cluster.urls()[0])) as raw:
         raw.channel().queue_declare(queue_name, durable=True,
                                     arguments={"x-queue-type": "quorum"})
-    c = consumers(face, ConsumerSettings(conn, QueueSettings(queue_name)))
+    c = consumers(face, ConsumerSettings(conn, QueueSettings(queue_name, parking_queue=None)))
     with pytest.raises(QueueMismatch, match="x-single-active-consumer"):
         c.start()
 

@@ -18,6 +18,7 @@ import pytest
 from sdk import (
     Backoff,
     ConnectionSettings,
+    Consumer,
     ConsumerSettings,
     Delivery,
     MessageIdFrom,
@@ -25,6 +26,7 @@ from sdk import (
     Poison,
     Publisher,
     PublisherSettings,
+    QueueMismatch,
     QueueSettings,
     parked_messages,
     replay_parked,
@@ -341,3 +343,22 @@ def test_ten_thousand_lines_never_happen(
     span = max(r.created for r in lines) - min(r.created for r in lines)
     assert len(lines) <= 20 + 5 * span + 1
     assert any("similar lines held back" in r.getMessage() for r in lines) or len(lines) == 300
+
+
+def test_a_queue_declared_before_parking_existed_is_named_not_changed(
+    cluster: LocalCluster, conn: ConnectionSettings, queue_name: str,
+) -> None:
+    """A queue an older SDK declared (no dead-letter target): starting fails with the
+    argument that differs, nothing is changed; the same queue kept with parking_queue=None
+    works as before."""
+    with pika.BlockingConnection(pika.URLParameters(cluster.urls()[0])) as raw:
+        raw.channel().queue_declare(queue_name, durable=True, arguments={
+            "x-queue-type": "quorum", "x-single-active-consumer": True})
+    with pytest.raises(QueueMismatch) as caught:
+        Consumer(ConsumerSettings(conn, QueueSettings(queue_name)), print).start()
+    assert caught.value.argument == "x-dead-letter-exchange"
+    assert queue_name in str(caught.value)
+    assert "QueueSettings(parking_queue=None)" in str(caught.value)
+    kept = Consumer(ConsumerSettings(conn, QueueSettings(queue_name, parking_queue=None)), print)
+    kept.start()
+    kept.stop()
