@@ -474,12 +474,14 @@ class Link:
         return channel
 
     async def declare_topology(self, queue: QueueSettings) -> int:
-        """Its parking queue first (the queue dead-letters into it), then ``queue``; the
-        queue's message count."""
+        """``queue``, then its parking queue (so that an error names the queue first; a
+        dead letter in between waits in the queue, at least once); the queue's message
+        count."""
+        count = await self.declare_queue(queue)
         parking = queue.parking()
         if parking is not None:
             await self.declare_queue(parking)
-        return await self.declare_queue(queue)
+        return count
 
     async def declare_queue(self, queue: QueueSettings) -> int:
         """Declare (or passively check) ``queue``; its message count. Errors name the cause."""

@@ -182,7 +182,8 @@ def test_records_are_purged_in_the_background_while_messages_commit(
 
 def test_a_batch_commits_together_and_isolates_each_message(make_store: StoreFactory) -> None:
     """One store transaction for the batch: a failing effect and a copy inside it undo only
-    themselves; the rest commits."""
+    themselves; the rest commits. A failed effect ends the batch: the messages after it wait
+    (the consumer retries or parks the failed one first, keeping the queue's order)."""
     store = make_store()
     inbox, _ = make_inbox(store)
     real = inbox.effect
@@ -195,17 +196,18 @@ def test_a_batch_commits_together_and_isolates_each_message(make_store: StoreFac
     inbox.effect = effect
     try:
         results = inbox.process_batch(
-            [delivery("m-1"), delivery("bad"), delivery("m-2"),
-             delivery("m-1", retransmitted=True), delivery(None)], 1)
-        assert results[0] is Outcome.COMMITTED
-        assert isinstance(results[1], ValueError)
-        assert results[2] is Outcome.COMMITTED
-        assert results[3] is Outcome.DUPLICATE  # the copy found its original in the batch
-        assert isinstance(results[4], MissingMessageId)
+            [delivery("m-1"), delivery("m-2"), delivery("m-1", retransmitted=True),
+             delivery("bad"), delivery("m-3")], 1)
+        assert results[:3] == [Outcome.COMMITTED, Outcome.COMMITTED, Outcome.DUPLICATE]
+        assert isinstance(results[3], ValueError)
+        assert len(results) == 4, "m-3 ran past the failed message"
         assert sorted(r[0] for r in store.records(Q)) == ["m-1", "m-2"]
         if not isinstance(store, MemoryStore):
             assert sorted(effects(store)) == ["m-1", "m-2"]  # "bad" rolled back
         assert inbox.stats.committed == 2
+        rest = inbox.process_batch([delivery(None), delivery("m-3")], 1)
+        assert isinstance(rest[0], MissingMessageId)
+        assert len(rest) == 1
     finally:
         inbox.close()
 

@@ -237,15 +237,20 @@ def test_a_crash_loop_is_bounded_by_the_delivery_limit(
     publish(publishers, face, conn, queue, 3)
     env = {**os.environ, "SAC_AMQP_URLS": ",".join(cluster.urls()), "SAC_HEARTBEAT": "5"}
     out = tmp_path / "handled.txt"
+
+    def settled() -> tuple[set[bytes]] | None:
+        """Once each message is back in the queue or parked (dead-lettering at least once
+        is asynchronous): the parked bodies."""
+        parked = {m.body for m in parked_messages(conn, queue)}
+        return (parked,) if len(parked) + ready_messages(cluster, queue_name) == 3 else None
+
     crashes = 0
-    for _ in range(6):
+    while b"m1" not in wait_until(settled, 30, "the crashed consumer's messages settled")[0]:
+        assert crashes < 6, "the delivery limit did not end the crash loop"
         proc = subprocess.run(
             [sys.executable, "-m", "tests.sdk.consumer_process", face, queue_name, str(out),
              "--crash-on", "m1", "--delivery-limit", "2"],
-            env=env, capture_output=True, text=True, timeout=60,
-            input="", check=False) if not parked_ids(conn, queue) else None
-        if proc is None:
-            break
+            env=env, capture_output=True, text=True, timeout=60, input="", check=False)
         assert proc.returncode == 3, proc.stderr[-2000:]
         crashes += 1
     assert crashes == 3, "first delivery and two redeliveries, then dead-lettered"

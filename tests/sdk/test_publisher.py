@@ -225,7 +225,7 @@ def test_mismatched_queue_arguments_are_named(
     conn: ConnectionSettings,
     queue_name: str,
 ) -> None:
-    existing = {"x-queue-type": "quorum", "x-single-active-consumer": True, "x-delivery-limit": 3}
+    existing = QueueSettings(queue_name, delivery_limit=3).arguments()
     with pika.BlockingConnection(pika.URLParameters(cluster.urls()[0])) as raw:
         raw.channel().queue_declare(queue_name, durable=True, arguments=existing)
     wanted = QueueSettings(queue_name, delivery_limit=5)
