@@ -118,20 +118,58 @@ def timeline_svg(verdict: Mapping[str, Any], salt: str) -> str | None:
                            lw=0, zorder=0)
                 ax.axvline(fault["start"] - t0, color=FAULT_COLOUR, lw=1.2, zorder=1)
         top = axes[0]
-        for fault in verdict["recovery"]:
-            rec = fault["recovery_s"]
-            note = f" · effects again after {rec:.2f} s" if rec is not None else " · no recovery"
-            if fault["end"] is None:
-                note += " · never healed"
-            top.annotate(f"{fault['fault']} {fault['target']}".strip() + note,
-                         xy=(fault["start"] - t0, 1.0), xycoords=("data", "axes fraction"),
-                         xytext=(4, 3), textcoords="offset points", fontsize=8.5,
-                         color="#92400e", va="bottom", annotation_clip=False)
+        labels = [_fault_label(fault) for fault in verdict["recovery"]]
+        starts = [fault["start"] - t0 for fault in verdict["recovery"]]
+        per_char = span * 1.02 * LABEL_CHAR_PT / LABEL_AXES_PT  # seconds per character
+        # A label runs right from its fault's line, or left of it where it would leave the
+        # axes on the right.
+        right_side = [s + len(t) * per_char <= span * 1.01 for s, t in zip(starts, labels,
+                                                                        strict=True)]
+        spans = [(s, s + len(t) * per_char) if r else (s - len(t) * per_char, s)
+                 for s, t, r in zip(starts, labels, right_side, strict=True)]
+        lanes = label_lanes(spans, gap=per_char)
+        for text, start, lane, right in zip(labels, starts, lanes, right_side, strict=True):
+            top.annotate(text, xy=(start, 1.0), xycoords=("data", "axes fraction"),
+                         xytext=(4 if right else -4, 3 + lane * LABEL_LANE_PT),
+                         textcoords="offset points", ha="left" if right else "right",
+                         fontsize=8.5, color="#92400e", va="bottom", annotation_clip=False)
         axes[-1].set_xlim(-span * 0.01, span * 1.01)
         axes[-1].set_xlabel(f"seconds since {clock(t0)}")
         fig.legend(handles=_legend(verdict), loc="outside lower right", ncols=4, frameon=False,
                    fontsize=9)
     return _svg(fig, salt)
+
+
+LABEL_CHAR_PT = 5.2
+"""Width of one character of a fault label (8.5 pt sans-serif), on average."""
+LABEL_AXES_PT = 700.0
+"""Width of the timeline's axes on the 11-inch figure, in points, roughly."""
+LABEL_LANE_PT = 11.0
+
+
+def _fault_label(fault: Mapping[str, Any]) -> str:
+    rec = fault["recovery_s"]
+    note = f" · effects again after {rec:.2f} s" if rec is not None else " · no recovery"
+    if fault["end"] is None:
+        note += " · never healed"
+    return f"{fault['fault']} {fault['target']}".strip() + note
+
+
+def label_lanes(spans: Sequence[tuple[float, float]], gap: float = 0.0) -> list[int]:
+    """A lane (0 = lowest) for each label occupying ``spans[i] = (left, right)``, so that no
+    two labels in one lane overlap: faults close in time get their labels stacked instead of
+    printed over each other. Greedy in order of the left edge, lowest free lane."""
+    ends: list[float] = []  # per lane, where its last label ends
+    lanes = [0] * len(spans)
+    for i in sorted(range(len(spans)), key=lambda k: (spans[k][0], k)):
+        left, right = spans[i]
+        free = [n for n, end in enumerate(ends) if left >= end + gap]
+        lane = free[0] if free else len(ends)
+        if not free:
+            ends.append(left)
+        ends[lane] = right
+        lanes[i] = lane
+    return lanes
 
 
 def _draw_queue(ax: Any, verdict: Mapping[str, Any], queue: str, rows: list[str], t0: float,
@@ -167,9 +205,9 @@ def _draw_queue(ax: Any, verdict: Mapping[str, Any], queue: str, rows: list[str]
     shown = f"{len(handovers)} handover{'s' if len(handovers) != 1 else ''}"
     if len(handovers) > MAX_HANDOVER_ARROWS:
         shown += f", first {MAX_HANDOVER_ARROWS} drawn"
+    # The count goes with the title, on the left: the space above the axes is the faults'.
     ax.set_title(f"queue {queue or '(unknown)'}", pad=16)
-    ax.text(1.0, 1.02, shown, transform=ax.transAxes, ha="right", va="bottom", fontsize=8.5,
-            color="#64748b")
+    ax.set_title(shown, loc="right", pad=16, fontsize=8.5, color="#64748b")
 
 
 def _legend(verdict: Mapping[str, Any]) -> list[Any]:

@@ -292,3 +292,43 @@ def test_latency_positions_follow_the_bins() -> None:
     assert plots.bin_label(10) == "1\u20132 s"
     assert plots.bin_label(9) == "0.5\u20131 s"
     assert plots.bin_label(15) == "≥ 60 s"
+
+
+def test_label_lanes_stack_only_what_would_overlap() -> None:
+    assert plots.label_lanes([]) == []
+    assert plots.label_lanes([(0, 1), (2, 3), (4, 5)]) == [0, 0, 0]
+    assert plots.label_lanes([(0, 10), (1, 2), (3, 4), (11, 12)]) == [0, 1, 1, 0]
+    assert plots.label_lanes([(5, 6), (0, 10)]) == [1, 0], "lanes follow the left edges"
+    assert plots.label_lanes([(0, 1), (1.5, 2)], gap=1.0) == [0, 1]
+
+
+def test_fault_labels_close_in_time_are_not_drawn_over_each_other() -> None:
+    """Four faults within a few seconds, the last near the end of the run: each label is
+    drawn where no other label is (same height, overlapping extent), none past the right."""
+    verdict = valid_verdict()
+    verdict["recovery"] = [
+        {"fault": "kill_node", "target": "rabbit-2", "start": T0 + 12.5, "end": T0 + 14.0,
+         "recovery_s": 5.3},
+        {"fault": "reset_peer", "target": "consumer-b", "start": T0 + 13.0, "end": T0 + 13.2,
+         "recovery_s": 0.4},
+        {"fault": "latency", "target": "publisher", "start": T0 + 14.0, "end": T0 + 20.0,
+         "recovery_s": None},
+        {"fault": "pause", "target": "consumer-a", "start": T0 + 25.0, "end": None,
+         "recovery_s": None},
+    ]
+    svg = plots.timeline_svg(verdict, "t")
+    assert svg is not None
+    found = re.findall(r'text-anchor: (start|end); fill: #92400e" x="([\d.]+)" y="([\d.]+)"[^>]*>'
+                       r"([^<]+)</text>", svg)
+    assert len(found) == 4
+    px_per_char = 8.5 * 0.62  # generous: a wide sans-serif
+    boxes = []
+    for anchor, x, y, text in found:
+        width = len(text) * px_per_char
+        left = float(x) if anchor == "start" else float(x) - width
+        boxes.append((round(float(y)), left, left + width, text))
+    for i, (y1, l1, r1, t1) in enumerate(boxes):
+        for y2, l2, r2, t2 in boxes[i + 1:]:
+            assert y1 != y2 or r1 <= l2 or r2 <= l1, f"{t1!r} is drawn over {t2!r}"
+    width = float(re.search(r'<svg[^>]*width="([\d.]+)pt"', svg)[1])  # type: ignore[index]
+    assert all(r <= width * 4 / 3 for _, _, r, _ in boxes), "a label runs off the figure"
