@@ -42,6 +42,12 @@ class Delivery:
     timestamp: int | None = None
     delivery_tag: int = attrs.field(default=0, repr=False)
     id_derived: bool = attrs.field(default=False, repr=False)
+    properties: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
+    """The AMQP properties without a field of their own, as received, only those present:
+    ``content_encoding``, ``priority``, ``reply_to``, ``expiration``, ``type``, ``user_id``,
+    ``app_id``, ``cluster_id``. A parked message keeps them (except ``expiration``: it must not
+    expire while a person has not looked at it, and ``user_id``, which the broker checks
+    against the parking connection's user)."""
     """``message_id`` was derived (``ConsumerSettings.message_id_from``): the message was
     published without one."""
 

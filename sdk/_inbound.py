@@ -53,6 +53,10 @@ _MESSAGE_ID = 1 << 7
 _TIMESTAMP = 1 << 6
 _AFTER_TIMESTAMP = (1 << 5) | (1 << 4) | (1 << 3) | (1 << 2)  # type, user id, app id, cluster id
 _CONTINUED = 1
+_RARE = _CONTENT_ENCODING | _PRIORITY | _REPLY_TO | _EXPIRATION | _AFTER_TIMESTAMP
+"""Properties a ``Delivery`` keeps only in its ``properties`` mapping: a delivery that has
+any of them goes to pika, whose decoded properties the consumer then keeps whole (our own
+publisher sets none of them, so our messages stay on this path)."""
 
 
 def _short(data: bytes, at: int) -> tuple[Any, int]:
@@ -206,33 +210,23 @@ class InboundDeliveries:
         class_id, _weight, body_size, flags = _CONTENT_HEAD.unpack_from(data, head + 7)
         if class_id != 60 or flags & _CONTINUED:
             raise Malformed("content header")
+        if flags & _RARE:
+            return 0
         at = head + 21
         content_type = headers = correlation_id = message_id = timestamp = None
         if flags & _CONTENT_TYPE:
             content_type, at = _short(data, at)
-        if flags & _CONTENT_ENCODING:
-            at += 1 + data[at]
         if flags & _HEADERS:
             headers, at = decode_table(data, at)
         if flags & _DELIVERY_MODE:
             at += 1
-        if flags & _PRIORITY:
-            at += 1
         if flags & _CORRELATION_ID:
             correlation_id, at = _short(data, at)
-        if flags & _REPLY_TO:
-            at += 1 + data[at]
-        if flags & _EXPIRATION:
-            at += 1 + data[at]
         if flags & _MESSAGE_ID:
             message_id, at = _short(data, at)
         if flags & _TIMESTAMP:
             timestamp = _U64.unpack_from(data, at)[0]
             at += 8
-        if flags & _AFTER_TIMESTAMP:
-            for bit in (1 << 5, 1 << 4, 1 << 3, 1 << 2):
-                if flags & bit:
-                    at += 1 + data[at]
         if at != header_end - 1:
             raise Malformed("header frame size")
 

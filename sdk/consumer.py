@@ -91,6 +91,9 @@ log = logging.getLogger("sac.consumer")
 Handler = Callable[[Delivery], Awaitable[None]] | Callable[[Delivery], None]
 RoleCallback = Callable[[Role], None]
 _tags = itertools.count(1)
+RARE_PROPERTIES = ("content_encoding", "priority", "reply_to", "expiration", "type", "user_id",
+                   "app_id", "cluster_id")
+PARKED_PROPERTIES = frozenset(RARE_PROPERTIES) - {"expiration", "user_id"}
 _NO_HEADERS: Mapping[str, Any] = types.MappingProxyType({})
 
 
@@ -530,11 +533,12 @@ class AsyncConsumer(Recovering):
             forwarder = self._forwarder = Forwarder(link)
         headers = parking_headers(delivery.headers, exc, queue.name, attempts,
                                   self.settings.consumer_name)
+        kept = {k: v for k, v in delivery.properties.items() if k in PARKED_PROPERTIES}
         props = BasicProperties(
             content_type=delivery.content_type, headers=headers, delivery_mode=2,
             correlation_id=delivery.correlation_id,
             message_id=None if delivery.id_derived else delivery.message_id,
-            timestamp=delivery.timestamp)
+            timestamp=delivery.timestamp, **kept)
         try:
             await forwarder.send(queue.parking_queue, delivery.body, props)
         except LinkLost:
@@ -571,15 +575,18 @@ class AsyncConsumer(Recovering):
     ) -> None:
         """A delivery that pika decoded (the fast path in ``sdk/_inbound.py`` takes the
         usual ones): the same handling."""
+        rare = {name: value for name in RARE_PROPERTIES
+                if (value := getattr(props, name, None)) is not None}
         self._take(method.delivery_tag, method.redelivered, method.exchange,
                    method.routing_key, props.content_type, props.headers,
-                   props.correlation_id, props.message_id, props.timestamp, body)
+                   props.correlation_id, props.message_id, props.timestamp, body,
+                   rare or _NO_HEADERS)
 
     def _take(
         self, tag: int, redelivered: bool, exchange: str, routing_key: str,
         content_type: str | None, headers: dict[str, Any] | None,
         correlation_id: str | None, message_id: str | None, timestamp: int | None,
-        body: bytes,
+        body: bytes, properties: Mapping[str, Any] = _NO_HEADERS,
     ) -> None:
         try:
             derived = False
@@ -589,7 +596,7 @@ class AsyncConsumer(Recovering):
             delivery = Delivery(
                 body, message_id, headers or _NO_HEADERS, bool(redelivered),
                 delivery_count(headers), self._queue_name, routing_key, exchange,
-                content_type, correlation_id, timestamp, tag, derived,
+                content_type, correlation_id, timestamp, tag, derived, properties,
             )
             self._delivered += 1
             if self._roles.role is not Role.ACTIVE:

@@ -65,6 +65,9 @@ class ParkedMessage:
     headers: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
     content_type: str | None = None
     correlation_id: str | None = None
+    properties: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
+    """The other AMQP properties it has (``content_encoding``, ``reply_to``, ``type``,
+    ``app_id``...), as in ``Delivery.properties``."""
 
 
 class ReplayError(QueueError):
@@ -100,7 +103,13 @@ def _parked(props: BasicProperties, body: bytes) -> ParkedMessage:
         headers=headers,
         content_type=_text(props.content_type),
         correlation_id=_text(props.correlation_id),
+        properties={name: value for name in _OTHER
+                    if (value := getattr(props, name, None)) is not None},
     )
+
+
+_OTHER = ("content_encoding", "priority", "reply_to", "expiration", "type", "user_id", "app_id",
+          "cluster_id")
 
 
 async def _connect(connection: ConnectionSettings) -> Link:
@@ -192,7 +201,7 @@ async def replay_parked_async(
                 headers=headers, delivery_mode=2, priority=props.priority,
                 correlation_id=props.correlation_id, reply_to=props.reply_to,
                 message_id=props.message_id, timestamp=props.timestamp, type=props.type,
-                app_id=props.app_id)
+                app_id=props.app_id, cluster_id=props.cluster_id)
             try:
                 await forwarder.send(name, body, copy)
             except Refused as exc:
