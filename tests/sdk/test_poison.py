@@ -414,3 +414,31 @@ def test_a_parked_and_replayed_message_keeps_its_properties(
     assert props.headers["x-tenant"] == "acme"
     assert props.headers["x-sac-replayed"] == 1
     assert not any(k.startswith("x-sac-parked") for k in props.headers)
+
+
+def test_a_stop_during_retries_leaves_the_message_in_the_queue(
+    face: str, cluster: LocalCluster, conn: ConnectionSettings, queue: QueueSettings,
+    publishers: MakePublisher, consumers: Callable[..., ConsumerFace],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A graceful stop while a failed message waits for its retry: the wait ends at once
+    (the handler is not waited for past ``stop_timeout``), the message is neither parked nor
+    acked, and it is back in the queue for the next consumer."""
+    runs: list[bytes] = []
+
+    def work(delivery: Delivery) -> None:
+        runs.append(delivery.body)
+        raise ConnectionError("the database is down")
+
+    slow = Backoff(initial=60.0, maximum=60.0, max_attempts=2, max_elapsed=120.0)
+    settings = ConsumerSettings(named(conn, queue, "a"), queue, retry=slow, stop_timeout=2.0)
+    c = consumers(face, settings, work).start()
+    publish(publishers, face, conn, queue, 1)
+    wait_until(lambda: c.stats.handler_errors == 1, 30, "the first failure")
+    caplog.set_level(logging.WARNING, logger="sac.consumer")
+    c.stop()
+    assert not [r for r in caplog.records if "did not finish" in r.getMessage()]
+    assert runs == [b"m0"]
+    assert c.stats.parked == 0
+    assert c.stats.acked == 0
+    assert ready_messages(cluster, queue.name) == 1
