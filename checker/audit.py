@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
@@ -152,27 +152,19 @@ def audit(
             frame.unpersist()
 
 
+@dataclass
 class _Audit:
     """Builds the frames, runs the few collecting jobs and fills the rows from them."""
 
-    def __init__(
-        self,
-        spark: SparkSession,
-        history: History,
-        source: InboxSource | None,
-        checked: list[str] | None,
-        settle_s: float,
-        gap: float,
-        persisted: list[DataFrame],
-    ) -> None:
-        self.spark = spark
-        self.history = history
-        self.source = source
-        self.checked = checked
-        self.settle_s = settle_s
-        self.gap = gap
-        self.persisted = persisted
-        self.rows: dict[tuple[str, str], Row] = {}
+    spark: SparkSession
+    history: History
+    source: InboxSource | None
+    checked: list[str] | None
+    settle_s: float
+    gap: float
+    persisted: list[DataFrame]
+    """Every frame persisted on the way, for ``audit`` to unpersist."""
+    rows: dict[tuple[str, str], Row] = field(default_factory=dict)
 
     def _keep(self, frame: DataFrame) -> DataFrame:
         self.persisted.append(frame.persist())
@@ -248,11 +240,9 @@ class _Audit:
     ) -> DataFrame:
         """Everything the rows show, as ``queue, day, name, n, x, msg`` in one frame, so one
         job computes it: counts in ``n``, handover gaps in ``x``, listed ids in ``msg``; the
-        counts of the whole history (``outside``, ``malformed``) without a row."""
-        whole = [
-            tagged.filter(F.col("outside")).select(F.lit("outside").alias("name")),
-            self.history.unnumbered.select(F.lit("malformed").alias("name")),
-        ]
+        counts of the whole history (``outside``, ``malformed``) in a row of nulls."""
+        nowhere = (F.lit(None).cast("string").alias("queue"),
+                   F.lit(None).cast("string").alias("day"))
         handovers = arules.handover_stats(timed)
         parts = [
             arules.row_counts(
@@ -261,6 +251,8 @@ class _Audit:
                     (effected, ["committed", "duplicated", "unexpected"]),
                     (pairs, ["concurrent_pairs"]),
                     (concurrent, ["concurrent"]),
+                    (tagged.filter(F.col("outside")).select(*nowhere), ["outside"]),
+                    (self.history.unnumbered.select(*nowhere), ["malformed"]),
                 ]
             ),
             arules.activity(timed, self.gap),
@@ -270,7 +262,6 @@ class _Audit:
                              F.col("p50").alias("x")),
             handovers.select(*arules.ROW, F.lit("max_gap_s").alias("name"),
                              F.col("max").alias("x")),
-            *(frame.groupBy("name").agg(F.count(F.lit(1)).alias("n")) for frame in whole),
             arules.first_ids(
                 arules.flagged_ids(messages, ["lost", "pending"])
                 .unionByName(arules.flagged_ids(effected, ["duplicated", "unexpected"]))
@@ -286,8 +277,8 @@ class _Audit:
     def _fill(self, found: Any, totals: dict[str, int]) -> None:
         """One ``_report`` row into its audit row (or ``totals``)."""
         name = found["name"]
-        if name in totals:
-            totals[name] = int(found["n"])
+        if name in totals:  # every row has these, 0 but in the row of nulls
+            totals[name] += int(found["n"] or 0)
             return
         if found["msg"] is None and found["x"] is None and not found["n"]:
             return
