@@ -56,6 +56,7 @@ INJECTED_FILE = "injected.json"
 UNKNOWN_TYPE = "heartbeat_missed"
 
 T0 = 1_700_000_000.0
+"""The default ``start``: the first message's publish time (2023-11-14 22:13:20 UTC)."""
 NEMESIS = "nemesis"
 ROGUE = "consumer-rogue"
 FAULTS = ("reset_peer", "latency", "kill_node", "timeout")
@@ -194,9 +195,9 @@ class _Queue:
     name: str
     consumers: list[str]
     active: str
-    epoch: int = 1
-    free: float = T0
+    free: float
     """When the active consumer can take the next message."""
+    epoch: int = 1
     handover_due: bool = False
 
 
@@ -210,6 +211,7 @@ class _Simulation:
         publishers: list[str],
         queues: list[_Queue],
         injected: Injected,
+        start: float,
     ) -> None:
         self.w = writer
         self.rng = rng
@@ -217,8 +219,8 @@ class _Simulation:
         self.queues = queues
         self.injected = injected
         self.seq = dict.fromkeys(publishers, 0)
-        self.publisher_free = dict.fromkeys(publishers, T0)
-        self.t = T0
+        self.publisher_free = dict.fromkeys(publishers, start)
+        self.t = start
         self.copy_at: float | None = None
         """When a second copy of the message just published reaches the queue, if one does."""
 
@@ -357,12 +359,15 @@ def generate_run(
     queues: int = 1,
     faults: int = 2,
     inject: Iterable[str] = (),
+    start: float = T0,
 ) -> GeneratedRun:
     """Write a run of at least ``events`` events to ``path`` (created); what it holds.
 
     ``consumers`` are spread over ``queues`` (consumer ``k`` on queue ``k % queues``), so
     there must be at least as many; ``inject`` names anomalies from ``INJECTIONS`` (repeat a
-    name to inject it several times).
+    name to inject it several times). ``start`` is when publishing starts (Unix seconds;
+    the clients connect a second earlier): a start just before a UTC midnight spreads a
+    short run over two days, as ``sac audit`` counts them.
 
     >>> generate_run(Path("/tmp/r"), events=1000, inject=["lost"]).injected.lost  # doctest: +SKIP
     ['m-0000000042']
@@ -381,20 +386,22 @@ def generate_run(
     consumer_names = [f"consumer-{k}" for k in range(consumers)]
     publisher_names = [f"publisher-{p}" for p in range(publishers)]
     qs = [
-        _Queue(name, consumers=consumer_names[j::queues], active=consumer_names[j])
+        _Queue(name, consumers=consumer_names[j::queues], active=consumer_names[j], free=start)
         for j, name in enumerate(queue_names)
     ]
     injected = Injected(effects_file="no_effects" not in inject)
     path.mkdir(parents=True, exist_ok=True)
     writer = _Writer(path, [*publisher_names, *consumer_names, NEMESIS], injected.effects_file)
-    sim = _Simulation(writer, rng, publisher_names, qs, injected)
+    sim = _Simulation(writer, rng, publisher_names, qs, injected, start)
 
     for actor in [*publisher_names, *consumer_names]:
-        writer.event(T0 - 1.0, actor, "connected", ', "node": "rabbit-1:5672", "reason": "start"')
+        writer.event(
+            start - 1.0, actor, "connected", ', "node": "rabbit-1:5672", "reason": "start"'
+        )
     for q in qs:
         for c in q.consumers:
-            writer.event(T0 - 0.5, c, "subscribed", f', "queue": "{q.name}", "by": "client"')
-        writer.event(T0 - 0.1, q.active, "active", f', "queue": "{q.name}", "epoch": 1')
+            writer.event(start - 0.5, c, "subscribed", f', "queue": "{q.name}", "by": "client"')
+        writer.event(start - 0.1, q.active, "active", f', "queue": "{q.name}", "epoch": 1')
 
     planned = max(1, events // _EVENTS_PER_MESSAGE)
     targets = _targets(rng, [i for i in inject if i != "no_effects"], planned)
@@ -431,7 +438,7 @@ def generate_run(
         },
         "topology": {q.name: q.consumers for q in qs},
         "single_active_queues": queue_names,
-        "start": T0 - 1.0,
+        "start": start - 1.0,
         "end": end,
     }
     (path / spec.RUN_FILE).write_text(json.dumps(run, indent=1) + "\n")
@@ -531,6 +538,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--faults", type=int, default=2)
     parser.add_argument("--inject", action="append", default=[], choices=INJECTIONS)
     parser.add_argument("--runs", type=int, default=0, help="write DIR/run-0000... (seed+i)")
+    parser.add_argument("--start", type=float, default=T0,
+                        help="Unix time of the first publish (default: %(default)s)")
     args = parser.parse_args(argv)
     targets = (
         [(args.dir / f"run-{n:04d}", args.seed + n) for n in range(args.runs)]
@@ -547,6 +556,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             queues=args.queues,
             faults=args.faults,
             inject=args.inject,
+            start=args.start,
         )
         print(f"{run.path}: {run.events} events, {run.messages} messages, {run.effects} effects")
     return 0

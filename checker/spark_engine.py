@@ -38,13 +38,22 @@ from checker.spark_read import Inputs, open_runs, read_inputs
 
 ENGINE = "spark"
 
+POSTGRESQL_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+"""The PostgreSQL JDBC driver as Debian's ``libpostgresql-jdbc-java`` installs it: ``sac audit``
+reads the SDK's inbox table through it (no other download)."""
+POSTGRESQL_JDBC_PACKAGE = "libpostgresql-jdbc-java"
+
 Verdict = dict[str, Any]
 
 
 def spark_session(master: str | None = None, app: str = "sac-check") -> SparkSession:
     """A session for checking runs: ``local[*]`` unless ``master`` says otherwise (a
     ``spark://`` URL for a standalone cluster). For a local master the driver binds to the
-    loopback only and the UI is off: the checker serves nothing. Logs are quiet (errors)."""
+    loopback only and the UI is off: the checker serves nothing. Logs are quiet (errors).
+
+    The PostgreSQL JDBC driver is on the classpath when installed (``POSTGRESQL_JDBC_JAR``),
+    so one session serves ``sac check`` and ``sac audit --inbox-jdbc`` alike; Spark ships it
+    to a cluster's executors itself."""
     master = master or "local[*]"
     builder = (
         SparkSession.builder.master(master)
@@ -54,6 +63,8 @@ def spark_session(master: str | None = None, app: str = "sac-check") -> SparkSes
         # Python's json keeps the last of duplicate keys; so does this, instead of refusing.
         .config("spark.sql.variant.allowDuplicateKeys", "true")
     )
+    if POSTGRESQL_JDBC_JAR.is_file():
+        builder = builder.config("spark.jars", str(POSTGRESQL_JDBC_JAR))
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1").config(

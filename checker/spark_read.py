@@ -25,15 +25,19 @@ from __future__ import annotations
 
 import os
 import re
+import urllib.parse
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark import StorageLevel
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from checker import spec
+from checker.errors import InputError
 from checker.runs import Run, event_files, open_run
 from checker.spark_positions import positions
 
@@ -48,6 +52,10 @@ _OBJECT_START = r"^[ \t\r\n]*\{"
 asking the variant for its whole schema."""
 
 _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
+
+_QUEUE_EVENTS = ("publish", "active")
+"""Events whose ``queue`` is read: a message's queue (the verdict), and the queue a consumer
+became active on (``sac audit`` places a commit of an id no one published there)."""
 
 FILES_SCHEMA = T.StructType(
     [
@@ -83,6 +91,8 @@ EVENT_COLUMNS = (
 )
 """The explicit schema of an event row (``run``: the run's index; ``ts``: double)."""
 EFFECT_COLUMNS = ("run", "msg", "actor", "ts")
+HISTORY_GLOB = "*.jsonl"
+"""The event files of a history given to ``read_history``."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +153,76 @@ def read_inputs(spark: SparkSession, runs: list[Run]) -> Inputs:
         settings=settings,
         persisted=(parsed,),
     )
+
+
+@dataclass(frozen=True)
+class History:
+    """A fleet's event files read as one history (``sac audit``): no run directory, no
+    ``run.json``, no ``effects.jsonl``; every row has ``run`` 0, so the rules keyed by run
+    apply unchanged."""
+
+    files: list[str]
+    """The files read, as Hadoop URIs (``file:///...`` for local ones)."""
+    events: DataFrame
+    """Well-formed events (``EVENT_COLUMNS``)."""
+    malformed: DataFrame
+    """``run, file, line, error``; ``file`` is the path Spark read (``file:`` dropped)."""
+    unnumbered: DataFrame
+    """The malformed lines without their numbers: counting them needs no numbering."""
+    persisted: tuple[DataFrame, ...]
+
+
+def read_history(spark: SparkSession, paths: Sequence[str]) -> History:
+    """Every ``*.jsonl`` file under ``paths`` (files or directories, searched recursively,
+    on any filesystem Hadoop reads), parsed and checked line by line as ``read_inputs``
+    does. ``InputError`` for a path that does not exist or holds no such file."""
+    files = list_history(spark, paths)
+    lines = _scan(spark, files).select(
+        "*",
+        F.lit(0).alias("run"),
+        F.col("path").alias("file"),
+        F.lit(EVENT).alias("kind"),
+        F.lit(True).alias("has_effects"),
+    )
+    parsed = _parse(lines).persist(StorageLevel.MEMORY_AND_DISK)
+    good = parsed.filter(F.col("error").isNull() & ~F.col("blank"))
+    return History(
+        files=files,
+        events=good.select(*EVENT_COLUMNS),
+        malformed=_number_malformed(parsed),
+        unnumbered=parsed.filter(F.col("error").isNotNull()),
+        persisted=(parsed,),
+    )
+
+
+def list_history(spark: SparkSession, paths: Sequence[str]) -> list[str]:
+    """The ``*.jsonl`` files under ``paths``, each once, as Spark's own listing finds them.
+
+    Spark lists, not ``os``, so ``hdfs://`` and ``s3a://`` paths work as local ones do; it
+    skips names starting with ``.`` or ``_`` (as ``SPEC.md`` reads run directories), even a
+    file named directly. A path that yields no file is refused rather than read as empty: it
+    is most likely a typo, and an audit of nothing would look clean. A file under two given
+    paths is read once (twice would double its commits).
+    """
+    found: set[str] = set()
+    for path in paths:
+        reader = (
+            spark.read.option("recursiveFileLookup", "true")
+            .option("pathGlobFilter", HISTORY_GLOB)
+        )
+        try:
+            listed = reader.text(_no_glob(path)).inputFiles()
+        except AnalysisException as exc:
+            if exc.getCondition() == "PATH_NOT_FOUND":
+                raise InputError(f"{path}: no such file or directory") from None
+            raise
+        if not listed:
+            raise InputError(
+                f"{path}: no {HISTORY_GLOB} file (names starting with . or _ are not read)"
+            )
+        # Listed as URIs (a space is %20); Spark reads a path as written.
+        found.update(urllib.parse.unquote(uri) for uri in listed)
+    return sorted(found)
 
 
 def _list_files(runs: list[Run]) -> list[tuple[str, int, str, str, bool]]:
@@ -284,7 +364,7 @@ def _parse(lines: DataFrame) -> DataFrame:
         _string(v, "actor").alias("actor"),
         "type",
         _string(v, "msg").alias("msg"),
-        F.when(typed == "publish", _string(v, "queue")).alias("queue"),
+        F.when(typed.isin(*_QUEUE_EVENTS), _string(v, "queue")).alias("queue"),
         F.when(
             typed == "deliver",
             F.coalesce(

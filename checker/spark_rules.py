@@ -65,26 +65,9 @@ def anomaly_ids(effects: DataFrame, published: DataFrame, confirmed: DataFrame) 
 
 
 def intervals(events: DataFrame, effects: DataFrame, published: DataFrame) -> DataFrame:
-    """``run, msg, actor, c, s, queue, first_pub``: each effect row's processing interval.
-
-    ``s`` is the last deliver of the id by the same actor at or before ``c``: the effects and
-    the delivers of each (run, msg, actor) are sorted together by time, delivers first on a
-    tie, and ``s`` is the latest deliver time seen so far.
-    """
-    delivers = events.filter(F.col("type") == "deliver").select(
-        "run", "msg", "actor", "ts", F.lit(0).alias("is_effect")
-    )
-    rows = effects.select("run", "msg", "actor", "ts", F.lit(1).alias("is_effect"))
-    by_key = (
-        Window.partitionBy("run", "msg", "actor").orderBy("ts", "is_effect").rowsBetween(*_SO_FAR)
-    )
-    last_deliver = F.max(F.when(F.col("is_effect") == 0, F.col("ts"))).over(by_key)
-    timed = (
-        delivers.unionByName(rows)
-        .withColumn("s", F.coalesce(last_deliver, F.col("ts")))
-        .filter(F.col("is_effect") == 1)
-        .select("run", "msg", "actor", F.col("ts").alias("c"), "s")
-    )
+    """``run, msg, actor, c, s, queue, first_pub``: each effect row's processing interval,
+    in the queue of its id (``processing_starts``)."""
+    timed = processing_starts(events, effects.select(*_EFFECT_KEY))
     return timed.join(published, ["run", "msg"], "left").select(
         "run",
         "msg",
@@ -93,6 +76,36 @@ def intervals(events: DataFrame, effects: DataFrame, published: DataFrame) -> Da
         "s",
         F.coalesce(F.col("queue"), F.lit(spec.UNKNOWN_QUEUE)).alias("queue"),
         "first_pub",
+    )
+
+
+_EFFECT_KEY = ("run", "msg", "actor", "ts")
+
+
+def processing_starts(events: DataFrame, effects: DataFrame) -> DataFrame:
+    """``effects`` (``run, msg, actor, ts`` and any other columns, kept) with ``ts`` renamed
+    ``c`` and ``s``: the last deliver of the id by the same actor at or before ``c``, else
+    ``c``.
+
+    The effects and the delivers of each (run, msg, actor) are sorted together by time,
+    delivers first on a tie, and ``s`` is the latest deliver time seen so far.
+    """
+    extra = [name for name in effects.columns if name not in _EFFECT_KEY]
+    delivers = events.filter(F.col("type") == "deliver").select(
+        *_EFFECT_KEY,
+        F.lit(0).alias("is_effect"),
+        *(F.lit(None).cast(effects.schema[name].dataType).alias(name) for name in extra),
+    )
+    rows = effects.select(*_EFFECT_KEY, F.lit(1).alias("is_effect"), *extra)
+    by_key = (
+        Window.partitionBy("run", "msg", "actor").orderBy("ts", "is_effect").rowsBetween(*_SO_FAR)
+    )
+    last_deliver = F.max(F.when(F.col("is_effect") == 0, F.col("ts"))).over(by_key)
+    return (
+        delivers.unionByName(rows)
+        .withColumn("s", F.coalesce(last_deliver, F.col("ts")))
+        .filter(F.col("is_effect") == 1)
+        .select("run", "msg", "actor", F.col("ts").alias("c"), "s", *extra)
     )
 
 
@@ -286,10 +299,10 @@ def ranked_values(ordered: DataFrame) -> DataFrame:
     ranked = positions(ordered, ordered, ["run"], "part").select(
         "run", F.col("position").alias("rank"), F.col("total").alias("n"), "x"
     )
-    wanted = [_nearest_rank(pct, "n") for pct in spec.PERCENTILES] + [F.col("n")]
+    wanted = [nearest_rank(pct, "n") for pct in spec.PERCENTILES] + [F.col("n")]
     return ranked.filter(F.col("rank").isin(*wanted))
 
 
-def _nearest_rank(pct: int, n: str) -> Column:
+def nearest_rank(pct: int, n: str) -> Column:
     """1-based nearest rank, in integer arithmetic like ``spec.nearest_rank`` (+1)."""
     return F.expr(f"({pct} * {n} + 99) div 100")

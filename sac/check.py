@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import sys
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
 from checker.errors import CheckerError, InputError
+from sac._reach import check_master
 
 ANOMALIES = ("lost", "duplicated", "unexpected", "concurrent", "malformed")
 SHOWN = 10  # offending ids printed per anomaly; the report lists them all
@@ -59,7 +58,7 @@ def _check(runs: list[Path], engine: str, master: str | None, out: Path) -> int:
         verdicts = check_runs(runs)
     else:
         if master is not None:
-            _reachable(master)
+            check_master(master)
         from checker.spark_engine import check_runs as spark_check
         from checker.spark_engine import spark_session
 
@@ -98,20 +97,3 @@ def _one_line(path: Path, verdict: dict[str, Any]) -> str:
                                               if len(ids) > SHOWN else "")
             found.append(f"{name} {count}" + (f" ({shown})" if shown else ""))
     return f"{path}: INVALID: " + "; ".join(found)
-
-
-def _reachable(master: str) -> None:
-    """A master that does not answer makes Spark retry for a minute and then fail in its
-    logs: say it at once, in one line."""
-    parts = urllib.parse.urlsplit(master)
-    if parts.scheme != "spark" or not parts.hostname:
-        if master.startswith(("local", "yarn", "k8s://")):
-            return
-        raise InputError(f"--master {master!r}: expected spark://HOST:PORT or local[N]")
-    port = parts.port or 7077
-    try:
-        with socket.create_connection((parts.hostname, port), timeout=5):
-            pass
-    except OSError as exc:
-        raise InputError(f"--master {master}: cannot reach {parts.hostname}:{port} "
-                         f"({exc.strerror or exc})") from None
