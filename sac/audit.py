@@ -15,21 +15,20 @@ failure is the one line this command prints.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import sys
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from checker.errors import CheckerError, InputError
 from sac._reach import check_master, check_tcp
+from sac._spark import session
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
     from checker.audit import AuditResult
 
@@ -107,7 +106,7 @@ def _audit(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     from checker.audit import audit
 
-    spark, owned = _session(args.master, args.out / SPARK_LOG)
+    spark, owned = session(args.master, args.out / SPARK_LOG, app="sac-audit")
     try:
         result = audit(spark, args.paths, inbox=inbox, single_active=args.single_active,
                        settle_s=args.settle)
@@ -168,51 +167,6 @@ def _jdbc_address(url: str) -> tuple[str, int] | None:
         return (parts.hostname or "localhost", parts.port or POSTGRES_PORT)
     except ValueError:
         return None
-
-
-def _session(master: str | None, log: Path) -> tuple[SparkSession, bool]:
-    """The session to audit with, and whether this command started it (and stops it).
-
-    A process that already has one (a notebook, a test calling ``sac.cli.main``) keeps it,
-    running and as configured. Otherwise a new one, whose JVM writes to ``log``: the JVM
-    inherits this process's stderr when PySpark starts it, so stderr points at the log for
-    that moment only.
-    """
-    from pyspark.errors import PySparkException
-    from pyspark.sql import SparkSession
-
-    from checker.spark_engine import spark_session
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active, False
-    try:
-        with _stderr_to(log):
-            spark = spark_session(master, app="sac-audit")
-    except PySparkException as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"Spark did not start: {first} (see {log})") from None
-    if master is None or master.startswith("local"):
-        # One shuffle partition per core: Spark's default of 200 is for clusters, and on a
-        # laptop turns an audit's few dozen small stages into thousands of tasks.
-        spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
-    return spark, True
-
-
-@contextlib.contextmanager
-def _stderr_to(log: Path) -> Iterator[None]:
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with log.open("ab") as sink:
-            os.dup2(sink.fileno(), 2)
-            try:
-                yield
-            finally:
-                sys.stderr.flush()
-                os.dup2(saved, 2)
-    finally:
-        os.close(saved)
 
 
 def _print(result: AuditResult, written: Path) -> None:

@@ -20,6 +20,8 @@ from sac._reach import check_master
 
 ANOMALIES = ("lost", "duplicated", "unexpected", "concurrent", "malformed")
 SHOWN = 10  # offending ids printed per anomaly; the report lists them all
+SPARK_LOG = "check-spark.log"
+"""In ``--out``: what Spark's JVM writes (its banner, warnings), not shown on the terminal."""
 
 
 def add_parser(commands: Any) -> None:
@@ -60,13 +62,14 @@ def _check(runs: list[Path], engine: str, master: str | None, out: Path) -> int:
         if master is not None:
             check_master(master)
         from checker.spark_engine import check_runs as spark_check
-        from checker.spark_engine import spark_session
+        from sac._spark import session
 
-        spark = spark_session(master)
+        spark, owned = session(master, out / SPARK_LOG, app="sac-check")
         try:
             verdicts = spark_check(spark, runs)
         finally:
-            spark.stop()
+            if owned:
+                spark.stop()
     from checker.python_engine import summarize
     from checker.report import render_report
 

@@ -62,6 +62,8 @@ def test_the_spark_engine_locally_gives_the_same_verdicts(
                 for name in ("clean", "lost")}
     done = sac("check", runs["clean"], runs["lost"], "--out", tmp_path)
     assert done.returncode == 1, done.stderr
+    assert done.stderr == "", "the JVM's banner and warnings belong in check-spark.log"
+    assert (tmp_path / "check-spark.log").exists()
     for name, reference in expected.items():
         verdict = json.loads((runs[name] / "verdict.json").read_text())
         assert verdict["engine"] == "spark"

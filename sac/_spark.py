@@ -1,0 +1,65 @@
+"""The Spark session a ``sac`` command runs on, started quietly.
+
+The JVM PySpark starts inherits this process's stderr and writes its banner and warnings
+there: a user would see pages of JVM output around the one line that matters. So the JVM's
+stderr goes to a log file in ``--out`` while it starts, and a failure to start is one line
+naming that log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from checker.errors import InputError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def session(master: str | None, log: Path, app: str) -> tuple[SparkSession, bool]:
+    """The session to run on, and whether this command started it (and stops it).
+
+    A process that already has one (a notebook, a test calling ``sac.cli.main``) keeps it,
+    running and as configured. Otherwise a new one, whose JVM writes to ``log``.
+    """
+    from pyspark.errors import PySparkException
+    from pyspark.sql import SparkSession
+
+    from checker.spark_engine import spark_session
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active, False
+    log.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with stderr_to(log):
+            spark = spark_session(master, app=app)
+    except PySparkException as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"Spark did not start: {first} (see {log})") from None
+    if master is None or master.startswith("local"):
+        # One shuffle partition per core: Spark's default of 200 is for clusters, and on a
+        # laptop turns a job's few dozen small stages into thousands of tasks.
+        spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
+    return spark, True
+
+
+@contextlib.contextmanager
+def stderr_to(log: Path) -> Iterator[None]:
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with log.open("ab") as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
