@@ -134,7 +134,8 @@ def read_effects(run: Run, findings: Findings) -> Iterator[Effect]:
 def _objects(run: Run, path: Path, findings: Findings) -> Iterator[tuple[int, dict[str, Any]]]:
     """(1-based line, object) of each line of ``path`` that parses as a JSON object."""
     try:
-        with path.open(encoding="utf-8", errors="replace") as lines:
+        # utf-8-sig: a byte order mark opening the file is skipped, as Hadoop skips it.
+        with path.open(encoding="utf-8-sig", errors="replace") as lines:
             for line_no, line in enumerate(lines, start=1):
                 if not line.strip(_JSON_WHITESPACE):
                     continue

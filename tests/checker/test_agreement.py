@@ -126,3 +126,26 @@ def test_the_engines_agree_on_surrogates_negative_zero_and_duplicate_keys(
     assert spec.comparable(verdict) == spec.comparable(reference)
     assert [m["line"] for m in reference["malformed"]["lines"]] == [3]
     assert reference["published"] == 3  # a, the emoji, c (the last "msg" wins)
+
+
+def test_the_engines_agree_on_byte_order_marks_and_long_lines(
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    """A UTF-8 byte order mark opening a file (Windows editors write one) is skipped, as
+    Hadoop's line reader skips it; one anywhere else is not JSON. A 5 MB line is one line."""
+    run = tmp_path / "bom"
+    (run / "events").mkdir(parents=True)
+    bom = "\ufeff"
+    (run / "events" / "p.jsonl").write_text(
+        bom + '{"ts": 1.0, "actor": "p", "type": "publish", "msg": "a", "queue": "q"}\n'
+        + bom + '{"ts": 2.0, "actor": "p", "type": "confirm", "msg": "a"}\n'
+        + '{"ts": 3.0, "actor": "p", "type": "confirm", "msg": "a", "pad": "'
+        + "x" * 5_000_000 + '"}\n', encoding="utf-8")
+    (run / "effects.jsonl").write_text(bom + '{"msg": "a", "actor": "c", "ts": 4.0}\n',
+                                       encoding="utf-8")
+    [reference] = python_engine.check_runs([run])
+    [verdict] = spark_engine.check_runs(spark, [run])
+    assert spec.comparable(verdict) == spec.comparable(reference)
+    assert [(m["file"], m["line"]) for m in reference["malformed"]["lines"]] == \
+        [("events/p.jsonl", 2)]
+    assert (reference["published"], reference["confirmed"], reference["effects"]) == (1, 1, 1)
