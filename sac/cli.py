@@ -118,11 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--home", type=Path, default=None)
     demo.set_defaults(func=_demo)
 
-    from sac import audit, check, dlq
+    from sac import audit, check, dlq, proxy
 
     check.add_parser(commands)
     audit.add_parser(commands)
     dlq.add_parser(commands)
+    proxy.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,23 @@
+"""A fault proxy that speaks the Toxiproxy 2.x HTTP API (``TOXIPROXY_API.md``): one asyncio
+process on loopback, driven by any Toxiproxy client (``toxiproxy-python``).
+
+>>> with ProxyThread() as proxy:  # doctest: +SKIP
+...     Toxiproxy().update_api_consumer("127.0.0.1", proxy.port)
+"""
+
+from chaos.proxy._api import VERSION, Api
+from chaos.proxy._model import TOXIC_TYPES, ApiError, ProxySpec, Toxic
+from chaos.proxy._server import ApiServer, ProxyThread, serve, start
+
+__all__ = [
+    "TOXIC_TYPES",
+    "VERSION",
+    "Api",
+    "ApiError",
+    "ApiServer",
+    "ProxySpec",
+    "ProxyThread",
+    "Toxic",
+    "serve",
+    "start",
+]

@@ -1,0 +1,32 @@
+"""``sac proxy serve [--host --port]``: the chaos suite's fault proxy, speaking the Toxiproxy
+2.x HTTP API on loopback until interrupted. Exit status: 0 after Ctrl-C, 1 the address cannot
+be bound, 2 bad arguments (a non-loopback host included)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def add_parser(commands: Any) -> None:
+    proxy = commands.add_parser("proxy", help="the Toxiproxy-compatible fault proxy")
+    sub = proxy.add_subparsers(dest="action", required=True)
+    serve = sub.add_parser("serve", help="serve the Toxiproxy HTTP API until interrupted")
+    serve.add_argument("--host", default="127.0.0.1", help="loopback address (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8474, help="API port (default: 8474)")
+    serve.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from chaos.proxy import serve
+
+    print(f"fault proxy: Toxiproxy API on http://{args.host}:{args.port}/", flush=True)
+    try:
+        serve(host=args.host, port=args.port)
+    except KeyboardInterrupt:
+        return 0
+    except OSError as exc:
+        print(f"sac: error: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
