@@ -16,8 +16,9 @@ def latency_delay(latency_ms: int, jitter_ms: int, rng: random.Random) -> float:
 
 
 def bandwidth_plan(nbytes: int, rate_kb_s: int) -> list[tuple[int, float]]:
-    """``(piece size, seconds to wait after sending it)`` for ``nbytes`` at ``rate`` KB/s
-    (1 KB = 1000 bytes). The waits add up to ``nbytes / rate``; rate <= 0 is unlimited."""
+    """``(piece size, seconds to wait before sending it)`` for ``nbytes`` at ``rate`` KB/s
+    (1 KB = 1000 bytes). The waits add up to ``nbytes / rate``, so the last byte leaves no
+    sooner than that; rate <= 0 is unlimited."""
     if nbytes <= 0:
         return []
     if rate_kb_s <= 0:

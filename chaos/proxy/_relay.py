@@ -147,9 +147,9 @@ class Connection:
         elif toxic.type == "bandwidth":
             offset = 0
             for size, wait in bandwidth_plan(len(chunk), attrs["rate"]):
+                await asyncio.sleep(wait)
                 await self._through(rest, chunk[offset:offset + size], writer)
                 offset += size
-                await asyncio.sleep(wait)
         elif toxic.type == "slicer":
             offset = 0
             sizes = slice_sizes(
