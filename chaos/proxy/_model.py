@@ -57,13 +57,7 @@ class Toxic:
     serial: int = attrs.field(factory=lambda: next(_serials), eq=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "type": self.type,
-            "stream": self.stream,
-            "toxicity": self.toxicity,
-            "attributes": dict(self.attributes),
-        }
+        return attrs.asdict(self, filter=lambda field, _: field.name != "serial")
 
 
 @attrs.frozen

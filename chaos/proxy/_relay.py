@@ -79,20 +79,19 @@ class Connection:
         self.close()
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        for _, writer in (self._client, self._server):
-            writer.close()
-        for timer in self._timers.values():
-            timer.cancel()
+        """Close both sides cleanly (FIN)."""
+        self._shut(asyncio.StreamWriter.close)
 
     def reset(self) -> None:
+        """Close both sides with a TCP RST, as a crashed peer does."""
+        self._shut(_reset)
+
+    def _shut(self, how: Callable[[asyncio.StreamWriter], None]) -> None:
         if self._closed:
             return
         self._closed = True
         for _, writer in (self._client, self._server):
-            _reset(writer)
+            how(writer)
         for timer in self._timers.values():
             timer.cancel()
 
