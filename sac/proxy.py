@@ -20,7 +20,10 @@ def add_parser(commands: Any) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from chaos.proxy import serve
+    from chaos.proxy._model import is_loopback
 
+    if not is_loopback(args.host):
+        raise ValueError(f"the fault proxy listens on loopback only, not {args.host!r}")
     print(f"fault proxy: Toxiproxy API on http://{args.host}:{args.port}/", flush=True)
     try:
         serve(host=args.host, port=args.port)
