@@ -6,7 +6,7 @@ process on loopback, driven by any Toxiproxy client (``toxiproxy-python``).
 """
 
 from chaos.proxy._api import VERSION, Api
-from chaos.proxy._model import TOXIC_TYPES, ApiError, ProxySpec, Toxic
+from chaos.proxy._model import TOXIC_TYPES, ApiError, ProxySpec, Toxic, is_loopback
 from chaos.proxy._server import ApiServer, ProxyThread, serve, start
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "ProxySpec",
     "ProxyThread",
     "Toxic",
+    "is_loopback",
     "serve",
     "start",
 ]
