@@ -18,13 +18,13 @@ import argparse
 import json
 import math
 import os
-import sys
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from checker.errors import CheckerError, InputError
+from sac._oneline import one_line
 from sac._reach import check_master, check_tcp
 from sac._spark import session
 
@@ -86,15 +86,8 @@ def add_parser(commands: Any) -> None:
     audit.set_defaults(func=run)
 
 
+@one_line("sac audit", CheckerError, 2)
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _audit(args)
-    except CheckerError as exc:
-        print(f"sac audit: {exc}", file=sys.stderr)
-        return 2
-
-
-def _audit(args: argparse.Namespace) -> int:
     if not math.isfinite(args.settle) or args.settle < 0:
         raise InputError(f"--settle {args.settle}: expected a number of seconds >= 0")
     inbox = _inbox(args)

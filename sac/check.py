@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from checker.errors import CheckerError, InputError
+from sac._oneline import one_line
 from sac._reach import check_master
 
 ANOMALIES = ("lost", "duplicated", "unexpected", "concurrent", "malformed")
@@ -39,12 +39,9 @@ def add_parser(commands: Any) -> None:
     check.set_defaults(func=run)
 
 
+@one_line("sac check", CheckerError, 2)
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _check(args.runs, args.engine, args.master, args.out)
-    except CheckerError as exc:
-        print(f"sac check: {exc}", file=sys.stderr)
-        return 2
+    return _check(args.runs, args.engine, args.master, args.out)
 
 
 def _check(runs: list[Path], engine: str, master: str | None, out: Path) -> int:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any
 
+from sac._oneline import one_line
 from sdk import (
     ConnectionSettings,
     ParkedMessage,
@@ -94,12 +94,9 @@ def _row(message: ParkedMessage) -> dict[str, Any]:
     }
 
 
+@one_line("sac dlq", SacError, 1)  # the broker or a queue said no
 def _list(args: argparse.Namespace) -> int:
-    try:
-        messages = parked_messages(_connection(args), _queue(args), limit=args.limit)
-    except SacError as exc:
-        print(f"sac dlq: {exc}", file=sys.stderr)
-        return 1
+    messages = parked_messages(_connection(args), _queue(args), limit=args.limit)
     for message in messages:
         if args.json:
             print(json.dumps(_row(message), ensure_ascii=False))
@@ -113,11 +110,8 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+@one_line("sac dlq", SacError, 1)  # the broker or a queue said no
 def _replay(args: argparse.Namespace) -> int:
-    try:
-        count = replay_parked(_connection(args), _queue(args), limit=args.limit)
-    except SacError as exc:
-        print(f"sac dlq: {exc}", file=sys.stderr)
-        return 1
+    count = replay_parked(_connection(args), _queue(args), limit=args.limit)
     print(f"replayed {count} message(s) to {args.queue!r}")
     return 0

@@ -9,6 +9,19 @@ import attrs
 
 from ._core.poison import REPLAYED_HEADER
 
+OTHER_PROPERTIES = ("content_encoding", "priority", "reply_to", "expiration", "type", "user_id",
+                    "app_id", "cluster_id")
+"""The AMQP properties a ``Delivery`` keeps in ``properties`` (it has no field for them)."""
+PARKED_PROPERTIES = frozenset(OTHER_PROPERTIES) - {"expiration", "user_id"}
+"""Those a parked or replayed copy keeps (see ``Delivery.properties``)."""
+
+
+def other_properties(props: Any) -> dict[str, Any]:
+    """The ``OTHER_PROPERTIES`` that pika's ``BasicProperties`` ``props`` has."""
+    return {name: value for name in OTHER_PROPERTIES
+            if (value := getattr(props, name, None)) is not None}
+
+
 RETRANSMIT_HEADER = "x-sac-retransmit"
 """Set by our publisher on a message it sends again after a lost confirm (value: how many
 times it was sent before). Such a copy arrives with ``redelivered`` false, so dedup must look

@@ -192,10 +192,11 @@ def _copy_mapping(value: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _queue_name(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
+    what = "queue name" if attribute.name == "name" else attribute.name
     if not isinstance(value, str) or not value or len(value.encode()) > 255:
-        raise ConfigurationError(f"queue name must be 1-255 bytes of UTF-8, got {value!r}")
+        raise ConfigurationError(f"{what} must be 1-255 bytes of UTF-8, got {value!r}")
     if value.startswith("amq."):
-        raise ConfigurationError(f"queue name {value!r}: the 'amq.' prefix is reserved")
+        raise ConfigurationError(f"{what} {value!r}: the 'amq.' prefix is reserved")
 
 
 def _queue_type(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
@@ -223,13 +224,6 @@ def _default_limit(inst: QueueSettings) -> int | None:
     return DEFAULT_DELIVERY_LIMIT if inst.type == "quorum" and has_target else None
 
 
-def _optional_queue_name(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None and (not isinstance(value, str) or not value
-                              or len(value.encode()) > 255 or value.startswith("amq.")):
-        raise ConfigurationError(
-            f"{attribute.name} must be a queue name (1-255 bytes, not 'amq.'), got {value!r}")
-
-
 @attrs.frozen
 class QueueSettings:
     """The queue a consumer reads (and a publisher may declare), and where its poison
@@ -246,7 +240,7 @@ class QueueSettings:
     single_active_consumer: bool = True
     parking_queue: str | None = attrs.field(
         default=attrs.Factory(_default_parking, takes_self=True),
-        validator=_optional_queue_name)
+        validator=_optional(_queue_name))
     """Where failed messages are parked (declared, or checked when ``declare`` is False, with
     the queue). None: no parking; a message that must leave the queue is then rejected into
     ``dead_letter_exchange``, and without one the consumer stops rather than drop it."""

@@ -66,7 +66,7 @@ from ._core.poison import (
     parking_headers,
 )
 from ._core.roles import Change, Role, RoleTracker
-from ._delivery import Delivery, delivery_count
+from ._delivery import PARKED_PROPERTIES, Delivery, delivery_count, other_properties
 from ._errors import (
     ClosedError,
     ConsumerError,
@@ -91,9 +91,6 @@ log = logging.getLogger("sac.consumer")
 Handler = Callable[[Delivery], Awaitable[None]] | Callable[[Delivery], None]
 RoleCallback = Callable[[Role], None]
 _tags = itertools.count(1)
-RARE_PROPERTIES = ("content_encoding", "priority", "reply_to", "expiration", "type", "user_id",
-                   "app_id", "cluster_id")
-PARKED_PROPERTIES = frozenset(RARE_PROPERTIES) - {"expiration", "user_id"}
 _NO_HEADERS: Mapping[str, Any] = types.MappingProxyType({})
 
 
@@ -575,8 +572,7 @@ class AsyncConsumer(Recovering):
     ) -> None:
         """A delivery that pika decoded (the fast path in ``sdk/_inbound.py`` takes the
         usual ones): the same handling."""
-        rare = {name: value for name in RARE_PROPERTIES
-                if (value := getattr(props, name, None)) is not None}
+        rare = other_properties(props)
         self._take(method.delivery_tag, method.redelivered, method.exchange,
                    method.routing_key, props.content_type, props.headers,
                    props.correlation_id, props.message_id, props.timestamp, body,

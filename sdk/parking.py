@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +33,7 @@ from pika import spec
 from pika.channel import Channel
 from pika.spec import BasicProperties
 
+from ._core.attempts import Attempts
 from ._core.poison import (
     AT_HEADER,
     ATTEMPTS_HEADER,
@@ -40,8 +42,10 @@ from ._core.poison import (
     origin_of,
     reason_of,
     replay_headers,
+    text,
 )
-from ._errors import ConfigurationError, ConnectError, QueueError
+from ._delivery import PARKED_PROPERTIES, other_properties
+from ._errors import AuthenticationError, ConfigurationError, ConnectError, QueueError
 from ._forward import Forwarder, Refused
 from ._settings import ConnectionSettings, QueueSettings
 from ._transport import Link, LinkLost, node_of, open_link
@@ -81,47 +85,41 @@ def _parking_name(queue: str | QueueSettings) -> tuple[str, str]:
     return settings.name, settings.parking_queue
 
 
-def _text(value: Any) -> str | None:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return value if isinstance(value, str) else None
-
-
 def _parked(props: BasicProperties, body: bytes) -> ParkedMessage:
     headers = dict(props.headers or {})
     at = headers.get(AT_HEADER)
     attempts = headers.get(ATTEMPTS_HEADER)
     return ParkedMessage(
-        message_id=_text(props.message_id),
+        message_id=text(props.message_id),
         reason=reason_of(headers),
-        error=_text(headers.get(ERROR_HEADER)),
+        error=text(headers.get(ERROR_HEADER)),
         origin=origin_of(headers),
         attempts=attempts if isinstance(attempts, int) else None,
         parked_at=(datetime.datetime.fromtimestamp(at / 1000, datetime.UTC)
                    if isinstance(at, int) else None),
         body=body,
         headers=headers,
-        content_type=_text(props.content_type),
-        correlation_id=_text(props.correlation_id),
-        properties={name: value for name in _OTHER
-                    if (value := getattr(props, name, None)) is not None},
+        content_type=text(props.content_type),
+        correlation_id=text(props.correlation_id),
+        properties=other_properties(props),
     )
 
 
-_OTHER = ("content_encoding", "priority", "reply_to", "expiration", "type", "user_id", "app_id",
-          "cluster_id")
-
-
 async def _connect(connection: ConnectionSettings) -> Link:
-    causes: list[str] = []
-    for url in connection.urls:
+    """Each node once, as a client's first connect: the same plan and the same error."""
+    plan = Attempts([node_of(u) for u in connection.urls], 0, connection.reconnect, retry=False)
+    began = time.monotonic()
+    while True:
+        node = plan.nodes[plan.index]
         try:
-            return await open_link(url, connection, "parking", lambda _link, _why: None)
+            return await open_link(connection.urls[plan.index], connection, "parking",
+                                   lambda _link, _why: None)
+        except AuthenticationError:
+            raise  # refused credentials: no other node will take them
         except ConnectError as exc:
-            if type(exc) is not ConnectError:
-                raise  # refused credentials: no other node will take them
-            causes.append(str(exc))
-    raise ConnectError(f"no node answered: {'; '.join(causes)}", causes)
+            elapsed = time.monotonic() - began
+            if plan.failed(str(exc).removeprefix(f"{node}: "), elapsed) is None:
+                raise ConnectError(plan.summary(elapsed), plan.causes()) from None
 
 
 async def _get(link: Link, queue: str) -> tuple[Any, BasicProperties, bytes] | None:
@@ -196,12 +194,11 @@ async def replay_parked_async(
             method, props, body = got
             headers = replay_headers(props.headers)
             headers[REPLAYED_HEADER] = int(_replays(props.headers)) + 1
+            kept = {k: v for k, v in other_properties(props).items() if k in PARKED_PROPERTIES}
             copy = BasicProperties(
-                content_type=props.content_type, content_encoding=props.content_encoding,
-                headers=headers, delivery_mode=2, priority=props.priority,
-                correlation_id=props.correlation_id, reply_to=props.reply_to,
-                message_id=props.message_id, timestamp=props.timestamp, type=props.type,
-                app_id=props.app_id, cluster_id=props.cluster_id)
+                content_type=props.content_type, headers=headers, delivery_mode=2,
+                correlation_id=props.correlation_id, message_id=props.message_id,
+                timestamp=props.timestamp, **kept)
             try:
                 await forwarder.send(name, body, copy)
             except Refused as exc:

@@ -118,15 +118,21 @@ def replay_headers(parked: Mapping[str, Any] | None) -> dict[str, Any]:
             if not k.startswith(PARKED_PREFIX) and k not in BROKER_HEADERS}
 
 
+def text(value: Any) -> str | None:
+    """A header or property value as text: AMQP short strings that are not UTF-8 arrive as
+    bytes (decoded with replacement); anything else that is not a string is None."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else None
+
+
 def origin_of(headers: Mapping[str, Any] | None) -> str | None:
     """The queue a parked message came from: our header, else the broker's dead-letter
     record (a message the delivery limit dead-lettered)."""
     headers = headers or {}
     for key in (QUEUE_HEADER, "x-first-death-queue"):
-        value = headers.get(key)
-        if isinstance(value, bytes):
-            value = value.decode("utf-8", "replace")
-        if isinstance(value, str) and value:
+        value = text(headers.get(key))
+        if value:
             return value
     return None
 
@@ -134,14 +140,10 @@ def origin_of(headers: Mapping[str, Any] | None) -> str | None:
 def reason_of(headers: Mapping[str, Any] | None) -> str:
     """Why a parked message is there, in words."""
     headers = headers or {}
-    reason = headers.get(REASON_HEADER)
-    if isinstance(reason, bytes):
-        reason = reason.decode("utf-8", "replace")
-    if isinstance(reason, str) and reason:
+    reason = text(headers.get(REASON_HEADER))
+    if reason:
         return reason
-    first = headers.get("x-first-death-reason")
-    if isinstance(first, bytes):
-        first = first.decode("utf-8", "replace")
+    first = text(headers.get("x-first-death-reason"))
     if first == "delivery_limit":
         return "dead-lettered by the broker: the delivery limit was reached (a crash loop?)"
     if first:
@@ -198,7 +200,7 @@ class MessageIdFrom:
             value = headers.get(self.header_name)
             if value is None or value == b"" or value == "":
                 return None
-            return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            return text(value) or str(value)
         digest = hashlib.sha256()
         for name in self.headers:  # each part length-prefixed: no part can run into the next
             value = _header_text(headers[name]) if name in headers else None
