@@ -301,11 +301,17 @@ class QueueSettings:
         return args
 
     def parking(self) -> QueueSettings | None:
-        """The parking queue's own settings: same type and ``declare``, no single active
-        consumer, no delivery limit, no dead-lettering of its own."""
+        """The parking queue's own settings: a quorum queue whatever this queue's type, same
+        ``declare``, no single active consumer, no delivery limit, no dead-lettering.
+
+        Quorum because it is declared with the queue on every start: a classic parking
+        queue lives on one node, and while that node is down its declaration fails
+        (``404 home node ... is down``), so the consumer of a mirrored classic queue, which
+        fails over, could not start again until the node came back (the chaos suite's
+        ``mirrored-failover`` found this)."""
         if self.parking_queue is None:
             return None
-        return QueueSettings(self.parking_queue, type=self.type, single_active_consumer=False,
+        return QueueSettings(self.parking_queue, type="quorum", single_active_consumer=False,
                              parking_queue=None, declare=self.declare)
 
 

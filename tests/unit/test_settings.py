@@ -272,6 +272,8 @@ def test_a_classic_queue_parks_too_but_counts_no_deliveries() -> None:
     assert queue.arguments() == {
         "x-queue-type": "classic", "x-single-active-consumer": True,
         "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "jobs.parked"}
+    # Its parking queue is replicated: declared on every start, it must not depend on one node.
+    assert queue.parking().arguments() == {"x-queue-type": "quorum"}  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("name", ["orders", "amq.parked", ""])

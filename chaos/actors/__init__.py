@@ -1,0 +1,111 @@
+"""The workload of a chaos run: SDK publishers and single-active consumers, each in a process
+of its own so the nemesis can freeze or kill it, and the sink they write their effects to.
+
+A process is described by a frozen settings class (``PublisherActor``, ``ConsumerActor``) and
+started as ``python -m chaos.actors.publisher|consumer '<settings as JSON>'``: one definition
+of what an actor takes, used by the runner, the tests and the benchmarks alike. Each process
+records its history (``events/<actor>.jsonl``, ``shared/HISTORY.md``) through the SDK's own
+recorder and tells the runner what it needs to steer the run as JSON lines on stdout:
+``{"event": "role", "role": "active"}``, ``{"event": "in_effect", "msg": ...}`` and
+``{"event": "done", ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from typing import Any, Literal, Self
+
+import attrs
+
+from chaos.actors._sink import Sink
+
+Dedup = Literal["inbox", "off", "redelivered-only"]
+DEDUP_MODES: tuple[Dedup, ...] = ("inbox", "off", "redelivered-only")
+Face = Literal["blocking", "asyncio"]
+
+
+def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ValueError(f"{attribute.name} must be a positive number, got {value!r}")
+
+
+def _not_negative(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(f"{attribute.name} must be zero or more, got {value!r}")
+
+
+def _as_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+def _urls(_inst: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    if not value or not all(isinstance(u, str) and u.startswith("amqp") for u in value):
+        raise ValueError(f"{attribute.name} must be one or more amqp:// URLs")
+
+
+@attrs.frozen
+class _Actor:
+    actor: str = attrs.field(validator=attrs.validators.matches_re(r"[a-z][a-z0-9.-]{0,63}"))
+    run_dir: str
+    queue: str
+    urls: tuple[str, ...] = attrs.field(converter=_as_tuple, validator=_urls)
+    queue_type: Literal["quorum", "classic"] = attrs.field(
+        default="quorum", validator=attrs.validators.in_(("quorum", "classic")))
+    heartbeat: int = attrs.field(default=2, validator=_positive)
+
+    def to_json(self) -> str:
+        return json.dumps(attrs.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        return cls(**json.loads(text))
+
+    def argv(self) -> list[str]:
+        module = "publisher" if isinstance(self, PublisherActor) else "consumer"
+        return [sys.executable, "-m", f"chaos.actors.{module}", self.to_json()]
+
+
+@attrs.frozen
+class PublisherActor(_Actor):
+    """Publishes ``messages`` messages with ids ``<actor>-000001``... at ``rate`` per second,
+    pipelined in the SDK's confirm window, then waits for every confirm and exits."""
+
+    messages: int = attrs.field(default=100, validator=_positive)
+    rate: float = attrs.field(default=200.0, validator=_positive)
+    window: int = attrs.field(default=100, validator=_positive)
+
+
+@attrs.frozen
+class ConsumerActor(_Actor):
+    """A single-active consumer writing one effect row per message to the run's sink.
+
+    ``dedup``: ``inbox`` (the SDK's ``Inbox`` over ``SQLiteStore``, the configuration users
+    run), ``off`` (a plain handler writing every delivery) or ``redelivered-only`` (the naive
+    check users write first: look the id up only when the broker flags a redelivery, which
+    misses a publisher's retransmission). ``fencing=False`` turns off both ways a replaced
+    consumer is kept from committing: every consumer adopts the same epoch (no commit is
+    refused as stale), and a successor no longer evicts a frozen SQLite lock holder."""
+
+    face: Face = attrs.field(default="blocking",
+                             validator=attrs.validators.in_(("blocking", "asyncio")))
+    dedup: Dedup = attrs.field(default="inbox", validator=attrs.validators.in_(DEDUP_MODES))
+    fencing: bool = True
+    effect_ms: float = attrs.field(default=2.0, validator=_not_negative)
+    prefetch: int = attrs.field(default=20, validator=_positive)
+    sink: str = ""
+    """Where effects go (``Sink``): ``sqlite:<path>`` or a ``postgresql://`` DSN; empty
+    means ``RUN/sink.db``."""
+
+    def open_sink(self) -> Sink:
+        return Sink(self.sink or f"sqlite:{self.run_dir}/sink.db")
+
+
+def say(event: str, **fields: Any) -> None:
+    """One line to the runner (stdout is the control channel; logs go to stderr)."""
+    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+__all__ = ["DEDUP_MODES", "ConsumerActor", "Dedup", "Face", "PublisherActor", "Sink", "say"]

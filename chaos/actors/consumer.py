@@ -1,0 +1,189 @@
+"""A consumer process: ``python -m chaos.actors.consumer '<ConsumerActor as JSON>'``.
+
+A single-active consumer of either SDK face whose effect writes one row to the run's sink,
+through the inbox's transaction (``dedup="inbox"``) or on its own (the weakened modes). It
+records its history, reports role changes on stdout, stops gracefully on SIGTERM, and takes
+two commands on stdin from the runner:
+
+``freeze``
+    The next effect this process starts prints ``{"event": "in_effect", "msg": ...}`` and
+    then waits for a ``continue`` line, so the nemesis can SIGSTOP it exactly inside an
+    effect (the line is read only after SIGCONT).
+``continue``
+    Lets that effect go on.
+
+Exit status: 0 after a graceful stop, 3 when fenced off (``StaleEpoch``: a newer consumer
+holds the queue), 1 on any other error (printed on stderr and in the ``done`` line).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from chaos.actors import ConsumerActor, say
+from chaos.actors._sink import holding_locks
+from sdk import (
+    AsyncConsumer,
+    ConnectionSettings,
+    Consumer,
+    ConsumerSettings,
+    Delivery,
+    HistoryRecorder,
+    Inbox,
+    QueueSettings,
+    Role,
+    StaleEpoch,
+    Transaction,
+)
+
+SHARED_EPOCH = 1
+"""The epoch every consumer adopts when fencing is off: no commit is ever refused as stale."""
+CONTINUE_TIMEOUT = 600.0
+"""A frozen effect waits at most this long for ``continue`` (a runner that died)."""
+LINGER_S = 0.05
+MAX_LINGER = 40
+
+
+class Controls:
+    """The runner's commands, read from stdin on a thread of their own."""
+
+    def __init__(self) -> None:
+        self.armed = threading.Event()
+        self.go = threading.Event()
+        self.lingered = 0
+        threading.Thread(target=self._read, name="chaos-controls", daemon=True).start()
+
+    def _read(self) -> None:
+        for line in sys.stdin:
+            command = line.strip()
+            if command == "freeze":
+                self.go.clear()
+                self.armed.set()
+            elif command == "continue":
+                self.go.set()
+
+    def checkpoint(self, msg: str, holding: bool) -> None:
+        """Stop here if armed, once the store transaction holds locks (``holding``): a
+        consumer frozen with nothing written holds nothing a successor waits for. Until then
+        each effect lingers a little, so that deliveries pile up and the next batch has
+        several messages."""
+        if not self.armed.is_set():
+            return
+        self.lingered += 1
+        if holding or self.lingered > MAX_LINGER:
+            self.armed.clear()
+            self.lingered = 0
+            say("in_effect", msg=msg)
+            self.go.wait(CONTINUE_TIMEOUT)
+        else:
+            time.sleep(LINGER_S)
+
+
+class Work:
+    """The effect of one message, in each dedup mode."""
+
+    def __init__(self, spec: ConsumerActor, recorder: HistoryRecorder) -> None:
+        self.spec = spec
+        self.recorder = recorder
+        self.sink = spec.open_sink()
+        self.controls = Controls()
+        self.inbox: Inbox | None = None
+
+    def _work(self, msg: str, holding: bool = True) -> None:
+        self.controls.checkpoint(msg, holding)
+        if self.spec.effect_ms:
+            time.sleep(self.spec.effect_ms / 1000)  # the effect's own cost (simulated work)
+
+    def effect(self, delivery: Delivery, tx: Transaction) -> None:
+        """With the inbox: the row commits with the dedup record, or not at all."""
+        msg = str(delivery.message_id)
+        self._work(msg, self.controls.armed.is_set() and holding_locks(tx.connection))
+        tx.execute(self.sink.insert_sql(), (msg, self.spec.actor, tx.epoch, time.time()))
+
+    def handle(self, delivery: Delivery) -> None:
+        """Without the inbox: the weakened modes, each commit recorded here."""
+        msg = str(delivery.message_id)
+        if self.spec.dedup == "redelivered-only" and delivery.redelivered \
+                and self.sink.seen(msg):
+            self.recorder.record("duplicate_skipped", msg=msg, why="redelivered-seen")
+            return
+        self._work(msg)
+        self.sink.write(msg, self.spec.actor, None, time.time())
+        self.recorder.record("commit", msg=msg, epoch=None)
+
+    async def ahandle(self, delivery: Delivery) -> None:
+        await asyncio.to_thread(self.handle, delivery)
+
+    def target(self) -> Inbox | None:
+        if self.spec.dedup != "inbox":
+            return None
+        store = self.sink.store(evict_frozen_holder=self.spec.fencing)
+        source = (lambda: SHARED_EPOCH) if not self.spec.fencing else None
+        self.inbox = Inbox(store, self.effect, epoch_source=source)
+        return self.inbox
+
+
+def announce(role: Role) -> None:
+    say("role", role=role.value)
+
+
+def run_blocking(settings: ConsumerSettings, work: Work) -> None:
+    inbox = work.target()
+    consumer = Consumer(settings, inbox if inbox is not None else work.handle,
+                        recorder=work.recorder, on_role_change=announce)
+    consumer.run()
+
+
+async def run_async(settings: ConsumerSettings, work: Work) -> None:
+    inbox = work.target()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    handler = inbox if inbox is not None else work.ahandle
+    async with AsyncConsumer(settings, handler, recorder=work.recorder,
+                             on_role_change=announce) as consumer:
+        stopped = asyncio.ensure_future(stop.wait())
+        ended = asyncio.ensure_future(consumer.wait())
+        await asyncio.wait({stopped, ended}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if ended.done():
+            ended.result()
+        else:
+            ended.cancel()
+
+
+def main(spec: ConsumerActor) -> int:
+    events = Path(spec.run_dir) / "events" / f"{spec.actor}.jsonl"
+    recorder = HistoryRecorder(events, spec.actor, flush_every=1)
+    connection = ConnectionSettings(urls=spec.urls, heartbeat=spec.heartbeat,
+                                    name=f"sac-chaos-{spec.actor}")
+    settings = ConsumerSettings(connection, QueueSettings(spec.queue, type=spec.queue_type),
+                                prefetch=spec.prefetch, ack_batch=min(spec.prefetch, 50),
+                                consumer_name=spec.actor)
+    work = Work(spec, recorder)
+    code = 0
+    error = None
+    try:
+        if spec.face == "blocking":
+            run_blocking(settings, work)
+        else:
+            asyncio.run(run_async(settings, work))
+    except StaleEpoch as exc:
+        code, error = 3, f"StaleEpoch: {exc}"
+    except Exception as exc:  # noqa: BLE001 - the runner reports it with the run
+        code, error = 1, f"{type(exc).__name__}: {exc}"
+        print(f"{spec.actor}: {error}", file=sys.stderr)
+    finally:
+        recorder.close()
+    say("done", code=code, error=error)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(ConsumerActor.from_json(sys.argv[1])))

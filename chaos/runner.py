@@ -1,0 +1,455 @@
+"""One chaos run: a workload of SDK actors on a local cluster, a scenario's faults, and the
+checker's verdict of the history it leaves (``shared/HISTORY.md``).
+
+``run(settings, cluster, out)`` writes ``out/<scenario>-s<seed>[-<weakening>]/`` with
+``run.json``, ``events/*.jsonl``, ``effects.jsonl`` (the sink read back), ``logs/`` (each
+actor's stderr) and ``verdict.json``, and returns a ``RunResult``. Every wait has a bound
+(``RunSettings.time_limit`` for the whole run); every process, proxy and fault the run made
+is gone when it returns or raises, Ctrl-C included, and the queue is deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+from chaos._process import ActorProcess
+from chaos.actors import ConsumerActor, Face, PublisherActor, Sink
+from chaos.errors import ChaosError, ChaosTimeout, UnknownScenario
+from chaos.faults import FaultProxy, Nemesis
+from server import LocalCluster, LocalPostgres
+
+Weakening = Literal["dedup-off", "redelivered-only", "fencing-off"]
+WEAKENINGS: tuple[Weakening, ...] = ("dedup-off", "redelivered-only", "fencing-off")
+ANOMALIES = ("lost", "duplicated", "unexpected", "concurrent")
+CONSUMER_STOP_S = 30.0
+"""A graceful stop finishes the running effect and acks: far less than this."""
+
+
+def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ChaosError(f"{attribute.name} must be positive, got {value!r}")
+
+
+@attrs.frozen
+class RunSettings:
+    """What one run does. Sizes are small by default: a run in ``make test`` takes seconds
+    of traffic; a campaign raises ``messages`` and ``rate``."""
+
+    scenario: str
+    seed: int = attrs.field(default=1, validator=attrs.validators.instance_of(int))
+    messages: int = attrs.field(default=300, validator=_positive)
+    rate: float = attrs.field(default=100.0, validator=_positive)
+    consumers: int = attrs.field(default=2, validator=[_positive, attrs.validators.le(5)])
+    faces: tuple[Face, ...] = attrs.field(
+        default=("blocking", "asyncio"), converter=tuple,
+        validator=attrs.validators.deep_iterable(
+            attrs.validators.in_(("blocking", "asyncio")), attrs.validators.min_len(1)))
+    weakened: Weakening | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.in_(WEAKENINGS)))
+    heartbeat: int = attrs.field(default=2, validator=_positive)
+    effect_ms: float = attrs.field(default=2.0, validator=attrs.validators.ge(0))
+    prefetch: int = attrs.field(default=20, validator=_positive)
+    time_limit: float = attrs.field(default=300.0, validator=_positive)
+    store: Literal["sqlite", "postgres"] | None = attrs.field(
+        default=None, validator=attrs.validators.optional(
+            attrs.validators.in_(("sqlite", "postgres"))))
+    """The inbox's store and sink; ``None``: the scenario's choice."""
+
+    @property
+    def label(self) -> str:
+        weak = f"-{self.weakened}" if self.weakened else ""
+        return f"{self.scenario}-s{self.seed}{weak}"
+
+
+@attrs.frozen
+class RunResult:
+    path: Path
+    settings: RunSettings
+    verdict: dict[str, Any]
+    expected: tuple[str, ...]
+    """Anomalies a weakened run must show; empty for a run of the real configuration."""
+    seconds: float
+
+    @property
+    def outcome(self) -> str:
+        """``pass`` (a valid run), ``caught`` (a weakened run whose anomaly was found), or
+        ``FAIL`` (an anomaly in a real run, or a weakened run that looked valid)."""
+        found = {name for name in ANOMALIES if self.verdict[name]["count"]}
+        if not self.expected:
+            return "pass" if self.verdict["valid"] else "FAIL"
+        return "caught" if found & set(self.expected) else "FAIL"
+
+
+class World:
+    """What a scenario acts on: the cluster, the actors, the fault proxy and the nemesis."""
+
+    def __init__(self, settings: RunSettings, cluster: LocalCluster, run_dir: Path,
+                 proxy: FaultProxy, queue: str, queue_type: Literal["quorum", "classic"],
+                 sink: Sink):
+        self.settings = settings
+        self.cluster = cluster
+        self.run_dir = run_dir
+        self.proxy = proxy
+        self.queue = queue
+        self.queue_type = queue_type
+        self.rng = random.Random(settings.seed)
+        self.nemesis = Nemesis(run_dir)
+        self.sink = sink
+        self.consumers: dict[int, ActorProcess] = {}
+        self.retired: list[ActorProcess] = []
+        self.publishers: list[ActorProcess] = []
+        self.restarts = 0
+        self._lock = threading.RLock()
+        self._stopping: set[str] = set()
+        self._deadline = time.monotonic() + settings.time_limit
+        self._closed = threading.Event()
+        self._supervisor = threading.Thread(target=self._supervise, name="chaos-supervisor",
+                                            daemon=True)
+
+    # ------------------------------------------------------------------ time
+
+    def left(self) -> float:
+        """Seconds left of the run's time limit (every wait is cut to it)."""
+        return max(0.0, self._deadline - time.monotonic())
+
+    def bound(self, timeout: float) -> float:
+        left = self.left()
+        if left <= 0:
+            raise ChaosTimeout(f"the run exceeded its time limit of "
+                               f"{self.settings.time_limit:g} s")
+        return min(timeout, left)
+
+    def pause(self, seconds: float) -> None:
+        """A fault's duration (the scenario's choice, seeded), cut short if the run ends."""
+        self._closed.wait(min(seconds, self.left()))
+
+    # ------------------------------------------------------------------ actors
+
+    def _urls(self, actor: str, first: int) -> list[str]:
+        creds = self.cluster.credentials
+        nodes = self.cluster.nodes
+        order = nodes[first:] + nodes[:first]
+        urls = []
+        for node in order:
+            listen = self.proxy.route(actor, node.index, node.address)
+            urls.append(f"amqp://{creds.user}:{creds.password}@{listen}/%2F")
+        return urls
+
+    def _consumer_spec(self, slot: int, actor: str) -> ConsumerActor:
+        s = self.settings
+        return ConsumerActor(
+            actor=actor, run_dir=str(self.run_dir), queue=self.queue,
+            urls=tuple(self._urls(actor, (slot + 1) % len(self.cluster.nodes))),
+            queue_type=self.queue_type, heartbeat=s.heartbeat,
+            face=s.faces[slot % len(s.faces)],
+            dedup="off" if s.weakened == "dedup-off" else
+            "redelivered-only" if s.weakened == "redelivered-only" else "inbox",
+            fencing=s.weakened != "fencing-off", effect_ms=s.effect_ms, prefetch=s.prefetch,
+            sink=self.sink.location)
+
+    def start_consumer(self, slot: int) -> ActorProcess:
+        """Start the consumer of ``slot`` (``consumer-a``, ``-b``...); a later incarnation of
+        a slot is a new actor (``consumer-a.2``), so its events never mix with the old one's."""
+        with self._lock:
+            base = f"consumer-{chr(ord('a') + slot)}"
+            n = sum(1 for p in [*self.retired, *self.consumers.values()]
+                    if p.name.split(".")[0] == base)
+            actor = base if n == 0 else f"{base}.{n + 1}"
+            spec = self._consumer_spec(slot, actor)
+            process = ActorProcess(actor, spec.argv(), self.run_dir / "logs")
+            old = self.consumers.get(slot)
+            if old is not None:
+                self.retired.append(old)
+            self.consumers[slot] = process
+            return process
+
+    def start_publisher(self, index: int = 0, messages: int | None = None) -> ActorProcess:
+        s = self.settings
+        actor = f"publisher-{index}"
+        first = 0 if index == 0 else self.rng.randrange(len(self.cluster.nodes))
+        spec = PublisherActor(actor=actor, run_dir=str(self.run_dir), queue=self.queue,
+                              urls=tuple(self._urls(actor, first)), queue_type=self.queue_type,
+                              heartbeat=s.heartbeat, messages=messages or s.messages,
+                              rate=s.rate)
+        process = ActorProcess(actor, spec.argv(), self.run_dir / "logs")
+        self.publishers.append(process)
+        return process
+
+    def live_consumers(self) -> list[ActorProcess]:
+        with self._lock:
+            return [p for p in self.consumers.values() if p.alive]
+
+    def active(self, timeout: float = 60.0, other_than: ActorProcess | None = None
+               ) -> ActorProcess:
+        """The consumer that reports itself active (not frozen), waiting for one."""
+        deadline = time.monotonic() + self.bound(timeout)
+        while True:
+            for process in self.live_consumers():
+                if process.role == "active" and not process.frozen and process is not other_than:
+                    return process
+            if time.monotonic() >= deadline:
+                roles = {p.name: p.role for p in self.live_consumers()}
+                raise ChaosTimeout(f"no active consumer within {timeout:g} s (roles: {roles})")
+            self._closed.wait(0.05)
+
+    def stop_consumer(self, process: ActorProcess, timeout: float = CONSUMER_STOP_S) -> int:
+        """A graceful stop the supervisor does not answer with a restart."""
+        with self._lock:
+            self._stopping.add(process.name)
+        return process.stop(timeout)
+
+    def restart(self, process: ActorProcess) -> ActorProcess:
+        """Stop ``process`` gracefully and start its slot's next incarnation."""
+        slot = next(s for s, p in self.consumers.items() if p is process)
+        self.stop_consumer(process)
+        return self.start_consumer(slot)
+
+    def _supervise(self) -> None:
+        """Like a service manager: a consumer that ended on its own (fenced off, gave up
+        reconnecting) is started again, at most ten times a run."""
+        while not self._closed.wait(0.2):
+            with self._lock:
+                for slot, process in list(self.consumers.items()):
+                    if process.alive or process.name in self._stopping or self.restarts >= 10:
+                        continue
+                    self.restarts += 1
+                    self.start_consumer(slot)
+
+    # ------------------------------------------------------------------ progress
+
+    def committed(self) -> int:
+        return len(self.sink.distinct())
+
+    def wait_committed(self, count: int, timeout: float = 120.0) -> None:
+        """Until ``count`` distinct messages have an effect in the sink."""
+        deadline = time.monotonic() + self.bound(timeout)
+        while self.committed() < count:
+            if time.monotonic() >= deadline:
+                raise ChaosTimeout(f"fewer than {count} messages handled within {timeout:g} s "
+                                   f"({self.committed()} were)")
+            self._closed.wait(0.05)
+
+    def at_fraction(self, low: float, high: float) -> int:
+        """A seeded point of the run, as a number of handled messages."""
+        return max(1, int(self.settings.messages * self.rng.uniform(low, high)))
+
+    def events(self, actor: str) -> list[dict[str, Any]]:
+        """``actor``'s history so far (actors flush every event)."""
+        path = self.run_dir / "events" / f"{actor}.jsonl"
+        found: list[dict[str, Any]] = []
+        if path.exists():
+            with path.open(encoding="utf-8") as lines:
+                for line in lines:
+                    with contextlib.suppress(ValueError):
+                        found.append(json.loads(line))
+        return found
+
+    def wait_event(self, actor: str, kind: str, since: float, timeout: float = 60.0
+                   ) -> dict[str, Any]:
+        """Until ``actor`` records an event of type ``kind`` at or after ``since``."""
+        deadline = time.monotonic() + self.bound(timeout)
+        while True:
+            for event in self.events(actor):
+                if event.get("type") == kind and float(event.get("ts", 0)) >= since:
+                    return event
+            if time.monotonic() >= deadline:
+                raise ChaosTimeout(f"{actor} recorded no {kind!r} within {timeout:g} s")
+            self._closed.wait(0.05)
+
+    def _all_events(self, pattern: str, kind: str) -> Iterator[dict[str, Any]]:
+        for path in sorted((self.run_dir / "events").glob(pattern)):
+            for event in self.events(path.stem):
+                if event.get("type") == kind and isinstance(event.get("msg"), str):
+                    yield event
+
+    def confirmed_ids(self) -> set[str]:
+        return {event["msg"] for event in self._all_events("publisher-*.jsonl", "confirm")}
+
+    def commit_times(self) -> dict[tuple[str, str], list[float]]:
+        times: dict[tuple[str, str], list[float]] = {}
+        for event in self._all_events("consumer-*.jsonl", "commit"):
+            times.setdefault((str(event["actor"]), event["msg"]), []).append(float(event["ts"]))
+        for found in times.values():
+            found.sort()
+        return times
+
+    # ------------------------------------------------------------------ nodes
+
+    def queue_node(self) -> int:
+        """The index of the node leading the queue (a quorum queue's leader, a classic
+        queue's master)."""
+        info = self.cluster.management_api(f"queues/%2F/{self.queue}")
+        name = info.get("leader") or info.get("node")
+        return self.cluster.node(str(name).split("@")[0]).index
+
+    def ensure_whole(self) -> None:
+        for node in self.cluster.nodes:
+            if not self.cluster.is_running(node):
+                self.cluster.start(node.index)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._supervisor.start()
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._supervisor.is_alive():
+            self._supervisor.join(5)
+        for process in [*self.retired, *self.consumers.values(), *self.publishers]:
+            process.close()
+        self.nemesis.close()
+
+
+Body = Callable[[World], None]
+
+
+@attrs.frozen
+class Scenario:
+    name: str
+    summary: str
+    body: Body
+    weakened: Weakening
+    """The weakening this scenario's fault exposes; its anomaly is ``expect``."""
+    expect: tuple[str, ...]
+    queue_type: Literal["quorum", "classic"] = "quorum"
+    prepare: Callable[[LocalCluster, str], None] | None = None
+    """Set-up before the queue exists (a policy), given the queue name."""
+    store: Literal["sqlite", "postgres"] = "sqlite"
+    """PostgreSQL where the fault is about row locks held by a frozen consumer: SQLite's one
+    writer serialises consumers whatever the fencing."""
+
+
+def _delete_queue(cluster: LocalCluster, queue: str) -> None:
+    for name in (queue, f"{queue}.parked"):
+        with contextlib.suppress(Exception):
+            cluster.management_api(f"queues/%2F/{name}", method="DELETE")
+
+
+def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
+        postgres: LocalPostgres | None = None, scenarios: dict[str, Scenario] | None = None,
+        check: str = "python", toxiproxy_url: str | None = None) -> RunResult:
+    """Carry out one run and check it; see the module's docstring."""
+    from chaos.scenarios import SCENARIOS
+
+    table = SCENARIOS if scenarios is None else scenarios
+    if settings.scenario not in table:
+        raise UnknownScenario(f"no scenario {settings.scenario!r}; there are: "
+                              f"{', '.join(sorted(table))}")
+    scenario = table[settings.scenario]
+    started = time.monotonic()
+    run_dir = out / settings.label
+    if run_dir.exists():
+        raise ChaosError(f"{run_dir} exists already: choose another --out or remove it")
+    (run_dir / "events").mkdir(parents=True)
+    queue = f"chaos-{settings.label}-{uuid.uuid4().hex[:6]}"
+    expected = scenario.expect if settings.weakened else ()
+    meta: dict[str, Any] = {
+        "scenario": scenario.name, "summary": scenario.summary, "seed": settings.seed,
+        "parameters": attrs.asdict(settings), "queue": queue,
+        "queue_type": scenario.queue_type, "single_active_queues": [queue],
+        "expect": list(expected),
+        "topology": {"nodes": [n.name for n in cluster.nodes], "cluster": cluster.name},
+        "start": time.time(),
+    }
+    store = settings.store or scenario.store
+    meta["store"] = store
+    if store == "postgres":
+        if postgres is None:
+            raise ChaosError(f"scenario {scenario.name} runs on PostgreSQL: start one "
+                             "(server.LocalPostgres) and pass it")
+        sink = Sink(postgres.create_database(f"chaos_{uuid.uuid4().hex[:10]}"))
+    else:
+        sink = Sink(f"sqlite:{run_dir / 'sink.db'}")
+    sink.create()
+    proxy = FaultProxy(f"chaos-{uuid.uuid4().hex[:6]}", toxiproxy_url)
+    world = World(settings, cluster, run_dir, proxy, queue, scenario.queue_type, sink)
+    error: BaseException | None = None
+    try:
+        world.ensure_whole()
+        if scenario.prepare is not None:
+            scenario.prepare(cluster, queue)
+        _drive(world, scenario)
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        world.close()
+        proxy.close()
+        meta["end"] = time.time()
+        meta["restarts"] = world.restarts
+        meta["faults"] = world.nemesis.faults
+        if error is not None:
+            meta["error"] = f"{type(error).__name__}: {error}"
+        world.sink.dump(run_dir / "effects.jsonl", world.commit_times())
+        (run_dir / "run.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+        _delete_queue(cluster, queue)
+    verdict = _check(run_dir, check)
+    return RunResult(run_dir, settings, verdict, expected, time.monotonic() - started)
+
+
+def _drive(world: World, scenario: Scenario) -> None:
+    s = world.settings
+    first = world.start_consumer(0)
+    first.wait_for("subscription", lambda p: p.role in ("waiting", "active"),
+                   world.bound(60))
+    for slot in range(1, s.consumers):
+        world.start_consumer(slot).wait_for(
+            "subscription", lambda p: p.role in ("waiting", "active"), world.bound(60))
+    world.start()
+    world.start_publisher()
+    scenario.body(world)
+    for publisher in world.publishers:
+        publisher.wait_for("end of publishing", lambda p: p.last("done") is not None,
+                           world.bound(s.time_limit))
+    _drain(world)
+    for process in world.live_consumers():
+        world.stop_consumer(process)
+
+
+def _drain(world: World) -> None:
+    """Until every confirmed message has an effect, or the run's time is up (the checker
+    then reports what is missing as lost)."""
+    confirmed = world.confirmed_ids()
+    while not confirmed <= world.sink.distinct():
+        if world.left() <= 0:
+            return
+        world.pause(0.1)
+
+
+def _check(run_dir: Path, engine: str) -> dict[str, Any]:
+    if engine == "python":
+        from checker.python_engine import check_run
+
+        verdict = check_run(run_dir)
+    else:
+        raise ChaosError(f"unknown engine {engine!r}")
+    (run_dir / "verdict.json").write_text(json.dumps(verdict, indent=2, sort_keys=True))
+    return verdict
+
+
+@contextlib.contextmanager
+def toxic(world: World, actors: list[ActorProcess], kind: str,
+          streams: tuple[str, ...] = ("downstream",), **attributes: Any) -> Iterator[None]:
+    """A toxic on every link of ``actors`` for the duration of the block, recorded as one
+    fault (target: the actor, or ``clients`` for several)."""
+    target = actors[0].name if len(actors) == 1 else "clients"
+    with world.nemesis.fault(kind, target, streams=list(streams), **attributes):
+        added = [(actor.name, world.proxy.add(actor.name, kind, stream=stream,
+                                              attributes=attributes))
+                 for actor in actors for stream in streams]
+        try:
+            yield
+        finally:
+            for name, label in added:
+                world.proxy.remove(name, label)

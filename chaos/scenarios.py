@@ -1,0 +1,198 @@
+"""The named scenarios. Each is a function of a ``World`` that injects its faults while the
+workload runs, with every choice (when, how long, which parameters) drawn from the run's
+seeded generator, so ``--seed`` replays the same plan (the broker's timing is its own).
+
+Each names the weakening its fault exposes and what the checker must then find: a suite that
+cannot fail proves nothing. ``rolling-handover`` is the exception that proves a point: with
+dedup off it must still be valid, because a graceful handover redelivers nothing.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from chaos._process import ActorProcess
+from chaos.runner import Body, Scenario, World, toxic
+from server import LocalCluster
+
+EFFECT_WAIT_S = 30.0
+
+
+def _inside_effect(w: World, victim: ActorProcess) -> None:
+    """Arm ``victim`` and wait until it is inside an effect, holding it there."""
+    before = victim.count("in_effect")
+    victim.tell("freeze")
+    victim.wait_for("effect to stop in", lambda p: p.count("in_effect") > before,
+                    w.bound(EFFECT_WAIT_S))
+
+
+def _reset_active(w: World) -> None:
+    """Reset the active consumer's connection while it is inside an effect: the effect
+    completes after the connection is gone, so its message comes again to the next one."""
+    victim = w.active()
+    _inside_effect(w, victim)
+    since = time.time()
+    with toxic(w, [victim], "reset_peer", ("downstream", "upstream"), timeout=0):
+        w.wait_event(victim.name, "connection_lost", since, 30)
+        victim.tell("continue")
+        w.pause(w.rng.uniform(0.3, 1.5))
+
+
+def consumer_reset(w: World) -> None:
+    w.wait_committed(w.at_fraction(0.2, 0.4))
+    _reset_active(w)
+
+
+def consumer_blackhole(w: World) -> None:
+    """Nothing passes either way and nothing closes: both sides find out by heartbeats."""
+    w.wait_committed(w.at_fraction(0.2, 0.4))
+    victim = w.active()
+    _inside_effect(w, victim)
+    since = time.time()
+    with toxic(w, [victim], "timeout", ("downstream", "upstream"), timeout=0):
+        victim.tell("continue")
+        w.active(other_than=victim)
+        w.wait_event(victim.name, "connection_lost", since, 60)
+        w.pause(w.rng.uniform(0.0, 1.0))
+
+
+def consumer_freeze(w: World) -> None:
+    w.wait_committed(w.at_fraction(0.2, 0.4))
+    _freeze_active(w)
+
+
+def publisher_reset(w: World) -> None:
+    """Confirms stop coming back (the broker still enqueues), then the connection is reset:
+    the publisher retransmits what it never saw confirmed, marked, and some of it twice."""
+    w.wait_committed(w.at_fraction(0.1, 0.3))
+    publisher = w.publishers[0]
+    since = time.time()
+    with toxic(w, [publisher], "timeout", ("downstream",), timeout=0):
+        w.pause(w.rng.uniform(0.3, 1.0))
+        with toxic(w, [publisher], "reset_peer", ("upstream",), timeout=0):
+            w.wait_event(publisher.name, "connection_lost", since, 30)
+
+
+def leader_kill(w: World) -> None:
+    """SIGKILL the node leading the queue while publishing and consuming; start it again."""
+    w.wait_committed(w.at_fraction(0.2, 0.4))
+    _kill_queue_node(w)
+
+
+def mirrored_failover(w: World) -> None:
+    """A classic mirrored queue: the master's node killed; consumers get the broker's
+    ``basic.cancel`` (``x-cancel-on-ha-failover``) and consume again from the new master."""
+    w.wait_committed(w.at_fraction(0.2, 0.4))
+    _kill_queue_node(w)
+
+
+def _kill_queue_node(w: World) -> None:
+    """The queue was declared by the first consumer, so it leads from that consumer's node,
+    and that consumer is the active one: the kill takes its connection inside an effect.
+    A second publisher then checks the cluster serves again once the node is back."""
+    node = w.queue_node()
+    victim = w.active()
+    _inside_effect(w, victim)
+    with w.nemesis.fault("kill_node", f"node{node}"):
+        w.cluster.kill(node)
+        victim.tell("continue")
+        w.pause(w.rng.uniform(1.0, 3.0))
+        w.cluster.start(node, timeout=w.bound(120))
+    w.start_publisher(1, messages=max(10, w.settings.messages // 5))
+
+
+def _mirror(cluster: LocalCluster, queue: str) -> None:
+    cluster.management_api(
+        f"policies/%2F/{queue}", method="PUT",
+        body={"pattern": f"^{queue}$", "apply-to": "queues", "priority": 10,
+              "definition": {"ha-mode": "all", "ha-sync-mode": "automatic"}})
+
+
+def _degraded(kind: str, **choices: tuple[float, float]) -> Body:
+    def body(w: World) -> None:
+        w.wait_committed(w.at_fraction(0.1, 0.3))
+        attributes = {name: round(w.rng.uniform(*span)) for name, span in choices.items()}
+        clients = [*w.live_consumers(), *w.publishers]
+        with toxic(w, clients, kind, ("downstream", "upstream"), **attributes):
+            w.pause(w.rng.uniform(0.5, 1.5))
+            _reset_active(w)
+            w.pause(w.rng.uniform(0.5, 1.5))
+    body.__doc__ = (f"Every client link under {kind} ({', '.join(choices)}), and the active "
+                    "consumer's connection dropped while it is so.")
+    return body
+
+
+def rolling_handover(w: World) -> None:
+    """Each consumer restarted in turn with a graceful stop, twice round, spread over the
+    messages so that every restart happens while messages flow."""
+    restarts = 2 * len(w.consumers)
+    step = max(1, w.settings.messages // (restarts + 2))
+    for n in range(restarts):
+        slot = sorted(w.consumers)[n % len(w.consumers)]
+        w.wait_committed(min(w.settings.messages, (n + 1) * step))
+        process = w.consumers[slot]
+        with w.nemesis.fault("graceful_restart", process.name):
+            w.restart(process).wait_for(
+                "subscription", lambda p: p.role in ("waiting", "active"), w.bound(60))
+
+
+def flapping(w: World) -> None:
+    """Client faults from the list above, one after another at random moments, until the
+    publisher is done (a consumer reset first, so there is always a redelivery)."""
+    _reset_active(w)
+    faults = [_reset_active, _freeze_active, _blackhole_active]
+    while w.publishers[0].last("done") is None and w.left() > 30:
+        w.pause(w.rng.uniform(0.2, 1.0))
+        w.rng.choice(faults)(w)
+
+
+def _blackhole_active(w: World) -> None:
+    victim = w.active()
+    since = time.time()
+    with toxic(w, [victim], "timeout", ("downstream", "upstream"), timeout=0):
+        w.wait_event(victim.name, "connection_lost", since, 60)
+
+
+def _freeze_active(w: World) -> None:
+    """SIGSTOP inside an effect; the broker hands over after missed heartbeats; SIGCONT
+    soon after, so the zombie's commit races its successor's (fencing must refuse it)."""
+    victim = w.active()
+    _inside_effect(w, victim)
+    with w.nemesis.fault("sigstop", victim.name):
+        victim.signal(signal.SIGSTOP)
+        victim.tell("continue")  # read only once thawed
+        w.active(other_than=victim)
+        w.pause(w.rng.uniform(0.0, 0.5))
+        victim.signal(signal.SIGCONT)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s for s in [
+        Scenario("consumer-reset", "reset_peer on the active consumer's connection "
+                 "mid-stream", consumer_reset, "dedup-off", ("duplicated",)),
+        Scenario("consumer-blackhole", "timeout 0 on the active consumer's link: "
+                 "client-side detection", consumer_blackhole, "dedup-off", ("duplicated",)),
+        Scenario("consumer-freeze", "SIGSTOP the active consumer inside its effect, "
+                 "SIGCONT after the handover", consumer_freeze, "fencing-off",
+                 ("concurrent", "duplicated"), store="postgres"),
+        Scenario("publisher-reset", "the publisher's connection dropped between publish "
+                 "and confirm", publisher_reset, "redelivered-only", ("duplicated",)),
+        Scenario("leader-kill", "SIGKILL of the quorum queue leader's node",
+                 leader_kill, "dedup-off", ("duplicated",)),
+        Scenario("latency", "every client link slowed", _degraded(
+            "latency", latency=(50, 300), jitter=(0, 50)), "dedup-off", ("duplicated",)),
+        Scenario("slicer", "every client link cut into small pieces", _degraded(
+            "slicer", average_size=(8, 64), size_variation=(0, 8), delay=(0, 200)),
+                 "dedup-off", ("duplicated",)),
+        Scenario("bandwidth", "every client link throttled", _degraded(
+            "bandwidth", rate=(16, 64)), "dedup-off", ("duplicated",)),
+        Scenario("mirrored-failover", "classic mirrored queue, master's node killed",
+                 mirrored_failover, "dedup-off", ("duplicated",), queue_type="classic",
+                 prepare=_mirror),
+        Scenario("rolling-handover", "consumers restarted one after another, gracefully",
+                 rolling_handover, "dedup-off", ()),
+        Scenario("flapping", "random client faults at random times", flapping,
+                 "dedup-off", ("duplicated",)),
+    ]
+}
