@@ -331,9 +331,11 @@ class Scenario:
 
 
 def _delete_queue(cluster: LocalCluster, queue: str) -> None:
-    for name in (queue, f"{queue}.parked"):
+    """The run's queue, its parking queue and a policy a scenario made for it."""
+    paths = [f"queues/%2F/{queue}", f"queues/%2F/{queue}.parked", f"policies/%2F/{queue}"]
+    for path in paths:
         with contextlib.suppress(Exception):
-            cluster.management_api(f"queues/%2F/{name}", method="DELETE")
+            cluster.management_api(path, method="DELETE")
 
 
 def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
@@ -349,8 +351,10 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
     scenario = table[settings.scenario]
     started = time.monotonic()
     run_dir = out / settings.label
-    if run_dir.exists():
-        raise ChaosError(f"{run_dir} exists already: choose another --out or remove it")
+    again = 1
+    while run_dir.exists():  # an earlier run of the same plan: keep it, number this one
+        again += 1
+        run_dir = out / f"{settings.label}-{again}"
     (run_dir / "events").mkdir(parents=True)
     queue = f"chaos-{settings.label}-{uuid.uuid4().hex[:6]}"
     expected = scenario.expect if settings.weakened else ()

@@ -45,6 +45,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check(runs: list[Path], engine: str, master: str | None, out: Path) -> int:
+    verdicts, summary, report = check_and_report(runs, engine, master, out)
+    for path, verdict in zip(runs, verdicts, strict=True):
+        print(_one_line(path, verdict))
+        for line in verdict["malformed"]["lines"][:SHOWN]:
+            print(f"  {path / line['file']}:{line['line']}: malformed line: {line['error']}")
+    print(f"{summary['valid']} of {summary['runs']} run(s) valid; report: {report}")
+    return 0 if summary["valid"] == summary["runs"] else 1
+
+
+def check_and_report(runs: list[Path], engine: str, master: str | None, out: Path
+                     ) -> tuple[list[dict[str, Any]], dict[str, Any], Path]:
+    """Each run's verdict on ``engine`` (written to ``RUN/verdict.json``), ``summary.json``
+    and ``report.html`` in ``out``: what ``sac check`` and ``sac chaos campaign`` share."""
     for path in runs:
         if not path.is_dir():
             raise InputError(f"{path}: no such run directory")
@@ -74,13 +87,7 @@ def _check(runs: list[Path], engine: str, master: str | None, out: Path) -> int:
         (path / "verdict.json").write_text(json.dumps(verdict, indent=2, sort_keys=True))
     summary = summarize(verdicts, engine)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
-    report = render_report(verdicts, summary, out / "report.html")
-    for path, verdict in zip(runs, verdicts, strict=True):
-        print(_one_line(path, verdict))
-        for line in verdict["malformed"]["lines"][:SHOWN]:
-            print(f"  {path / line['file']}:{line['line']}: malformed line: {line['error']}")
-    print(f"{summary['valid']} of {summary['runs']} run(s) valid; report: {report}")
-    return 0 if summary["valid"] == summary["runs"] else 1
+    return verdicts, summary, render_report(verdicts, summary, out / "report.html")
 
 
 def _one_line(path: Path, verdict: dict[str, Any]) -> str:

@@ -118,8 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--home", type=Path, default=None)
     demo.set_defaults(func=_demo)
 
-    from sac import audit, check, dlq, proxy
+    from sac import audit, chaos, check, dlq, proxy
 
+    chaos.add_parser(commands)
     check.add_parser(commands)
     audit.add_parser(commands)
     dlq.add_parser(commands)

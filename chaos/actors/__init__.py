@@ -13,8 +13,11 @@ recorder and tells the runner what it needs to steer the run as JSON lines on st
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from typing import Any, Literal, Self
 
 import attrs
@@ -102,10 +105,25 @@ class ConsumerActor(_Actor):
         return Sink(self.sink or f"sqlite:{self.run_dir}/sink.db")
 
 
+def end_with_runner(on_line: Callable[[str], None] | None = None) -> None:
+    """Read the runner's commands from stdin on a thread; when stdin closes (the runner
+    ended, even by SIGKILL) stop this process with SIGTERM, which actors treat as a
+    graceful stop: no actor outlives the run that started it."""
+
+    def read() -> None:
+        for line in sys.stdin:
+            if on_line is not None:
+                on_line(line.strip())
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=read, name="chaos-runner-link", daemon=True).start()
+
+
 def say(event: str, **fields: Any) -> None:
     """One line to the runner (stdout is the control channel; logs go to stderr)."""
     sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
     sys.stdout.flush()
 
 
-__all__ = ["DEDUP_MODES", "ConsumerActor", "Dedup", "Face", "PublisherActor", "Sink", "say"]
+__all__ = ["DEDUP_MODES", "ConsumerActor", "Dedup", "Face", "PublisherActor", "Sink",
+           "end_with_runner", "say"]

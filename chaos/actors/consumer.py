@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from chaos.actors import ConsumerActor, say
+from chaos.actors import ConsumerActor, end_with_runner, say
 from chaos.actors._sink import holding_locks
 from sdk import (
     AsyncConsumer,
@@ -56,16 +56,14 @@ class Controls:
         self.armed = threading.Event()
         self.go = threading.Event()
         self.lingered = 0
-        threading.Thread(target=self._read, name="chaos-controls", daemon=True).start()
+        end_with_runner(self._command)
 
-    def _read(self) -> None:
-        for line in sys.stdin:
-            command = line.strip()
-            if command == "freeze":
-                self.go.clear()
-                self.armed.set()
-            elif command == "continue":
-                self.go.set()
+    def _command(self, command: str) -> None:
+        if command == "freeze":
+            self.go.clear()
+            self.armed.set()
+        elif command == "continue":
+            self.go.set()
 
     def checkpoint(self, msg: str, holding: bool) -> None:
         """Stop here if armed, once the store transaction holds locks (``holding``): a

@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from chaos.actors import PublisherActor, say
+from chaos.actors import PublisherActor, end_with_runner, say
 from sdk import (
     ConnectionSettings,
     HistoryRecorder,
@@ -28,6 +28,7 @@ from sdk import (
 
 
 def main(spec: PublisherActor) -> int:
+    end_with_runner()
     events = Path(spec.run_dir) / "events" / f"{spec.actor}.jsonl"
     recorder = HistoryRecorder(events, spec.actor, flush_every=1)
     connection = ConnectionSettings(urls=spec.urls, heartbeat=spec.heartbeat,

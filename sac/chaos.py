@@ -1,0 +1,165 @@
+"""``sac chaos list | run | campaign``: the chaos suite from the command line.
+
+``run SCENARIO`` carries out one run and checks it; ``campaign`` many, with a progress bar,
+the table and ``report.html``. Both start what they need and stop it afterwards: a fresh
+3-node cluster (or the running one named by ``--cluster``, from ``sac server up``), and a
+PostgreSQL for the scenarios that need one. Exit status: 0 every run passed (or, weakened,
+was caught), 1 some run failed, 2 nothing could be run (bad arguments, a server that did not
+start): one line naming the problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from chaos.errors import ChaosError
+from checker.errors import CheckerError
+from sac._oneline import one_line
+from server import ServerError
+
+FAILURES = (ChaosError, ServerError, CheckerError)
+
+DEFAULT_CLUSTER = "chaos"
+
+
+def add_parser(commands: Any) -> None:
+    chaos = commands.add_parser("chaos", help="fault scenarios checked from their history")
+    sub = chaos.add_subparsers(dest="action", required=True)
+
+    listing = sub.add_parser("list", help="the scenarios, what each does and must catch")
+    listing.set_defaults(func=_list)
+
+    one = sub.add_parser("run", help="one run of a scenario, checked")
+    one.add_argument("scenario", help="a scenario name (see `sac chaos list`)")
+    one.add_argument("--seed", type=int, default=1)
+    one.add_argument("--weakened", action="store_true",
+                     help="run the scenario's weakened configuration: the checker must then "
+                          "find its anomaly")
+    _common(one)
+    one.set_defaults(func=run_one)
+
+    many = sub.add_parser("campaign", help="many runs: a table and report.html")
+    many.add_argument("--scenarios", default=None,
+                      help="comma-separated names (default: all)")
+    many.add_argument("--seeds", type=int, default=3, help="seeds per scenario (default: 3)")
+    many.add_argument("--no-weakened", action="store_true",
+                      help="skip the weakened configurations")
+    _common(many)
+    many.set_defaults(func=run_campaign)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--messages", type=int, default=300,
+                        help="messages per run (default: 300)")
+    parser.add_argument("--rate", type=float, default=100.0,
+                        help="messages per second published (default: 100)")
+    parser.add_argument("--out", type=Path, default=Path("chaos-runs"),
+                        help="where run directories and report.html go (default: chaos-runs)")
+    parser.add_argument("--engine", choices=("spark", "python"), default="python",
+                        help="the checker's engine for the final verdicts (default: python)")
+    parser.add_argument("--cluster", default=None,
+                        help="use this running cluster (`sac server up --name NAME`) instead "
+                             "of starting a fresh one")
+    parser.add_argument("--home", type=Path, default=None,
+                        help="servers' state directory root (default: $SAC_HOME or .sac)")
+
+
+def _list(_args: argparse.Namespace) -> int:
+    from chaos.scenarios import SCENARIOS
+
+    width = max(len(name) for name in SCENARIOS)
+    for scenario in SCENARIOS.values():
+        expect = ", ".join(scenario.expect) or "still valid"
+        print(f"{scenario.name.ljust(width)}  {scenario.summary}; "
+              f"weakened ({scenario.weakened}): {expect}")
+    return 0
+
+
+@contextlib.contextmanager
+def _servers(cluster_name: str | None, postgres: bool, home: Path | None
+             ) -> Iterator[tuple[Any, Any]]:
+    from server import LocalCluster, LocalPostgres
+
+    with contextlib.ExitStack() as stack:
+        if cluster_name is not None:
+            cluster = LocalCluster.attach(cluster_name, home=home)
+        else:
+            print(f"starting a 3-node RabbitMQ cluster {DEFAULT_CLUSTER!r} ...",
+                  file=sys.stderr, flush=True)
+            cluster = stack.enter_context(LocalCluster(DEFAULT_CLUSTER, 3, home=home))
+        pg = None
+        if postgres:
+            pg = stack.enter_context(LocalPostgres(f"{DEFAULT_CLUSTER}-pg", home=home))
+        yield cluster, pg
+
+
+def _scenarios(names: str | None) -> list[str]:
+    from chaos.scenarios import SCENARIOS
+
+    chosen = list(SCENARIOS) if names is None else [n.strip() for n in names.split(",") if n]
+    unknown = [n for n in chosen if n not in SCENARIOS]
+    if unknown or not chosen:
+        raise ChaosError(f"no scenario {', '.join(unknown) or '(none given)'}; there are: "
+                         f"{', '.join(SCENARIOS)}")
+    return chosen
+
+
+@one_line("sac chaos", FAILURES, 2)
+def run_one(args: argparse.Namespace) -> int:
+    from chaos.runner import RunSettings
+    from chaos.scenarios import SCENARIOS
+
+    name = _scenarios(args.scenario)[0]
+    scenario = SCENARIOS[name]
+    settings = RunSettings(name, seed=args.seed, messages=args.messages, rate=args.rate,
+                           weakened=scenario.weakened if args.weakened else None)
+    return _carry_out([settings], args)
+
+
+@one_line("sac chaos", FAILURES, 2)
+def run_campaign(args: argparse.Namespace) -> int:
+    from chaos.campaign import plan
+
+    if args.seeds < 1:
+        raise ChaosError("--seeds must be at least 1")
+    runs = plan(_scenarios(args.scenarios), args.seeds, weakened=not args.no_weakened,
+                messages=args.messages, rate=args.rate)
+    return _carry_out(runs, args)
+
+
+def _carry_out(runs: list[Any], args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from chaos.campaign import carry_out, failed, row, table
+    from chaos.scenarios import SCENARIOS
+    from sac.check import check_and_report
+
+    if args.messages < 1 or args.rate <= 0:
+        raise ChaosError("--messages and --rate must be positive")
+    started = time.monotonic()
+    needs_pg = any(SCENARIOS[r.scenario].store == "postgres" for r in runs)
+    with _servers(args.cluster, needs_pg, args.home) as (cluster, pg):
+        bar = tqdm(total=len(runs), unit="run", file=sys.stderr, dynamic_ncols=True)
+
+        def done(result: Any) -> None:
+            bar.set_postfix_str(f"{result.settings.label}: {result.outcome}")
+            bar.update()
+
+        try:
+            results = carry_out(runs, cluster, args.out, postgres=pg, on_done=done)
+        finally:
+            bar.close()
+    verdicts, _summary, report = check_and_report(
+        [r.path for r in results], args.engine, None, args.out)
+    rows = [row(r, v) for r, v in zip(results, verdicts, strict=True)]
+    print(table(rows))
+    bad = failed(rows)
+    print(f"{len(rows) - len(bad)} of {len(rows)} run(s) as expected "
+          f"({time.monotonic() - started:.0f} s, checked on {args.engine}); report: {report}")
+    return 1 if bad else 0

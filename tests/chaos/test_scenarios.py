@@ -1,0 +1,102 @@
+"""Every scenario once at a small size against the session's real cluster, in its real
+configuration (the checker must find nothing) and in its weakened one (the checker must find
+what the weakening lets through): a suite that cannot fail proves nothing.
+
+The verdicts come from the pure-Python engine, as ``make test`` promises; the campaign in
+``make demo`` checks on Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from chaos.runner import ANOMALIES, RunSettings, run
+from chaos.scenarios import SCENARIOS
+from server import LocalCluster, LocalPostgres
+
+MESSAGES = 200
+
+
+@pytest.mark.parametrize("weakened", [False, True], ids=["default", "weakened"])
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_scenario(name: str, weakened: bool, cluster: LocalCluster, postgres: LocalPostgres,
+                  tmp_path: Path) -> None:
+    scenario = SCENARIOS[name]
+    settings = RunSettings(name, seed=1, messages=MESSAGES,
+                           weakened=scenario.weakened if weakened else None)
+    result = run(settings, cluster, tmp_path, postgres=postgres)
+    verdict = result.verdict
+    found = {a: verdict[a]["count"] for a in ANOMALIES}
+    # The workload ran in full through the fault: every message published was confirmed.
+    assert verdict["published"] >= MESSAGES
+    assert verdict["confirmed"] == verdict["published"], found
+    assert verdict["lost"]["count"] == 0, found
+    assert verdict["counts"]["fault_start"] >= 1
+    if not weakened or not scenario.expect:
+        assert verdict["valid"], (found, result.path)
+        assert result.outcome == "pass"
+    else:
+        assert any(found[a] for a in scenario.expect), (found, result.path)
+        assert result.outcome == "caught"
+    # What the checker read is what the run wrote: the sink's rows, one per effect.
+    effects = (result.path / "effects.jsonl").read_text().splitlines()
+    assert len(effects) == verdict["effects"]
+    run_json = json.loads((result.path / "run.json").read_text())
+    assert run_json["scenario"] == name and run_json["single_active_queues"]
+    # Nothing of the run is left: no actor process, no proxy, no queue.
+    assert not _actors_of(tmp_path)
+    queues = [q["name"] for q in cluster.management_api("queues?columns=name")]
+    assert run_json["queue"] not in queues
+
+
+def test_an_interrupted_run_leaves_no_process(cluster: LocalCluster, tmp_path: Path) -> None:
+    """Ctrl-C in the middle of a run: the command ends, every actor with it."""
+    command = [sys.executable, "-m", "sac.cli", "chaos", "run", "consumer-blackhole",
+               "--cluster", cluster.name, "--home", str(cluster.spec.home),
+               "--out", str(tmp_path)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    events = tmp_path / "consumer-blackhole-s1" / "events" / "nemesis.jsonl"
+    deadline = time.monotonic() + 120
+    while not (events.exists() and events.read_text()):  # the fault is in place
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the run never reached its fault"
+        time.sleep(0.05)
+    actors = _actors_of(tmp_path)
+    assert actors, "no actor process found"
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    deadline = time.monotonic() + 30
+    while _actors_of(tmp_path):
+        assert time.monotonic() < deadline, f"actors left running: {_actors_of(tmp_path)}"
+        time.sleep(0.1)
+
+
+def _actors_of(run_root: Path) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"chaos.actors" in cmdline and str(run_root).encode() in cmdline:
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_cli_list_and_a_bad_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    from sac.cli import main
+
+    assert main(["chaos", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in SCENARIOS)
+    assert main(["chaos", "run", "earthquake", "--cluster", "none-such"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "earthquake" in err[0] and "consumer-reset" in err[0]
