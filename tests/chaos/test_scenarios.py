@@ -49,7 +49,8 @@ def test_scenario(name: str, weakened: bool, cluster: LocalCluster, postgres: Lo
     effects = (result.path / "effects.jsonl").read_text().splitlines()
     assert len(effects) == verdict["effects"]
     run_json = json.loads((result.path / "run.json").read_text())
-    assert run_json["scenario"] == name and run_json["single_active_queues"]
+    assert run_json["scenario"] == name
+    assert run_json["single_active_queues"] == [run_json["queue"]]
     # Nothing of the run is left: no actor process, no proxy, no queue.
     assert not _actors_of(tmp_path)
     queues = [q["name"] for q in cluster.management_api("queues?columns=name")]
@@ -99,4 +100,6 @@ def test_cli_list_and_a_bad_scenario(capsys: pytest.CaptureFixture[str]) -> None
     assert all(name in listed for name in SCENARIOS)
     assert main(["chaos", "run", "earthquake", "--cluster", "none-such"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "earthquake" in err[0] and "consumer-reset" in err[0]
+    assert len(err) == 1
+    assert "earthquake" in err[0]
+    assert "consumer-reset" in err[0]
