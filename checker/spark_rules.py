@@ -5,13 +5,14 @@ first, so one job checks any number of runs. What the driver collects from these
 anomalies and activity (ids, pairs, islands, handovers, faults), never by events.
 
 Order-dependent rules are window functions over a sort, never a cross join, so the cost stays
-a sort of the rows involved, near-linear in events: processing starts per (run, msg, actor),
-islands and handovers per (run, queue, actor) and (run, queue), the concurrency sweep over the
-islands of a queue, fault ends per (run, fault, target). The two rules that would otherwise
-sort a whole run in one task do not: percentile ranks come from a sort spread over the
-cluster (``spark_positions``), and recovery tags each effect with the number of fault starts
-before it (``recovery``). The per-queue windows are what the spec's sweep asks for: one
-queue's effects are sorted in one task.
+a sort of the rows involved, near-linear in events: processing starts per (run, msg, actor)
+(delivers) and (run, actor, queue) (claims), islands and handovers per (run, queue, actor) and
+(run, queue), the concurrency sweep over the islands of a queue, fault ends per (run, fault,
+target). The two rules that would otherwise sort a whole run in one task do not: percentile
+ranks come from a sort spread over the cluster (``spark_positions``), and recovery tags each
+effect with the number of fault starts before it (``recovery``). The per-queue windows are
+what the spec's sweep asks for: one queue's effects are sorted in one task (and one
+consumer's effects on it, for its claims).
 """
 
 from __future__ import annotations
