@@ -25,8 +25,6 @@ SECONDS_PER_DAY = 86_400
 ROW = ("queue", "day")
 """The key of an audit row."""
 
-_SO_FAR = (Window.unboundedPreceding, Window.currentRow)
-
 
 def utc_day(ts: Column) -> Column:
     """``YYYY-MM-DD``, the UTC date of Unix seconds ``ts``: arithmetic on the day number, so
@@ -55,25 +53,14 @@ def effects_from_events(events: DataFrame, published: DataFrame) -> DataFrame:
     known = placed.filter(F.col("pq").isNotNull()).select(
         "run", F.col("pq").alias("queue"), "msg", "actor", "ts"
     )
-    orphans = placed.filter(F.col("pq").isNull()).select(
-        "run", "msg", "actor", "ts", F.lit(1).alias("k"), F.lit(None).cast("string").alias("aq")
-    )
-    actives = events.filter((F.col("type") == "active") & F.col("queue").isNotNull()).select(
+    orphans = placed.filter(F.col("pq").isNull()).select("run", "msg", "actor", "ts")
+    latest = rules.latest_before(rules.claims(events), orphans, ["run", "actor"], "queue", "aq")
+    guessed = latest.select(
         "run",
-        F.lit(None).cast("string").alias("msg"),
+        F.coalesce(F.col("aq"), F.lit(spec.UNKNOWN_QUEUE)).alias("queue"),
+        "msg",
         "actor",
         "ts",
-        F.lit(0).alias("k"),
-        F.col("queue").alias("aq"),
-    )
-    # Actives sort before a commit at the same time: "at or before".
-    by_actor = Window.partitionBy("run", "actor").orderBy("ts", "k").rowsBetween(*_SO_FAR)
-    latest = F.last("aq", ignorenulls=True).over(by_actor)
-    guessed = (
-        orphans.unionByName(actives)
-        .withColumn("queue", F.coalesce(latest, F.lit(spec.UNKNOWN_QUEUE)))
-        .filter(F.col("k") == 1)
-        .select("run", "queue", "msg", "actor", "ts")
     )
     return known.unionByName(guessed)
 

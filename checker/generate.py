@@ -5,8 +5,11 @@ now and then a ``nack`` or a lost connection followed by a ``retransmit`` of the
 second copy may reach the consumer, which skips it with ``duplicate_skipped``). Each queue has
 one active consumer at a time that delivers, commits and acks; every so often, and at each
 ``reset_peer``/``kill_node`` fault of the ``nemesis``, the queue is handed over to another of
-its consumers after a gap, with a new epoch; sometimes the old one is a zombie that delivered
-a message and gets ``commit_rejected`` (stale epoch) for it later. A clean run is valid.
+its consumers after a gap, with a new epoch (the new one's ``active`` event); sometimes the old
+one is a zombie that delivered a message and gets ``commit_rejected`` (stale epoch) for it
+later; sometimes the old one is still processing when the broker hands the queue over, and
+commits (accepted: no claim yet) after the new one's first deliveries but before its claim,
+which its effects wait for. A clean run is valid.
 
 ``inject`` adds anomalies whose ids (and lines) are written to ``RUN/injected.json`` so that a
 test can check each one is found:
@@ -69,10 +72,15 @@ CONFIRM = (0.0003, 0.003)
 PROCESS = (0.0001, 0.0006)
 ACK = (0.00002, 0.0001)
 HANDOVER_GAP = (0.05, 0.3)
+HANDED = (0.001, 0.01)
+"""From the old consumer's lost connection to the broker's first delivery to the new one."""
 FAULT_DURATION = (0.05, 0.5)
 # Per message (a handover per queue): rare enough that the backlog always drains.
 P_HANDOVER = 1 / 2500
 P_ZOMBIE = 0.3
+P_LATE_CLAIM = 0.5
+"""Of the handovers to another consumer: the old one is still processing and commits after
+the new one's first deliveries, before its claim (``late_claim``)."""
 P_NACK = 0.004
 P_RECONNECT = 0.002
 P_COPY_ARRIVED = 0.5
@@ -276,38 +284,42 @@ class _Simulation:
         corrupt: str = "",
     ) -> tuple[float, float]:
         """Deliver, commit (unless not ``commit``) and ack ``msg``; its (deliver, commit)."""
-        w = self.w
         who = actor or q.active
         d = max(q.free, arrival)
+        self.deliver(d, who, msg, redelivered)
+        c = d + self.u(PROCESS)
+        if commit:
+            self.commit(c, who, msg, q.epoch)
+        ack = c + self.u(ACK)
+        self.w.event(ack, who, "ack", f', "msg": "{msg}"', corrupt)
+        q.free = ack
+        return d, c
+
+    def deliver(self, ts: float, who: str, msg: str, redelivered: bool = False) -> None:
         count = "2" if redelivered else "null"
-        w.event(
-            d,
+        self.w.event(
+            ts,
             who,
             "deliver",
             f', "msg": "{msg}", "redelivered": {"true" if redelivered else "false"}, '
             f'"delivery_count": {count}',
         )
-        c = d + self.u(PROCESS)
-        if commit:
-            w.event(c, who, "commit", f', "msg": "{msg}", "epoch": {q.epoch}')
-            w.effect(c, who, msg, q.epoch)
-        ack = c + self.u(ACK)
-        w.event(ack, who, "ack", f', "msg": "{msg}"', corrupt)
-        q.free = ack
-        return d, c
+
+    def commit(self, ts: float, who: str, msg: str, epoch: int) -> None:
+        """A commit event and its effect row."""
+        self.w.event(ts, who, "commit", f', "msg": "{msg}", "epoch": {epoch}')
+        self.w.effect(ts, who, msg, epoch)
 
     def skip_copy(self, q: _Queue, msg: str, arrival: float) -> None:
         """The retransmitted copy reaches the consumer, which has seen the id."""
         d = max(q.free, arrival)
-        self.w.event(
-            d,
-            q.active,
-            "deliver",
-            f', "msg": "{msg}", "redelivered": false, "delivery_count": null',
-        )
-        skip = d + 0.00001
-        self.w.event(skip, q.active, "duplicate_skipped", f', "msg": "{msg}", "why": "id-seen"')
-        ack = skip + self.u(ACK)
+        self.deliver(d, q.active, msg)
+        self.skip_seen(q, msg, d + 0.00001)
+
+    def skip_seen(self, q: _Queue, msg: str, ts: float) -> None:
+        """The active consumer's dedup skips ``msg`` (an id it has seen) at ``ts``, acks it."""
+        self.w.event(ts, q.active, "duplicate_skipped", f', "msg": "{msg}", "why": "id-seen"')
+        ack = ts + self.u(ACK)
         self.w.event(ack, q.active, "ack", f', "msg": "{msg}"')
         q.free = ack
 
@@ -321,19 +333,9 @@ class _Simulation:
         now = max(q.free, self.t)
         if zombie:
             now = max(now, arrival)
-            w.event(
-                now,
-                old,
-                "deliver",
-                f', "msg": "{next_msg}", "redelivered": false, "delivery_count": null',
-            )
-        lost = now + 0.0005
-        w.event(lost, old, "connection_lost", ', "node": "rabbit-1:5672", "reason": "heartbeat"')
-        q.active = rng.choice(others) if others else old
-        q.epoch += 1
-        start = lost + self.u(HANDOVER_GAP)
-        w.event(start, q.active, "active", f', "queue": "{q.name}", "epoch": {q.epoch}')
-        q.free = start
+            self.deliver(now, old, next_msg)
+        lost = self.lose(old, now)
+        start = self.claim(q, rng.choice(others) if others else old, lost + self.u(HANDOVER_GAP))
         back = start + 0.001
         if zombie:
             w.event(
@@ -343,10 +345,59 @@ class _Simulation:
                 f', "msg": "{next_msg}", "epoch": {q.epoch - 1}, "why": "stale-epoch"',
             )
             back += 0.001
-        w.event(back, old, "connected", ', "node": "rabbit-2:5672", "reason": "reconnect"')
-        w.event(back + 0.0001, old, "subscribed", f', "queue": "{q.name}", "by": "client"')
-        q.handover_due = False
+        self.come_back(q, old, back)
         return zombie
+
+    def late_claim(self, q: _Queue, msg: str, arrival: float, second: str) -> None:
+        """Hand ``q`` over while its active consumer is still processing ``msg``.
+
+        The broker requeues ``msg`` and hands the queue over at once: the new consumer is
+        delivered ``msg`` again and then ``second`` before its inbox claims the new epoch
+        (``active``); the old one's commit of ``msg`` lands in between, accepted (no claim
+        yet). After its claim the new one skips ``msg`` (seen) and processes ``second``.
+        Serial processing, though the old commit is after the new one's first delivers.
+        """
+        old = q.active
+        second_arrival = self.publish(second, q.name, plain=True)
+        d = max(q.free, arrival)
+        self.deliver(d, old, msg)
+        lost = self.lose(old, d)
+        new = self.rng.choice([c for c in q.consumers if c != old])
+        handed = lost + self.u(HANDED)
+        self.deliver(handed, new, msg, redelivered=True)
+        d2 = max(handed, second_arrival) + 0.00005
+        self.deliver(d2, new, second)
+        c = d2 + self.u(PROCESS)
+        self.commit(c, old, msg, q.epoch)
+        start = self.claim(q, new, max(lost + self.u(HANDOVER_GAP), c + 0.001))
+        self.skip_seen(q, msg, start + 0.00001)
+        c2 = q.free + self.u(PROCESS)
+        self.commit(c2, new, second, q.epoch)
+        q.free = c2 + self.u(ACK)
+        self.w.event(q.free, new, "ack", f', "msg": "{second}"')
+        self.come_back(q, old, start + 0.001)
+
+    def lose(self, old: str, now: float) -> float:
+        """``old``'s connection is found dead (missed heartbeats) just after ``now``."""
+        lost = now + 0.0005
+        self.w.event(
+            lost, old, "connection_lost", ', "node": "rabbit-1:5672", "reason": "heartbeat"'
+        )
+        return lost
+
+    def claim(self, q: _Queue, new: str, start: float) -> float:
+        """``new`` claims ``q`` with the next epoch at ``start`` (its ``active`` event)."""
+        q.active = new
+        q.epoch += 1
+        self.w.event(start, new, "active", f', "queue": "{q.name}", "epoch": {q.epoch}')
+        q.free = start
+        return start
+
+    def come_back(self, q: _Queue, old: str, back: float) -> None:
+        """``old`` reconnects and subscribes again, a standby now."""
+        self.w.event(back, old, "connected", ', "node": "rabbit-2:5672", "reason": "reconnect"')
+        self.w.event(back + 0.0001, old, "subscribed", f', "queue": "{q.name}", "by": "client"')
+        q.handover_due = False
 
 
 def generate_run(
@@ -414,7 +465,7 @@ def generate_run(
         if i in fault_at:
             fault_ends.append(_fault(sim, fault_at[i]))
         q = rng.choice(qs)
-        i += _step(sim, q, i, targets.get(i, ""))
+        i += _step(sim, q, i, targets.get(i, ""), i + 1 not in targets)
         writer.flush(sim.t)
     for q in qs:
         writer.flush(q.free)
@@ -469,13 +520,20 @@ def _fault(sim: _Simulation, k: int) -> float:
     return end
 
 
-def _step(sim: _Simulation, q: _Queue, i: int, target: str) -> int:
-    """One message (two for a ``concurrent`` target); how many message indexes it used."""
+def _step(sim: _Simulation, q: _Queue, i: int, target: str, next_free: bool) -> int:
+    """One message (two for a ``concurrent`` target or a late claim, which takes the next
+    index when ``next_free``); how many message indexes it used."""
     msg = f"m-{i:010d}"
     arrival = sim.publish(msg, q.name, plain=bool(target))
     copy_at = sim.copy_at
     redelivered = False
     if not target and (q.handover_due or sim.rng.random() < P_HANDOVER * len(sim.queues)):
+        late = next_free and len(q.consumers) > 1 and sim.rng.random() < P_LATE_CLAIM
+        if late:
+            sim.late_claim(q, msg, arrival, f"m-{i + 1:010d}")
+            if copy_at is not None:
+                sim.skip_copy(q, msg, copy_at)
+            return 2
         redelivered = sim.handover(q, msg, arrival)
     if target == "concurrent":
         _concurrent(sim, q, i, msg, arrival)
@@ -515,11 +573,8 @@ def _concurrent(sim: _Simulation, q: _Queue, i: int, msg: str, arrival: float) -
     c = max(d + sim.u(PROCESS), d2 + 0.0002)
     c2 = c + 0.0003
     for who, m, start, end in ((q.active, msg, d, c), (rogue, second, d2, c2)):
-        w.event(
-            start, who, "deliver", f', "msg": "{m}", "redelivered": false, "delivery_count": null'
-        )
-        w.event(end, who, "commit", f', "msg": "{m}", "epoch": {q.epoch}')
-        w.effect(end, who, m, q.epoch)
+        sim.deliver(start, who, m)
+        sim.commit(end, who, m, q.epoch)
         w.event(end + 0.0001, who, "ack", f', "msg": "{m}"')
     q.free = c2 + 0.0001
     sim.injected.concurrent.append({"queue": q.name, "msgs": [msg, second]})

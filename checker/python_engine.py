@@ -29,7 +29,7 @@ Verdict = dict[str, Any]
 
 
 class Interval(NamedTuple):
-    """The processing of one effect row: from its last deliver to its commit."""
+    """The processing of one effect row: from its last deliver or claim to its commit."""
 
     queue: str
     actor: str
@@ -59,6 +59,8 @@ class _Collected:
     confirmed: set[str] = field(default_factory=set)
     delivers: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     """(msg, actor) -> deliver times (only for pairs that have an effect, when known)."""
+    actives: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    """(actor, queue) -> times of its ``active`` events naming that queue."""
     commits: list[Effect] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
     fault_starts: list[tuple[float, str, str]] = field(default_factory=list)
@@ -138,6 +140,10 @@ def _collect(events: Iterable[Event], wanted: set[tuple[str, str]] | None) -> _C
             key = (event["msg"], event["actor"])
             if wanted is None or key in wanted:
                 c.delivers.setdefault(key, []).append(ts)
+        elif kind == "active":
+            queue = event.get("queue")
+            if isinstance(queue, str):  # no queue named: it counts for none
+                c.actives.setdefault((event["actor"], queue), []).append(ts)
         elif kind == "commit" and wanted is None:
             c.commits.append(Effect(event["msg"], event["actor"], ts))
         elif kind == "commit_rejected":
@@ -148,7 +154,7 @@ def _collect(events: Iterable[Event], wanted: set[tuple[str, str]] | None) -> _C
             c.fault_starts.append((ts, _text(event, "fault"), _text(event, "target")))
         elif kind == "fault_end":
             c.fault_ends.setdefault((_text(event, "fault"), _text(event, "target")), []).append(ts)
-    for times in (*c.delivers.values(), *c.fault_ends.values()):
+    for times in (*c.delivers.values(), *c.actives.values(), *c.fault_ends.values()):
         times.sort()
     return c
 
@@ -171,7 +177,7 @@ def _verdict(
     duplicated = sorted(m for m, n in rows_per_id.items() if n > 1)
     unexpected = sorted(m for m in rows_per_id if m not in c.first_publish)
 
-    intervals = processing_intervals(effects, c.delivers, c.queue_of)
+    intervals = processing_intervals(effects, c.delivers, c.actives, c.queue_of)
     checked = run.config.single_active_queues
     pairs = concurrent_pairs(
         [
@@ -233,19 +239,31 @@ def _verdict(
 def processing_intervals(
     effects: Iterable[Effect],
     delivers: dict[tuple[str, str], list[float]],
+    actives: dict[tuple[str, str], list[float]],
     queue_of: Callable[[str], str],
 ) -> list[Interval]:
-    """Each effect's ``[s, c]``: ``s`` its actor's last deliver of the id at or before ``c``.
+    """Each effect's ``[s, c]``: ``s`` the later of its actor's last deliver of the id and
+    its actor's last ``active`` on the id's queue, at or before ``c``.
 
-    ``delivers`` holds sorted times; without a deliver at or before the commit, ``s = c``.
+    ``delivers`` ((msg, actor)) and ``actives`` ((actor, queue)) hold sorted times; without
+    either at or before the commit, ``s = c``.
     """
     intervals = []
     for effect in effects:
-        times = delivers.get((effect.msg, effect.actor), [])
-        i = bisect.bisect_right(times, effect.ts)
-        start = times[i - 1] if i else effect.ts
-        intervals.append(Interval(queue_of(effect.msg), effect.actor, start, effect.ts, effect.msg))
+        queue = queue_of(effect.msg)
+        latest = (
+            _last_at_or_before(delivers.get((effect.msg, effect.actor), []), effect.ts),
+            _last_at_or_before(actives.get((effect.actor, queue), []), effect.ts),
+        )
+        start = max((ts for ts in latest if ts is not None), default=effect.ts)
+        intervals.append(Interval(queue, effect.actor, start, effect.ts, effect.msg))
     return intervals
+
+
+def _last_at_or_before(times: list[float], ts: float) -> float | None:
+    """The largest of the sorted ``times`` that is ``<= ts``, if any."""
+    i = bisect.bisect_right(times, ts)
+    return times[i - 1] if i else None
 
 
 def islands(intervals: Iterable[Interval], gap: float) -> list[Island]:

@@ -5,13 +5,14 @@ first, so one job checks any number of runs. What the driver collects from these
 anomalies and activity (ids, pairs, islands, handovers, faults), never by events.
 
 Order-dependent rules are window functions over a sort, never a cross join, so the cost stays
-a sort of the rows involved, near-linear in events: processing starts per (run, msg, actor),
-islands and handovers per (run, queue, actor) and (run, queue), the concurrency sweep over the
-islands of a queue, fault ends per (run, fault, target). The two rules that would otherwise
-sort a whole run in one task do not: percentile ranks come from a sort spread over the
-cluster (``spark_positions``), and recovery tags each effect with the number of fault starts
-before it (``recovery``). The per-queue windows are what the spec's sweep asks for: one
-queue's effects are sorted in one task.
+a sort of the rows involved, near-linear in events: processing starts per (run, msg, actor)
+(delivers) and (run, actor, queue) (claims), islands and handovers per (run, queue, actor) and
+(run, queue), the concurrency sweep over the islands of a queue, fault ends per (run, fault,
+target). The two rules that would otherwise sort a whole run in one task do not: percentile
+ranks come from a sort spread over the cluster (``spark_positions``), and recovery tags each
+effect with the number of fault starts before it (``recovery``). The per-queue windows are
+what the spec's sweep asks for: one queue's effects are sorted in one task (and one
+consumer's effects on it, for its claims).
 """
 
 from __future__ import annotations
@@ -67,15 +68,14 @@ def anomaly_ids(effects: DataFrame, published: DataFrame, confirmed: DataFrame) 
 def intervals(events: DataFrame, effects: DataFrame, published: DataFrame) -> DataFrame:
     """``run, msg, actor, c, s, queue, first_pub``: each effect row's processing interval,
     in the queue of its id (``processing_starts``)."""
-    timed = processing_starts(events, effects.select(*_EFFECT_KEY))
-    return timed.join(published, ["run", "msg"], "left").select(
-        "run",
-        "msg",
-        "actor",
-        "c",
-        "s",
-        F.coalesce(F.col("queue"), F.lit(spec.UNKNOWN_QUEUE)).alias("queue"),
-        "first_pub",
+    placed = effects.select(*_EFFECT_KEY).join(published, ["run", "msg"], "left")
+    return processing_starts(
+        events,
+        placed.select(
+            *_EFFECT_KEY,
+            F.coalesce(F.col("queue"), F.lit(spec.UNKNOWN_QUEUE)).alias("queue"),
+            "first_pub",
+        ),
     )
 
 
@@ -83,29 +83,58 @@ _EFFECT_KEY = ("run", "msg", "actor", "ts")
 
 
 def processing_starts(events: DataFrame, effects: DataFrame) -> DataFrame:
-    """``effects`` (``run, msg, actor, ts`` and any other columns, kept) with ``ts`` renamed
-    ``c`` and ``s``: the last deliver of the id by the same actor at or before ``c``, else
-    ``c``.
+    """``effects`` (``run, msg, actor, ts, queue`` and any other columns, kept) with ``ts``
+    renamed ``c`` and ``s``: the later of the last deliver of the id by the same actor and
+    the actor's last ``active`` on the effect's queue, at or before ``c``; else ``c``.
 
-    The effects and the delivers of each (run, msg, actor) are sorted together by time,
-    delivers first on a tie, and ``s`` is the latest deliver time seen so far.
+    Two sweeps (``latest_before``): the delivers of each (run, msg, actor) and the claims
+    of each (run, actor, queue), each sorted together with the effects by time.
     """
+    delivers = events.filter(F.col("type") == "deliver").select(*_EFFECT_KEY)
+    delivered = latest_before(delivers, effects, ["run", "msg", "actor"], "ts", "delivered")
+    claimed = latest_before(claims(events), delivered, ["run", "actor", "queue"], "ts", "claimed")
     extra = [name for name in effects.columns if name not in _EFFECT_KEY]
-    delivers = events.filter(F.col("type") == "deliver").select(
-        *_EFFECT_KEY,
-        F.lit(0).alias("is_effect"),
-        *(F.lit(None).cast(effects.schema[name].dataType).alias(name) for name in extra),
+    # greatest() skips nulls: null only when there is neither.
+    start = F.coalesce(F.greatest("delivered", "claimed"), F.col("ts"))
+    return claimed.select("run", "msg", "actor", F.col("ts").alias("c"), start.alias("s"), *extra)
+
+
+def claims(events: DataFrame) -> DataFrame:
+    """``run, actor, queue, ts``: the ``active`` events that name a queue (one without a
+    queue claims none)."""
+    return events.filter((F.col("type") == "active") & F.col("queue").isNotNull()).select(
+        "run", "actor", "queue", "ts"
     )
-    rows = effects.select(*_EFFECT_KEY, F.lit(1).alias("is_effect"), *extra)
-    by_key = (
-        Window.partitionBy("run", "msg", "actor").orderBy("ts", "is_effect").rowsBetween(*_SO_FAR)
+
+
+def latest_before(
+    marks: DataFrame, rows: DataFrame, key: list[str], value: str, name: str
+) -> DataFrame:
+    """``rows`` with ``name``: the ``value`` of the latest of ``marks`` with the same ``key``
+    at or before the row's ``ts`` (null without one).
+
+    ``marks`` has the ``key`` columns, ``ts`` and ``value``; the marks and rows of each key
+    are sorted together by time, marks first on a tie, and the last mark's value so far is
+    carried to each row: a sweep, never a join of rows with marks.
+    """
+    columns = rows.columns
+
+    def none(name: str) -> Column:
+        return F.lit(None).cast(rows.schema[name].dataType).alias(name)
+
+    kind = marks.schema[value].dataType
+    tagged = rows.select(*columns, F.lit(None).cast(kind).alias("_mark"), F.lit(1).alias("_row"))
+    keyed = marks.select(
+        *(F.col(c) if c in key or c == "ts" else none(c) for c in columns),
+        F.col(value).alias("_mark"),
+        F.lit(0).alias("_row"),
     )
-    last_deliver = F.max(F.when(F.col("is_effect") == 0, F.col("ts"))).over(by_key)
+    order = Window.partitionBy(*key).orderBy("ts", "_row").rowsBetween(*_SO_FAR)
     return (
-        delivers.unionByName(rows)
-        .withColumn("s", F.coalesce(last_deliver, F.col("ts")))
-        .filter(F.col("is_effect") == 1)
-        .select("run", "msg", "actor", F.col("ts").alias("c"), "s", *extra)
+        keyed.unionByName(tagged)
+        .withColumn(name, F.last("_mark", ignorenulls=True).over(order))
+        .filter(F.col("_row") == 1)
+        .select(*columns, name)
     )
 
 

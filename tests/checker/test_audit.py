@@ -368,6 +368,33 @@ def test_a_malformed_line_is_counted_and_named_and_the_rest_is_audited(
     assert messy_audit.totals()["published"] > 0
 
 
+def test_an_old_commit_before_the_new_consumers_claim_is_not_concurrent(
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    """The verdict's intervals: on ``serial`` the new consumer is delivered its first message
+    before the old one's last commit but claims the queue (``active``) after it; on ``late``
+    it claims before that commit: a pair."""
+    t0 = MIDNIGHT + 100.0
+
+    def ev(ts: float, actor: str, kind: str, **fields: Any) -> str:
+        return json.dumps({"ts": t0 + ts, "actor": actor, "type": kind, **fields})
+
+    lines = []
+    for queue, claimed in (("serial", 4.0), ("late", 2.5)):
+        a, b = f"{queue}-a", f"{queue}-b"
+        lines += [ev(0, "p", "publish", msg=m, queue=queue) for m in (a, b)]
+        lines += [ev(0.5, "p", "confirm", msg=m) for m in (a, b)]
+        lines += [ev(0, "old", "active", queue=queue, epoch=1), ev(1, "old", "deliver", msg=a),
+                  ev(3, "old", "commit", msg=a, epoch=1), ev(2, "new", "deliver", msg=b),
+                  ev(claimed, "new", "active", queue=queue, epoch=2),
+                  ev(5, "new", "commit", msg=b, epoch=2)]
+    (tmp_path / "fleet.jsonl").write_text("\n".join(lines) + "\n")
+    result = audit(spark, [str(tmp_path)], settle_s=0.0)
+    assert {row["queue"]: row["concurrent"]["ids"] for row in result.rows} == {
+        "serial": [], "late": ["late-a", "late-b"]}
+    assert [row["anomalies"] for row in result.rows] == [["concurrent"], []]  # late, serial
+
+
 def test_the_settle_window_makes_a_recent_confirm_pending(spark: SparkSession) -> None:
     """At the cutoff (the end minus the window) a message is lost; just after it, pending;
     with an effect, neither."""

@@ -55,8 +55,44 @@ def test_each_actor_file_holds_its_actor_in_time_order(tmp_path: Path) -> None:
     assert total == run.events
 
 
+def events_of(run: Path) -> list[dict[str, Any]]:
+    return [
+        json.loads(line)
+        for path in sorted((run / "events").glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+
+
+def late_claims(run: Path) -> list[tuple[str, str, float]]:
+    """(old, new, claim time) of each handover where the new consumer was delivered, before
+    its claim (``active``), a message it committed after it, and another consumer of the
+    queue committed between that deliver and the claim: serial (SPEC.md), though the
+    deliver alone would have started the new one's processing before the old commit."""
+    events = events_of(run)
+    queue_of = {e["msg"]: e["queue"] for e in events if e["type"] == "publish"}
+    commits = [e for e in events if e["type"] == "commit"]
+    found = []
+    for claim in (e for e in events if e["type"] == "active"):
+        new, at = claim["actor"], claim["ts"]
+        after = {e["msg"] for e in commits if e["actor"] == new and e["ts"] > at}
+        early = [
+            e["ts"]
+            for e in events
+            if e["type"] == "deliver" and e["actor"] == new and e["ts"] < at and e["msg"] in after
+        ]
+        if early:
+            found += [
+                (e["actor"], new, at)
+                for e in commits
+                if e["actor"] != new
+                and queue_of[e["msg"]] == claim["queue"]
+                and min(early) < e["ts"] < at
+            ]
+    return found
+
+
 def test_a_clean_run_is_valid_and_tells_the_whole_story(tmp_path: Path) -> None:
-    run = generate_run(tmp_path / "r", events=40_000, seed=3, consumers=4, queues=2, faults=3)
+    run = generate_run(tmp_path / "r", events=40_000, seed=4, consumers=4, queues=2, faults=3)
     verdict = check_run(run.path)
     assert verdict["valid"] is True
     assert verdict["published"] == verdict["confirmed"] == verdict["effects"] == run.messages
@@ -73,6 +109,7 @@ def test_a_clean_run_is_valid_and_tells_the_whole_story(tmp_path: Path) -> None:
         assert counts[name] > 0, name
     assert counts["fault_start"] == 3
     assert len(verdict["handovers"]) > 3
+    assert len(late_claims(run.path)) > 1  # and still valid: no concurrent pair
     assert all(h["gap_s"] > 0 for h in verdict["handovers"])
     assert {a["queue"] for a in verdict["activity"]} == {"queue-0", "queue-1"}
     assert all(r["end"] is not None and r["recovery_s"] is not None for r in verdict["recovery"])
@@ -93,6 +130,23 @@ def test_one_consumer_per_queue_is_still_a_clean_run(tmp_path: Path) -> None:
     verdict = check_run(run.path)
     assert verdict["valid"] is True
     assert verdict["handovers"] == []
+    claims = [(e["actor"], e["queue"]) for e in events_of(run.path) if e["type"] == "active"]
+    assert len(claims) > len(set(claims)) == 2  # each claims its queue again after a fault
+
+
+def test_each_commit_is_under_its_consumers_latest_claim(tmp_path: Path) -> None:
+    """Consumers claim the queue (``active``, with the epoch) before committing under that
+    epoch: at the start and after each handover. In a late claim the broker's deliveries to
+    the new consumer come before its claim, and the old one's last commit between them."""
+    run = generate_run(tmp_path / "r", events=20_000, seed=5, consumers=3, faults=6)
+    epoch_of: dict[str, int] = {}
+    for e in sorted(events_of(run.path), key=lambda e: e["ts"]):
+        if e["type"] == "active":
+            epoch_of[e["actor"]] = e["epoch"]
+        elif e["type"] == "commit":
+            assert e["epoch"] == epoch_of[e["actor"]], e
+    assert len(late_claims(run.path)) > 1
+    assert check_run(run.path)["valid"] is True
 
 
 def test_the_same_seed_writes_the_same_run(tmp_path: Path) -> None:

@@ -103,3 +103,30 @@ def test_a_torn_line_anywhere_is_reported_there_and_the_rest_is_checked(
     assert rest == {k: v for k, v in without_line.items() if k not in ("malformed", "valid")}
     assert torn["valid"] is False
     json.dumps(torn, allow_nan=False)
+
+
+INTERVAL_FIELDS = {"concurrent", "anomalies", "valid", "activity"}
+"""What the processing intervals decide (SPEC.md): all that an `active` event can change."""
+
+
+@FAST
+@given(topologies(), st.lists(st.sampled_from(["lost", "concurrent"]), max_size=3))
+def test_claims_change_nothing_but_what_the_intervals_decide(
+    topology: dict[str, Any], inject: list[str]
+) -> None:
+    """The same run with every ``active`` line blanked (numbers kept): handovers, recovery,
+    latency, counts and the id anomalies are the same; the injected overlaps are found in
+    both (a claim comes before its consumer's delivers, so it never hides a real one)."""
+    with generated(**topology, inject=inject) as run:
+        claimed = check_run(run.path)
+        for path in (run.path / "events").glob("*.jsonl"):
+            lines = path.read_text().splitlines(keepends=True)
+            path.write_text("".join("\n" if '"type": "active"' in x else x for x in lines))
+        unclaimed = check_run(run.path)
+    differ = {key for key in claimed if claimed[key] != unclaimed[key]}
+    assert differ <= INTERVAL_FIELDS
+    injected = sorted((c["queue"], c["msgs"]) for c in run.injected.concurrent)
+    for verdict in (claimed, unclaimed):
+        found = {(p["queue"], tuple(p["msgs"])) for p in verdict["concurrent"]["pairs"]}
+        assert {(q, tuple(m)) for q, m in injected} <= found
+    assert claimed["concurrent"]["count"] == len(injected)

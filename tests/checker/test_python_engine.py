@@ -57,10 +57,14 @@ def write_run(
 
 
 def intervals_run(
-    tmp_path: Path, spans: list[tuple[str, str, float, float]], **kwargs: Any
+    tmp_path: Path,
+    spans: list[tuple[str, str, float, float]],
+    extra: Sequence[dict[str, Any]] = (),
+    **kwargs: Any,
 ) -> dict[str, Any]:
-    """A run where each (msg, actor, s, c) is published to ``q`` and processed over [s, c]."""
-    events = [pub(0.0, m) for m, *_ in spans]
+    """A run where each (msg, actor, s, c) is published to ``q`` and processed over [s, c]
+    (delivered at s, committed at c), with the ``extra`` events."""
+    events = [pub(0.0, m) for m, *_ in spans] + list(extra)
     events += [ev(s, a, "deliver", msg=m, redelivered=False) for m, a, s, _ in spans]
     effects = [eff(m, a, c) for m, a, _, c in spans]
     return check_run(write_run(tmp_path, events=events, effects=effects, **kwargs))
@@ -361,6 +365,130 @@ def test_an_interval_starts_at_the_actors_last_deliver_at_or_before_the_commit(
         (2.0, 3.0, 2),
         (4.0, 4.0, 1),  # no deliver: s = c
     ]
+
+
+# --- claims: `active` events start processing intervals too -----------------------------------
+
+HANDOVER = [("a", "old", 1.0, 3.0), ("b", "new", 2.0, 5.0)]
+"""The old consumer commits ``a`` at 3, after the new one's first deliver (of ``b``, at 2)."""
+
+
+def claim(ts: float, actor: str = "new", **fields: Any) -> dict[str, Any]:
+    """An ``active`` event; ``queue`` defaults to ``q`` (pass ``queue=None`` for none)."""
+    fields.setdefault("queue", "q")
+    if fields["queue"] is None:
+        del fields["queue"]
+    return ev(ts, actor, "active", epoch=2, **fields)
+
+
+def concurrent_starts(verdict: dict[str, Any]) -> list[tuple[str, str, float, float]]:
+    """(first actor, second actor, second start, overlap) of each pair."""
+    return [
+        (p["first"]["actor"], p["second"]["actor"], p["second"]["start"], p["overlap_s"])
+        for p in verdict["concurrent"]["pairs"]
+    ]
+
+
+def test_an_old_commit_between_the_new_consumers_first_deliver_and_its_claim_is_serial(
+    tmp_path: Path,
+) -> None:
+    """The broker hands the queue over (the new one's deliver at 2); the old consumer's
+    commit at 3 is accepted; the new one claims its epoch at 4 and only then commits."""
+    unclaimed = intervals_run(tmp_path, HANDOVER, name="unclaimed")
+    assert concurrent_starts(unclaimed) == [("old", "new", 2.0, 1.0)]  # from the deliver alone
+    verdict = intervals_run(tmp_path, HANDOVER, [claim(4.0)])
+    assert verdict["concurrent"] == {"count": 0, "pairs": []}
+    assert verdict["anomalies"] == {}
+    assert verdict["valid"] is True
+    assert [(a["actor"], a["start"], a["end"]) for a in verdict["activity"]] == [
+        ("old", 1.0, 3.0),
+        ("new", 4.0, 5.0),  # from the claim
+    ]
+
+
+def test_an_old_commit_after_the_new_consumers_claim_is_concurrent(tmp_path: Path) -> None:
+    verdict = intervals_run(tmp_path, HANDOVER, [claim(2.5)])
+    assert verdict["concurrent"]["pairs"] == [
+        {
+            "queue": "q",
+            "first": {"actor": "old", "start": 1.0, "end": 3.0},
+            "second": {"actor": "new", "start": 2.5, "end": 5.0},
+            "overlap_s": 0.5,
+            "msgs": ["a", "b"],
+        }
+    ]
+    assert verdict["valid"] is False
+
+
+def test_the_later_of_deliver_and_claim_starts_the_interval(tmp_path: Path) -> None:
+    verdict = intervals_run(tmp_path, HANDOVER, [claim(1.5)])  # claimed, then delivered at 2
+    assert concurrent_starts(verdict) == [("old", "new", 2.0, 1.0)]
+
+
+def test_a_claim_after_the_commit_does_not_move_the_start(tmp_path: Path) -> None:
+    verdict = intervals_run(tmp_path, HANDOVER, [claim(5.5)])
+    assert concurrent_starts(verdict) == [("old", "new", 2.0, 1.0)]
+
+
+def test_a_claim_at_the_commit_time_counts(tmp_path: Path) -> None:
+    verdict = intervals_run(tmp_path, HANDOVER, [claim(5.0)])
+    assert verdict["concurrent"]["count"] == 0
+    assert ("new", 5.0, 5.0) in [(a["actor"], a["start"], a["end"]) for a in verdict["activity"]]
+
+
+def test_a_claim_by_another_actor_does_not_count(tmp_path: Path) -> None:
+    verdict = intervals_run(tmp_path, HANDOVER, [claim(4.0, "other"), claim(4.0, "old")])
+    assert concurrent_starts(verdict) == [("old", "new", 2.0, 1.0)]
+
+
+def test_only_a_claim_of_the_messages_queue_counts(tmp_path: Path) -> None:
+    claims = [claim(4.0, queue="r"), claim(4.0, queue=None), claim(4.0, queue=7)]
+    verdict = intervals_run(tmp_path, HANDOVER, claims)
+    assert concurrent_starts(verdict) == [("old", "new", 2.0, 1.0)]
+
+
+def test_a_claim_without_a_queue_counts_not_even_for_the_unknown_queue(tmp_path: Path) -> None:
+    """Ids never published are in queue ``""``: a claim naming ``""`` is a claim of it, a
+    claim naming no queue is not."""
+    events = [ev(s, a, "deliver", msg=m) for m, a, s, _ in HANDOVER]
+    effects = [eff(m, a, c) for m, a, _, c in HANDOVER]
+    nameless = write_run(
+        tmp_path, events=[*events, claim(4.0, queue=None)], effects=effects, name="nameless"
+    )
+    empty = write_run(tmp_path, events=[*events, claim(4.0, queue="")], effects=effects)
+    assert [p["queue"] for p in check_run(nameless)["concurrent"]["pairs"]] == [""]
+    assert check_run(empty)["concurrent"]["count"] == 0
+
+
+def test_the_last_of_several_claims_at_or_before_the_commit_counts(tmp_path: Path) -> None:
+    """A consumer claims again after each fault; each effect starts at its latest claim."""
+    spans = [*HANDOVER, ("c", "old", 6.0, 8.0), ("d", "new", 7.0, 10.0)]
+    claims = [claim(0.0, "old"), claim(0.5), claim(2.5), claim(4.0), claim(9.0), claim(12.0)]
+    verdict = intervals_run(tmp_path, spans, claims, run={"activity_gap_s": 0})
+    # b starts at the claim at 4 (not 0.5 or 2.5): serial; d at the claim at 9, after the
+    # old one's commit of c at 8 (its own claim at 0 is before its delivers): serial too.
+    assert verdict["concurrent"]["count"] == 0
+    assert [(a["actor"], a["start"], a["end"]) for a in verdict["activity"]] == [
+        ("old", 1.0, 3.0),
+        ("new", 4.0, 5.0),
+        ("old", 6.0, 8.0),
+        ("new", 9.0, 10.0),
+    ]
+
+
+def test_claims_move_activity_but_not_handovers_recovery_or_latency(tmp_path: Path) -> None:
+    faults = [
+        ev(2.5, "nemesis", "fault_start", fault="reset_peer", target="old"),
+        ev(3.5, "nemesis", "fault_end", fault="reset_peer", target="old"),
+    ]
+    plain = intervals_run(tmp_path, HANDOVER, faults, name="plain")
+    claimed = intervals_run(tmp_path, HANDOVER, [*faults, claim(4.0)], name="claimed")
+    differ = {key for key in plain if plain[key] != claimed[key]}
+    assert differ == {"run", "concurrent", "anomalies", "valid", "activity"}
+    assert claimed["handovers"] != []
+    assert claimed["recovery"] != []
+    assert claimed["latency_ms"]["count"] == 2
+    assert claimed["counts"] == plain["counts"]  # an `active` is not counted
 
 
 # --- concurrency -----------------------------------------------------------------------------

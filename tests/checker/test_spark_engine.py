@@ -159,6 +159,7 @@ def build_runs(root: Path) -> list[Path]:
             run={"single_active_queues": ["q", "t", "w"]},
         )
     )
+    runs.append(claims_run(root))
     runs.append(
         write_run(
             root,
@@ -319,6 +320,43 @@ def build_runs(root: Path) -> list[Path]:
         )
     )
     return runs
+
+
+CLAIMS = {
+    # queue: the new consumer's `active` events (actor, ts, queue) around one handover
+    "serial": [("new", 4.0, "serial")],  # claimed after the old commit at 3: no pair
+    "late": [("new", 2.5, "late")],  # claimed before it: a pair from 2.5
+    "after": [("new", 6.0, "after")],  # after the new one's commit at 5: from its deliver
+    "other": [("x", 4.0, "other"), ("old", 4.0, "other")],  # not the new one's claim
+    "elsewhere": [("new", 4.0, None), ("new", 4.0, 7), ("new", 4.0, "else")],
+    "again": [("new", t, "again") for t in (0.5, 2.5, 4.0, 7.0)],  # the one at 4 counts
+    "edge": [("new", 5.0, "edge")],  # at the commit time: counts
+    "": [("new", 4.0, "")],  # the unknown queue of ids never published: claimed by name
+}
+
+
+def claims_run(root: Path) -> Path:
+    """The handover of ``CLAIMS``, once per queue: the old consumer delivers at 1 and commits
+    at 3, the new one delivers at 2 and commits at 5; the queue ``""`` holds ids never
+    published, and one more handover there (from 10) whose claim names no queue."""
+    publishes, old, new, others = [], [], [], []
+    for queue, claims in CLAIMS.items():
+        if queue:
+            publishes += published(f"{queue}-a", f"{queue}-b", queue=queue)
+        old += processed("old", f"{queue}-a", 1, 3)
+        new += processed("new", f"{queue}-b", 2, 5)
+        for actor, ts, named in claims:
+            claim = ev(ts, actor, "active", epoch=2)
+            if named is not None:
+                claim["queue"] = named
+            others.append(claim)
+    old += processed("old", "u-a", 11, 13)
+    new += [*processed("new", "u-b", 12, 15), ev(14, "new", "active", epoch=3)]
+    return write_run(
+        root,
+        "claims",
+        {"p.jsonl": publishes, "old.jsonl": old, "new.jsonl": new, "claims.jsonl": others},
+    )
 
 
 def malformed_run(root: Path) -> Path:
@@ -508,6 +546,26 @@ def test_concurrency_pairs(verdicts: dict[str, Any]) -> None:
     }
     assert v["anomalies"] == {m: ["concurrent"] for m in ("mA1", "mB1", "mW1", "mW2", "mW3")}
     assert v["valid"] is False
+
+
+def test_a_claim_starts_the_interval_when_later_than_the_deliver(verdicts: dict[str, Any]) -> None:
+    """Each queue of ``CLAIMS``: the pairs left, with the second island's start."""
+    v = verdicts["claims"]
+    pairs = [(p["queue"], p["second"]["start"], p["msgs"]) for p in v["concurrent"]["pairs"]]
+    assert pairs == [
+        ("", 12.0, ["u-a", "u-b"]),
+        ("after", 2.0, ["after-a", "after-b"]),
+        ("elsewhere", 2.0, ["elsewhere-a", "elsewhere-b"]),
+        ("late", 2.5, ["late-a", "late-b"]),
+        ("other", 2.0, ["other-a", "other-b"]),
+    ]
+    starts = {(a["queue"], a["actor"]): a["start"] for a in v["activity"] if a["start"] < 10}
+    assert starts == {
+        **{(queue, "old"): 1.0 for queue in CLAIMS},
+        **{("serial", "new"): 4.0, ("again", "new"): 4.0, ("edge", "new"): 5.0, ("", "new"): 4.0},
+        **{(queue, "new"): 2.0 for queue in ("after", "other", "elsewhere")},
+        ("late", "new"): 2.5,
+    }
 
 
 def test_activity_islands_join_at_exactly_the_gap(verdicts: dict[str, Any]) -> None:
