@@ -45,8 +45,8 @@ SHARED_EPOCH = 1
 """The epoch every consumer adopts when fencing is off: no commit is ever refused as stale."""
 CONTINUE_TIMEOUT = 600.0
 """A frozen effect waits at most this long for ``continue`` (a runner that died)."""
-LINGER_S = 0.05
-MAX_LINGER = 40
+LINGER_S = 0.01
+MAX_LINGER = 200
 
 
 class Controls:
