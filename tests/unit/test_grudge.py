@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaos._grudge import (
@@ -23,6 +23,7 @@ from chaos._grudge import (
 )
 
 HOST = "198.18.7.254"
+CHECK = settings(deadline=None, database=None)
 
 
 def addresses(n: int) -> dict[int, str]:
@@ -63,6 +64,7 @@ def test_one_way_drops_only_at_the_receiver() -> None:
         one_way(2, 2)
 
 
+@CHECK
 @given(st.integers(min_value=3, max_value=9), st.randoms(use_true_random=False))
 def test_majorities_ring_every_node_sees_a_distinct_majority(n: int, rnd: object) -> None:
     nodes = list(range(1, n + 1))
@@ -112,6 +114,7 @@ def test_rule_text_drops_node_sources_in_input_of_our_table() -> None:
     assert "drop" not in heal_script()
 
 
+@CHECK
 @given(st.integers(min_value=2, max_value=9), st.data())
 def test_rule_text_never_mentions_the_host_address(n: int, data: st.DataObject) -> None:
     nodes = list(range(1, n + 1))
