@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from server import LocalCluster, ServerError
+from server.rabbitmq import NETWORKS, PARTITION_HANDLING
 
 
 def _add_name(parser: argparse.ArgumentParser) -> None:
@@ -32,11 +33,19 @@ def _server_up(args: argparse.Namespace) -> int:
         zookeeper=args.zookeeper,
         start_timeout=args.timeout,
         home=args.home,
+        network=args.network,
+        net_ticktime=args.net_ticktime,
+        cluster_partition_handling=args.partition_handling,
     )
     cluster.up()
     print(f"cluster {cluster.name!r} is up: {len(cluster.nodes)} nodes")
+    if args.network == "netns":
+        plan = cluster.netns
+        print(f"network: namespaces {', '.join(plan.namespaces)} on bridge {plan.bridge} "
+              f"({plan.subnet}, host {plan.host_address}); net_ticktime "
+              f"{cluster.spec.net_ticktime} s, {cluster.spec.cluster_partition_handling}")
     for node, url in zip(cluster.nodes, cluster.display_urls(), strict=True):
-        print(f"  {node.name}  {url}  management http://127.0.0.1:{node.management_port}/")
+        print(f"  {node.name}  {url}  management http://{node.host}:{node.management_port}/")
     if args.zookeeper:
         print(f"  zookeeper  {cluster.zookeeper().hosts}")
     print(f"credentials: {cluster.credentials_file} (mode 0600)")
@@ -92,6 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="first port of the cluster's block of 100 (default: a free block)")
     up.add_argument("--timeout", type=float, default=120.0,
                     help="seconds each node may take to start (default: 120)")
+    up.add_argument("--network", choices=NETWORKS, default="loopback",
+                    help="loopback (default), or netns: each node in a network namespace of "
+                         "its own on a bridge, so that links between nodes can be cut (root)")
+    up.add_argument("--net-ticktime", type=int, default=None,
+                    help="Erlang net_ticktime in seconds (default: 60 on loopback, 5 in netns)")
+    up.add_argument("--partition-handling", choices=PARTITION_HANDLING, default=None,
+                    help="RabbitMQ's cluster_partition_handling (default: ignore on loopback, "
+                         "pause_minority in netns)")
     up.set_defaults(func=_server_up)
 
     status = sub.add_parser("status", help="print the cluster's state as JSON")

@@ -4,9 +4,10 @@
 set -euo pipefail
 
 # chromium renders checker/'s report headless (its test screenshots it);
-# libpostgresql-jdbc-java lets Spark read the dedup ledgers in PostgreSQL over JDBC.
+# libpostgresql-jdbc-java lets Spark read the dedup ledgers in PostgreSQL over JDBC;
+# iproute2 and nftables build netns clusters and cut links between their nodes (chaos.partition).
 packages=(rabbitmq-server zookeeper default-jre-headless openssl postgresql chromium
-          libpostgresql-jdbc-java)
+          libpostgresql-jdbc-java iproute2 nftables)
 python_ok=1
 python3 -c 'import venv, ensurepip' 2>/dev/null || python_ok=0
 

@@ -1,4 +1,5 @@
-"""Real servers on loopback, started and stopped by the project itself.
+"""Real servers on loopback (or, for RabbitMQ, in network namespaces), started and stopped by
+the project itself.
 
 ``LocalCluster`` runs RabbitMQ nodes from Debian's ``rabbitmq-server``; ``LocalZooKeeper`` runs
 Debian's ``zookeeper``; ``LocalPostgres`` Debian's ``postgresql``; ``LocalSpark`` a standalone
@@ -16,6 +17,9 @@ from ._errors import (
     StartTimeoutError,
 )
 from ._files import Credentials, default_home
+from ._netns import NetnsPlan
+from ._netns import run_in as run_in_namespace
+from ._netns import tool as require_tool
 from ._ports import PortLayout
 from .postgres import LocalPostgres
 from .rabbitmq import ClusterSpec, LocalCluster, Node, amqp_ready
@@ -31,6 +35,7 @@ __all__ = [
     "LocalPostgres",
     "LocalSpark",
     "LocalZooKeeper",
+    "NetnsPlan",
     "Node",
     "NotRunningError",
     "PackageMissingError",
@@ -41,4 +46,6 @@ __all__ = [
     "StartTimeoutError",
     "amqp_ready",
     "default_home",
+    "require_tool",
+    "run_in_namespace",
 ]

@@ -1,9 +1,13 @@
-"""Local RabbitMQ clusters from Debian's ``rabbitmq-server``, on loopback, without systemd.
+"""Local RabbitMQ clusters from Debian's ``rabbitmq-server``, without systemd.
 
 We call the scripts in ``/usr/lib/rabbitmq/bin`` directly: the ``/usr/sbin`` wrappers switch
 to the ``rabbitmq`` user and ``/var/lib/rabbitmq``. Each cluster gets its own epmd port, its own
 Erlang cookie and its own CLI distribution ports, so several clusters run side by side and
 ``down`` of one never touches another.
+
+Two networks: ``loopback`` (the default) runs every node on 127.0.0.1; ``netns`` (root only)
+runs node i in a network namespace of its own at 198.18.X.i, joined by a bridge, so that the
+links between nodes can be cut (``chaos.partition``). See ``server/_netns.py``.
 
 Example::
 
@@ -34,7 +38,7 @@ from typing import Any, Self
 
 import attrs
 
-from . import _proc
+from . import _netns, _proc
 from ._errors import (
     AlreadyRunningError,
     CommandError,
@@ -53,11 +57,15 @@ from ._files import (
     write_json,
     write_secret,
 )
+from ._netns import NetnsPlan
 from ._ports import MAX_NODES, PortLayout, allocate_base, check_free
 
 RABBITMQ_DIR = Path("/usr/lib/rabbitmq")
 PLUGINS = ("rabbitmq_management", "rabbitmq_federation", "rabbitmq_federation_management")
 AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
+NETWORKS = ("loopback", "netns")
+PARTITION_HANDLING = ("ignore", "pause_minority", "autoheal")
+LOOPBACK = "127.0.0.1"
 
 
 def _positive(_inst: object, attribute: attrs.Attribute[float], value: float) -> None:
@@ -69,9 +77,41 @@ def _resolved(path: Path | str) -> Path:
     return Path(path).resolve()
 
 
+def _one_of(choices: tuple[str, ...]) -> Any:
+    def check(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
+        if value not in choices:
+            raise ValueError(
+                f"{attribute.name} must be one of {', '.join(choices)}; got {value!r}")
+
+    return check
+
+
+def _ticktime(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 3600:
+        raise ValueError(
+            f"{attribute.name} must be a whole number of seconds from 1 to 3600; got {value!r}")
+
+
+def _default_ticktime(spec: ClusterSpec) -> int:
+    # Erlang's 60 s would make a partition take a minute to be noticed; 5 s: 5 to 6.25 s.
+    return 5 if spec.network == "netns" else 60
+
+
+def _default_partition_handling(spec: ClusterSpec) -> str:
+    # pause_minority is the production recommendation for 3 nodes; loopback keeps RabbitMQ's
+    # own default, so that killing two of three nodes there does not pause the third.
+    return "pause_minority" if spec.network == "netns" else "ignore"
+
+
 @attrs.frozen
 class ClusterSpec:
-    """What to start. Ports come from ``base_port`` or, when None, from a free block."""
+    """What to start. Ports come from ``base_port`` or, when None, from a free block.
+
+    ``network``: ``loopback`` or ``netns`` (a namespace per node; root). ``net_ticktime``
+    (seconds; Erlang's 60 on loopback, 5 in netns) bounds how long a cut link goes unnoticed;
+    ``cluster_partition_handling`` is RabbitMQ's (``ignore`` on loopback, ``pause_minority``
+    in netns; ``autoheal`` allowed).
+    """
 
     name: str = attrs.field(default="sac", validator=validate_name)
     nodes: int = attrs.field(
@@ -90,6 +130,13 @@ class ClusterSpec:
     start_timeout: float = attrs.field(default=120.0, validator=_positive)
     home: Path = attrs.field(factory=default_home, converter=_resolved)
     rabbitmq_dir: Path = attrs.field(default=RABBITMQ_DIR, converter=Path)
+    network: str = attrs.field(default="loopback", validator=_one_of(NETWORKS))
+    net_ticktime: int = attrs.field(
+        default=attrs.Factory(_default_ticktime, takes_self=True), validator=_ticktime)
+    cluster_partition_handling: str = attrs.field(
+        default=attrs.Factory(_default_partition_handling, takes_self=True),
+        validator=_one_of(PARTITION_HANDLING),
+    )
 
 
 @attrs.frozen
@@ -103,6 +150,8 @@ class Node:
     management_port: int
     dist_port: int
     dir: Path
+    host: str = LOOPBACK
+    namespace: str | None = None
 
     @property
     def pid_file(self) -> Path:
@@ -120,13 +169,13 @@ class Node:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.amqp_port}"
+        return f"{self.host}:{self.amqp_port}"
 
 
-def amqp_ready(port: int, timeout: float = 1.0) -> bool:
-    """True if 127.0.0.1:port answers the AMQP 0-9-1 header with a method frame."""
+def amqp_ready(port: int, timeout: float = 1.0, host: str = LOOPBACK) -> bool:
+    """True if host:port answers the AMQP 0-9-1 header with a method frame."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
             sock.sendall(AMQP_HEADER)
             data = sock.recv(8)
     except OSError:
@@ -135,7 +184,8 @@ def amqp_ready(port: int, timeout: float = 1.0) -> bool:
 
 
 class LocalCluster:
-    """A RabbitMQ cluster of ``nodes`` nodes on 127.0.0.1, started and stopped by us.
+    """A RabbitMQ cluster of ``nodes`` nodes, started and stopped by us: on 127.0.0.1, or
+    (``network="netns"``) each node in a network namespace of its own.
 
     ``up()`` wipes any earlier state of the same name and boots a fresh cluster; ``attach()``
     finds a running one again (as the CLI does between calls).
@@ -151,7 +201,17 @@ class LocalCluster:
         start_timeout: float = 120.0,
         home: Path | str | None = None,
         rabbitmq_dir: Path | str = RABBITMQ_DIR,
+        network: str = "loopback",
+        net_ticktime: int | None = None,
+        cluster_partition_handling: str | None = None,
     ) -> None:
+        # None: the network's default (see ClusterSpec).
+        tuning: dict[str, Any] = {
+            key: value
+            for key, value in (("net_ticktime", net_ticktime),
+                               ("cluster_partition_handling", cluster_partition_handling))
+            if value is not None
+        }
         self.spec = ClusterSpec(
             name=name,
             nodes=nodes,
@@ -160,9 +220,12 @@ class LocalCluster:
             start_timeout=start_timeout,
             home=default_home() if home is None else Path(home),
             rabbitmq_dir=Path(rabbitmq_dir),
+            network=network,
+            **tuning,
         )
         self.dir = self.spec.home / self.spec.name
         self._layout: PortLayout | None = None
+        self._plan: NetnsPlan | None = None
         self._credentials: Credentials | None = None
 
     # ------------------------------------------------------------------ lookup
@@ -184,12 +247,19 @@ class LocalCluster:
             zookeeper=bool(state.get("zookeeper", False)),
             home=home,
             rabbitmq_dir=state.get("rabbitmq_dir", RABBITMQ_DIR),
+            network=state.get("network", "loopback"),
+            net_ticktime=state.get("net_ticktime"),
+            cluster_partition_handling=state.get("cluster_partition_handling"),
         )
         cluster._layout = PortLayout(int(state["base_port"]))
+        if state.get("subnet") is not None:
+            cluster._plan = NetnsPlan(name, cluster.spec.nodes, str(state["subnet"]))
         return cluster
 
     def __repr__(self) -> str:
-        return f"LocalCluster(name={self.spec.name!r}, nodes={self.spec.nodes}, dir={self.dir})"
+        network = "" if self.spec.network == "loopback" else f", network={self.spec.network!r}"
+        return (f"LocalCluster(name={self.spec.name!r}, nodes={self.spec.nodes}{network}, "
+                f"dir={self.dir})")
 
     @property
     def name(self) -> str:
@@ -202,20 +272,38 @@ class LocalCluster:
         return self._layout
 
     @property
+    def netns(self) -> NetnsPlan:
+        """The namespaces, bridge and addresses of a netns cluster (what partitions cut)."""
+        if self.spec.network != "netns":
+            raise ServerError(
+                f"cluster {self.name!r} runs on loopback: namespaces (and partitions) need "
+                "network='netns'"
+            )
+        if self._plan is None:
+            raise NotRunningError(f"cluster {self.name!r} has no network yet: call up() first")
+        return self._plan
+
+    @property
     def nodes(self) -> list[Node]:
         layout = self.layout
-        return [
-            Node(
+        plan = self.netns if self.spec.network == "netns" else None
+        nodes = []
+        for i in range(self.spec.nodes):
+            # Long names with the address as host in netns mode: each node's name must lead
+            # to its own namespace, and no name service knows 198.18 addresses.
+            host = LOOPBACK if plan is None else plan.address(i + 1)
+            nodes.append(Node(
                 index=i + 1,
-                name=f"sac-{self.name}-{i + 1}@localhost",
+                name=f"sac-{self.name}-{i + 1}@{'localhost' if plan is None else host}",
                 amqp_port=layout.amqp(i),
                 amqps_port=layout.amqps(i),
                 management_port=layout.management(i),
                 dist_port=layout.dist(i),
                 dir=self.dir / f"node{i + 1}",
-            )
-            for i in range(self.spec.nodes)
-        ]
+                host=host,
+                namespace=None if plan is None else plan.namespace(i + 1),
+            ))
+        return nodes
 
     def node(self, ref: int | str) -> Node:
         """A node by 1-based index (``2``, ``"2"``) or by Erlang name."""
@@ -250,7 +338,7 @@ class LocalCluster:
     def tls_urls(self) -> list[str]:
         """``amqps://`` URLs with the password, one per node; verify them with ``ca_file``."""
         return [url.replace("amqp://", "amqps://", 1).replace(
-            f"@{n.address}/", f"@127.0.0.1:{n.amqps_port}/", 1)
+            f"@{n.address}/", f"@{n.host}:{n.amqps_port}/", 1)
             for url, n in zip(self.urls(), self.nodes, strict=True)]
 
     @property
@@ -267,7 +355,7 @@ class LocalCluster:
         files = []
         for node in self.nodes:
             files += [node.log_file, node.console_log]
-        files += [self.dir / "epmd.log"]
+        files += [self.dir / "epmd.log"] + [n.dir / "epmd.log" for n in self.nodes]
         if self.spec.zookeeper:
             files += [self.dir / "zookeeper" / "zookeeper.log"]
         return [f for f in files if f.exists()]
@@ -316,14 +404,25 @@ class LocalCluster:
                 "epmd is missing: install the Debian package erlang-base "
                 "(it comes with rabbitmq-server)."
             )
+        if self.spec.network == "netns":
+            _netns.check_privileges()
+            _netns.ip_binary()
 
     @staticmethod
     def _epmd_binary() -> str | None:
         return shutil.which("epmd") or shutil.which("epmd", path="/usr/lib/erlang/bin")
 
-    def _env(self, node: Node | None = None) -> dict[str, str]:
+    def _env(self, node: Node | None = None, *, inside: Node | None = None) -> dict[str, str]:
+        """The environment of a node (``node``), or of epmd or the CLI running where
+        ``inside`` runs: its namespace's address for epmd and the CLI's distribution."""
         layout = self.layout
         ctl_min, ctl_max = layout.ctl_dist_range
+        where = node or inside
+        host = LOOPBACK if where is None else where.host
+        ctl_args = f"-kernel inet_dist_use_interface {{{host.replace('.', ',')}}}"
+        if self.spec.net_ticktime != 60:
+            # The CLI must tick at the node's pace, or the node drops it mid-call.
+            ctl_args += f" -kernel net_ticktime {self.spec.net_ticktime}"
         env = {
             "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
             "LANG": "C.UTF-8",
@@ -331,18 +430,20 @@ class LocalCluster:
             # The Erlang cookie is read from $HOME by the server and the CLI alike.
             "HOME": str(self.dir),
             _proc.MARKER: str(self.dir),
-            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "ERL_EPMD_ADDRESS": host,
             "ERL_EPMD_PORT": str(layout.epmd),
             "RABBITMQ_CONF_ENV_FILE": str(self.dir / "rabbitmq-env.conf"),
-            "RABBITMQ_CTL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+            "RABBITMQ_CTL_ERL_ARGS": ctl_args,
             "RABBITMQ_CTL_DIST_PORT_MIN": str(ctl_min),
             "RABBITMQ_CTL_DIST_PORT_MAX": str(ctl_max),
         }
+        if self.spec.network == "netns":
+            env["RABBITMQ_USE_LONGNAME"] = "true"
         if node is not None:
             env.update(
                 {
                     "RABBITMQ_NODENAME": node.name,
-                    "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+                    "RABBITMQ_NODE_IP_ADDRESS": node.host,
                     "RABBITMQ_NODE_PORT": str(node.amqp_port),
                     "RABBITMQ_DIST_PORT": str(node.dist_port),
                     "RABBITMQ_CONFIG_FILE": str(node.dir / "rabbitmq.conf"),
@@ -356,15 +457,18 @@ class LocalCluster:
         return env
 
     def _make_certificates(self) -> None:
-        """A CA of the cluster's own and one server certificate for 127.0.0.1/localhost."""
+        """A CA of the cluster's own and one server certificate for 127.0.0.1/localhost (and
+        every node's address in netns mode)."""
         openssl = shutil.which("openssl")
         if openssl is None:
             raise PackageMissingError(
                 "openssl is missing: install the Debian package openssl (or `make deps`)")
         tls = self.dir / "tls"
         tls.mkdir(mode=0o700)
+        names = ",".join(f"IP:{n.host}" for n in self.nodes if n.host != LOOPBACK)
         (tls / "server.ext").write_text(
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
+            f"subjectAltName=IP:127.0.0.1,DNS:localhost{',' if names else ''}{names}\n"
+            "basicConstraints=CA:FALSE\n"
             "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
         steps = [
             ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
@@ -399,16 +503,16 @@ class LocalCluster:
                 node.dir / "rabbitmq.conf",
                 "\n".join(
                     [
-                        f"listeners.tcp.1 = 127.0.0.1:{node.amqp_port}",
-                        f"listeners.ssl.1 = 127.0.0.1:{node.amqps_port}",
+                        f"listeners.tcp.1 = {node.host}:{node.amqp_port}",
+                        f"listeners.ssl.1 = {node.host}:{node.amqps_port}",
                         f"ssl_options.cacertfile = {tls / 'ca.pem'}",
                         f"ssl_options.certfile = {tls / 'server.pem'}",
                         f"ssl_options.keyfile = {tls / 'server.key'}",
                         "ssl_options.verify = verify_none",
                         "ssl_options.fail_if_no_peer_cert = false",
-                        "management.tcp.ip = 127.0.0.1",
+                        f"management.tcp.ip = {node.host}",
                         f"management.tcp.port = {node.management_port}",
-                        "distribution.listener.interface = 127.0.0.1",
+                        f"distribution.listener.interface = {node.host}",
                         f"distribution.listener.port_range.min = {node.dist_port}",
                         f"distribution.listener.port_range.max = {node.dist_port}",
                         "loopback_users = none",
@@ -421,6 +525,8 @@ class LocalCluster:
                         "default_permissions.write = .*",
                         # Consumer activity in the management API within a second, not five.
                         "collect_statistics_interval = 1000",
+                        f"net_ticktime = {self.spec.net_ticktime}",
+                        f"cluster_partition_handling = {self.spec.cluster_partition_handling}",
                         "log.console = false",
                         "log.file.level = info",
                         "",
@@ -432,35 +538,49 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ processes
 
-    def _start_epmd(self) -> None:
+    def _inside(self, node: Node | None, argv: list[str]) -> list[str]:
+        """``argv`` run in ``node``'s namespace (netns mode), else as it is."""
+        if node is None or node.namespace is None:
+            return argv
+        return _netns.exec_argv(node.namespace, argv)
+
+    def _epmds(self) -> dict[str, Node | None]:
+        """epmd's pid keys in state.json: one epmd on loopback, one per namespace in netns
+        (each namespace is a host of its own, and node names are looked up on their host)."""
+        if self.spec.network == "netns":
+            return {f"epmd{n.index}": n for n in self.nodes}
+        return {"epmd": None}
+
+    def _start_epmd(self, node: Node | None = None) -> None:
         epmd = self._epmd_binary()
         assert epmd is not None
         port = self.layout.epmd
+        host = LOOPBACK if node is None else node.host
+        log = self.dir / "epmd.log" if node is None else node.dir / "epmd.log"
         pid = _proc.spawn(
-            [epmd, "-address", "127.0.0.1", "-port", str(port)],
-            self._env(),
-            self.dir / "epmd.log",
+            self._inside(node, [epmd, "-address", host, "-port", str(port)]),
+            self._env(inside=node),
+            log,
             self.dir,
         )
-        self._record_pid("epmd", pid)
+        self._record_pid("epmd" if node is None else f"epmd{node.index}", pid)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if not _proc.is_alive(pid):
                 raise ServerExitedError(
-                    f"epmd on port {port} exited at once; see {self.dir / 'epmd.log'}:\n"
-                    + tail(self.dir / "epmd.log")
+                    f"epmd on port {port} exited at once; see {log}:\n" + tail(log)
                 )
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                socket.create_connection((host, port), timeout=0.5).close()
                 return
             except OSError:
                 time.sleep(0.05)
-        raise StartTimeoutError(f"epmd did not listen on 127.0.0.1:{port} within 10 s")
+        raise StartTimeoutError(f"epmd did not listen on {host}:{port} within 10 s")
 
     def _spawn_node(self, node: Node) -> int:
         node.pid_file.unlink(missing_ok=True)
         pid = _proc.spawn(
-            [str(self.spec.rabbitmq_dir / "bin" / "rabbitmq-server")],
+            self._inside(node, [str(self.spec.rabbitmq_dir / "bin" / "rabbitmq-server")]),
             self._env(node),
             node.console_log,
             node.dir,
@@ -476,7 +596,7 @@ class LocalCluster:
                     f"node {node.name} exited while starting; read {node.log_file} and "
                     f"{node.console_log}. Last lines:\n{tail(node.console_log)}"
                 )
-            if amqp_ready(node.amqp_port):
+            if amqp_ready(node.amqp_port, host=node.host):
                 return
             if time.monotonic() >= deadline:
                 raise StartTimeoutError(
@@ -490,11 +610,15 @@ class LocalCluster:
         return self._cli("rabbitmqctl", node, *args, timeout=timeout)
 
     def _cli(self, tool: str, node: Node, *args: str, timeout: float = 60.0) -> str:
-        argv = [str(self.spec.rabbitmq_dir / "bin" / tool), "-n", node.name, *args]
+        # In netns mode the CLI runs inside the node's namespace: it registers with that
+        # namespace's epmd and reaches the node locally, so no epmd is needed on the host,
+        # and a partition never cuts the CLI from the node it asks (it sees what that node sees).
+        argv = self._inside(
+            node, [str(self.spec.rabbitmq_dir / "bin" / tool), "-n", node.name, *args])
         try:
             done = subprocess.run(
                 argv,
-                env=self._env(),
+                env=self._env(inside=node),
                 capture_output=True,
                 text=True,
                 timeout=timeout,
@@ -528,7 +652,7 @@ class LocalCluster:
         data = None if body is None else json.dumps(body).encode()
         last: Exception | None = None
         for candidate in [node] if node is not None else self.nodes:
-            url = f"http://127.0.0.1:{candidate.management_port}/api/{path.lstrip('/')}"
+            url = f"http://{candidate.host}:{candidate.management_port}/api/{path.lstrip('/')}"
             req = urllib.request.Request(url, data=data, method=method)
             req.add_header("Authorization", f"Basic {token}")
             req.add_header("Content-Type", "application/json")
@@ -590,27 +714,41 @@ class LocalCluster:
         if base is None:
             base = allocate_base(self.spec.home, self.name, self._port_offsets())
         layout = PortLayout(base)
-        check_free(layout.listening_ports(self.spec.nodes, self.spec.zookeeper))
+        check_free(self._host_ports(layout))
         self._layout = layout
+        netns = self.spec.network == "netns"
+        if netns:
+            # Leftovers of a crashed run of this name go first (their bridge's route would
+            # hold the subnet); another cluster's namespaces are never touched.
+            with _netns.signals_deferred():
+                _netns.remove(self.name, self.dir)
+            subnet = _netns.choose_subnet(self.name, _netns.routed_networks())
+            self._plan = NetnsPlan(self.name, self.spec.nodes, str(subnet))
         if self.dir.exists():
             shutil.rmtree(self.dir)
         self.dir.mkdir(parents=True)
         creds = Credentials.generate(self.name)
         self._credentials = creds
-        write_json(
-            self.dir / "state.json",
-            {
-                "name": self.name,
-                "nodes": self.spec.nodes,
-                "base_port": layout.base,
-                "zookeeper": self.spec.zookeeper,
-                "rabbitmq_dir": str(self.spec.rabbitmq_dir),
-                "pids": {},
-            },
-        )
+        state: dict[str, Any] = {
+            "name": self.name,
+            "nodes": self.spec.nodes,
+            "base_port": layout.base,
+            "zookeeper": self.spec.zookeeper,
+            "rabbitmq_dir": str(self.spec.rabbitmq_dir),
+            "network": self.spec.network,
+            "net_ticktime": self.spec.net_ticktime,
+            "cluster_partition_handling": self.spec.cluster_partition_handling,
+            "pids": {},
+        }
+        if self._plan is not None:
+            state["subnet"] = self._plan.subnet
+        write_json(self.dir / "state.json", state)
         try:
+            if self._plan is not None:
+                _netns.create(self._plan)
             self._write_config(creds)
-            self._start_epmd()
+            for where in self._epmds().values():
+                self._start_epmd(where)
             pids = {node.index: self._spawn_node(node) for node in self.nodes}
             with concurrent.futures.ThreadPoolExecutor(len(pids)) as pool:
                 futures = [
@@ -636,20 +774,38 @@ class LocalCluster:
 
         return LocalZooKeeper.inside(self.dir / "zookeeper", self.layout.zookeeper)
 
+    def _host_ports(self, layout: PortLayout) -> dict[int, str]:
+        """The ports bound on the host's 127.0.0.1 (in netns mode, only ZooKeeper's)."""
+        ports = layout.listening_ports(self.spec.nodes, self.spec.zookeeper)
+        if self.spec.network == "netns":
+            return {p: role for p, role in ports.items() if p == layout.zookeeper}
+        return ports
+
     def _port_offsets(self) -> dict[int, str]:
         probe = PortLayout(1024)
         ports = probe.listening_ports(self.spec.nodes, self.spec.zookeeper)
         return {port - probe.base: role for port, role in ports.items()}
 
     def _teardown(self) -> list[int]:
-        """Stop every process of this cluster; return the pids that were running."""
+        """Stop every process of this cluster (and, in netns mode, delete its namespaces,
+        veths and bridge); return the pids that were running."""
+        if self.spec.network != "netns":
+            return self._stop_processes()
+        # Ctrl-C must not stop the cleanup halfway: it is held and delivered afterwards.
+        with _netns.signals_deferred():
+            pids = self._stop_processes()
+            _netns.remove(self.name, self.dir)
+            return pids
+
+    def _stop_processes(self) -> list[int]:
         pids = sorted(set(self._running_pids()) | set(_proc.find_marked(self.dir)))
         state = read_json(self.dir / "state.json") or {}
-        epmd = state.get("pids", {}).get("epmd")
-        servers = [p for p in pids if p != epmd]
+        epmds = {int(p) for key, p in state.get("pids", {}).items()
+                 if key.startswith("epmd") and p}
+        servers = [p for p in pids if p not in epmds]
         # SIGTERM is RabbitMQ's graceful stop; nodes stopping together need no ordering.
         _proc.terminate(servers, grace=20.0)
-        _proc.terminate([p for p in pids if p == epmd], grace=2.0)
+        _proc.terminate([p for p in pids if p in epmds], grace=2.0)
         left = _proc.find_marked(self.dir)
         if left:
             _proc.terminate(left, grace=1.0)
@@ -664,7 +820,9 @@ class LocalCluster:
 
         Logs stay under the cluster directory for reading afterwards.
         """
-        if read_json(self.dir / "state.json") is None and not _proc.find_marked(self.dir):
+        network_left = self.spec.network == "netns" and _netns.leftovers(self.name)
+        if (read_json(self.dir / "state.json") is None and not _proc.find_marked(self.dir)
+                and not network_left):
             raise NotRunningError(
                 f"cluster {self.name!r} is not running (no state in {self.dir})"
             )
@@ -715,9 +873,10 @@ class LocalCluster:
         self._state()
         if self.is_running(node):
             raise AlreadyRunningError(f"node {node.name} is already running")
-        epmd = self._pid("epmd")
+        key, where = next((k, n) for k, n in self._epmds().items() if n in (None, node))
+        epmd = self._pid(key)
         if epmd is None or not _proc.is_ours(epmd, self.dir):
-            self._start_epmd()
+            self._start_epmd(where)
         wait = self.spec.start_timeout if timeout is None else timeout
         pid = self._spawn_node(node)
         self._wait_node(node, pid, wait)
@@ -755,25 +914,39 @@ class LocalCluster:
                     "log": str(node.log_file),
                 }
             )
+            if node.namespace is not None:
+                nodes[-1].update({"host": node.host, "namespace": node.namespace})
         try:
             members: list[dict[str, Any]] | None = self.members()
         except (NotRunningError, CommandError):
             members = None
-        epmd = pids.get("epmd")
+        epmds = {key: pids.get(key) for key in self._epmds()}
+        epmd: dict[str, Any] = {
+            "port": self.layout.epmd,
+            "running": all(p is not None and _proc.is_ours(int(p), self.dir)
+                           for p in epmds.values()),
+        }
+        if self.spec.network == "netns":
+            epmd["pids"] = epmds
+        else:
+            epmd["pid"] = epmds["epmd"]
         result: dict[str, Any] = {
             "name": self.name,
             "dir": str(self.dir),
             "running": any(n["running"] for n in nodes),
             "nodes": nodes,
             "members": members,
-            "epmd": {
-                "port": self.layout.epmd,
-                "pid": epmd,
-                "running": epmd is not None and _proc.is_ours(int(epmd), self.dir),
-            },
+            "epmd": epmd,
             "urls": self.display_urls(),
             "credentials_file": str(self.credentials_file),
         }
+        if self.spec.network == "netns":
+            result["network"] = {
+                "mode": "netns",
+                "net_ticktime": self.spec.net_ticktime,
+                "cluster_partition_handling": self.spec.cluster_partition_handling,
+                **self.netns.as_json(),
+            }
         if self.spec.zookeeper:
             result["zookeeper"] = self.zookeeper().status()
         return result

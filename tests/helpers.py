@@ -58,17 +58,21 @@ def _decode_address(hex_addr: str) -> str:
 
 
 def listening_addresses(pids: list[int]) -> set[str]:
-    """Every TCP address that one of ``pids`` listens on (from /proc, no ss needed)."""
-    inodes: set[str] = set()
-    for pid in pids:
-        inodes |= _socket_inodes(pid)
+    """Every TCP address that one of ``pids`` listens on (from /proc, no ss needed), each
+    read in the process's own network namespace."""
     found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            local, state, inode = fields[1], fields[3], fields[9]
-            if state == "0A" and inode in inodes:  # 0A = LISTEN
-                found.add(_decode_address(local))
+    for pid in pids:
+        inodes = _socket_inodes(pid)
+        for table in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):
+            try:
+                lines = Path(table).read_text().splitlines()[1:]
+            except OSError:  # the process is gone
+                continue
+            for line in lines:
+                fields = line.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state == "0A" and inode in inodes:  # 0A = LISTEN
+                    found.add(_decode_address(local))
     return found
 
 

@@ -1,0 +1,222 @@
+"""Real partitions between the nodes of a netns cluster (nftables in each node's namespace),
+and what RabbitMQ 3.10 does about them with net_ticktime 5 s and pause_minority.
+
+One 3-node cluster serves the whole file; each test starts from a whole cluster and leaves one
+(the ``parts`` fixture heals and waits). Times are measured from the cut and printed (``-s``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pika
+import pika.exceptions
+import pytest
+
+from chaos.partition import Partitions, isolate, one_way
+from server import LocalCluster, Node, PackageMissingError, ServerError
+from server.rabbitmq import amqp_ready
+from tests.helpers import wait_until
+
+SAC_ARGS = {"x-queue-type": "quorum", "x-single-active-consumer": True}
+TICK = 5  # the cluster's net_ticktime
+# Erlang declares a silent peer down 1 to 1.25 ticktimes after its last packet; RabbitMQ then
+# needs a moment to act on it.
+DETECT = 1.25 * TICK + 5
+WHOLE = 60.0  # a healed cluster is whole again within this
+
+
+@pytest.fixture(scope="module")
+def cluster3(sac_home: Path) -> Iterator[LocalCluster]:
+    with LocalCluster(name=f"part-{os.getpid()}", nodes=3, home=sac_home,
+                      network="netns") as local:
+        yield local
+
+
+def running_seen_by(cluster: LocalCluster, node: Node) -> set[int] | None:
+    """The indices of the members ``node`` reports running (None: it does not answer)."""
+    try:
+        members = cluster.management_api("nodes?columns=name,running", node=node)
+    except ServerError:
+        return None
+    return {cluster.node(m["name"]).index for m in members if m["running"]}
+
+
+def is_whole(cluster: LocalCluster) -> bool:
+    return all(amqp_ready(n.amqp_port, host=n.host) for n in cluster.nodes) and all(
+        running_seen_by(cluster, n) == {1, 2, 3} for n in cluster.nodes)
+
+
+@pytest.fixture
+def parts(cluster3: LocalCluster) -> Iterator[Partitions]:
+    wait_until(lambda: is_whole(cluster3), WHOLE, "a whole cluster before the test")
+    with Partitions(cluster3) as partitions:
+        yield partitions
+    wait_until(lambda: is_whole(cluster3), WHOLE, "a whole cluster after the test")
+
+
+def since(start: float) -> float:
+    return round(time.monotonic() - start, 2)
+
+
+def tcp_accepts(host: str, port: int) -> bool | str:
+    """True if a TCP connection is accepted; the error's name if it is refused or times out."""
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError as exc:
+        return type(exc).__name__
+    return True
+
+
+class Consumer:
+    """A pika consumer in a thread of its own, so that what it sees is timed as it happens."""
+
+    def __init__(self, url: str, queue: str) -> None:
+        self.conn = pika.BlockingConnection(pika.URLParameters(url))
+        self.got: list[tuple[bytes, bool, float]] = []  # body, redelivered, monotonic time
+        self.closed: tuple[pika.exceptions.AMQPError, float] | None = None
+        self.channel = self.conn.channel()
+        self.channel.basic_qos(prefetch_count=1)
+        self.channel.basic_consume(queue, self._take)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _take(self, channel: pika.adapters.blocking_connection.BlockingChannel,
+              method: pika.spec.Basic.Deliver, _props: object, body: bytes) -> None:
+        self.got.append((body, bool(method.redelivered), time.monotonic()))
+        channel.basic_ack(method.delivery_tag)
+
+    def _run(self) -> None:
+        try:
+            self.channel.start_consuming()
+        except pika.exceptions.AMQPError as exc:
+            self.closed = (exc, time.monotonic())
+
+    def bodies(self) -> list[tuple[bytes, bool]]:
+        return [(body, redelivered) for body, redelivered, _ in self.got]
+
+    def close(self) -> None:
+        if self.closed is None and self.conn.is_open:
+            self.conn.add_callback_threadsafe(self.channel.stop_consuming)
+            self.thread.join(10)
+            self.conn.close()
+
+
+def test_isolated_node_pauses_its_clients_move_and_heal_makes_the_cluster_whole(
+    cluster3: LocalCluster, parts: Partitions, queue_name: str
+) -> None:
+    n1, _n2, n3 = cluster3.nodes
+    publisher = pika.BlockingConnection(pika.URLParameters(cluster3.urls()[0]))
+    channel = publisher.channel()
+    channel.confirm_delivery()
+    # Declared through node 1: the queue's leader is on the majority side.
+    channel.queue_declare(queue_name, durable=True, arguments=SAC_ARGS)
+    # A (on node 3) subscribes first and is the single active consumer; B (node 1) waits.
+    a = Consumer(cluster3.urls()[2], queue_name)
+    b = Consumer(cluster3.urls()[0], queue_name)
+    try:
+        channel.basic_publish("", queue_name, b"m1", pika.BasicProperties(delivery_mode=2))
+        wait_until(lambda: a.got, 20, "m1 at the active consumer")
+
+        event = parts.apply(isolate(3, parts.nodes))
+        cut = time.monotonic()
+        assert event.kind == "fault_start"
+        assert event.fields() == {"fault": "partition", "target": "isolate n3",
+                                  "grudge": {"1": [3], "2": [3], "3": [1, 2]}}
+        # The host is never cut: node 3 still answers AMQP until it notices the partition.
+        assert amqp_ready(n3.amqp_port, host=n3.host)
+        plan = cluster3.netns
+        assert plan.address(3) in parts.rules(1)
+        assert plan.address(1) in parts.rules(3)
+        assert plan.address(2) in parts.rules(3)
+        assert all(plan.host_address not in parts.rules(i) for i in parts.nodes)
+        # Published before anyone noticed: the leader hands m2 to A, across the cut.
+        confirmed = []
+        for body in (b"m2", b"m3"):
+            channel.basic_publish("", queue_name, body, pika.BasicProperties(delivery_mode=2))
+            confirmed.append(since(cut))
+
+        seen_down = wait_until(lambda: running_seen_by(cluster3, n1) == {1, 2} and since(cut),
+                               DETECT, "node 1 to see node 3 down")
+        # pause_minority: node 3 closes its clients (320 CONNECTION_FORCED) and listeners.
+        wait_until(lambda: a.closed, DETECT, "A's connection closed")
+        assert a.closed is not None
+        assert isinstance(a.closed[0], pika.exceptions.ConnectionClosedByBroker)
+        assert a.closed[0].reply_code == 320
+        wait_until(lambda: not amqp_ready(n3.amqp_port, host=n3.host), DETECT,
+                   "node 3's AMQP listener closed")
+        # B takes over; m2 had been handed to A, never reached it, and comes back redelivered.
+        wait_until(lambda: len(b.got) == 2, DETECT, "m2 and m3 at B")
+        assert a.bodies() == [(b"m1", False)]
+        assert b.bodies() == [(b"m2", True), (b"m3", False)]
+        # Still cut off from its peers, node 3 stays reachable from the host at the TCP level:
+        # its epmd accepts, its paused AMQP listener refuses at once (no timeout).
+        assert tcp_accepts(n3.host, cluster3.layout.epmd) is True
+        assert tcp_accepts(n3.host, n3.amqp_port) == "ConnectionRefusedError"
+        status = cluster3.ctl(n1, "cluster_status", "--formatter", "json")
+        assert '"partitions":{}' in status.replace(" ", "")  # the minority paused: none kept
+        queue = cluster3.management_api(f"queues/%2F/{queue_name}", node=n1)
+        assert sorted(cluster3.node(m).index for m in queue["online"]) == [1, 2]
+        assert publisher.is_open
+
+        healed_event = parts.heal()
+        healed = time.monotonic()
+        assert healed_event.kind == "fault_end"
+        assert healed_event.fields()["target"] == "isolate n3"
+        assert all(parts.rules(i) == "" for i in parts.nodes)
+        wait_until(lambda: is_whole(cluster3), WHOLE, "the cluster whole after the heal")
+        print(f"\nmeasured isolate n3: m2, m3 confirmed {confirmed} s after the cut; node 1 "
+              f"saw node 3 down after {seen_down} s; A closed by the broker after "
+              f"{a.closed[1] - cut:.2f} s; B got m2 after {b.got[0][2] - cut:.2f} s; "
+              f"whole {since(healed)} s after the heal")
+    finally:
+        a.close()
+        b.close()
+        publisher.close()
+
+
+def test_one_way_cut_pauses_both_ends_and_leaves_the_third_node_alone(
+    cluster3: LocalCluster, parts: Partitions
+) -> None:
+    n1, n2, n3 = cluster3.nodes
+    with Partitions(cluster3) as inner:
+        event = inner.apply(one_way(3, 1))
+        cut = time.monotonic()
+        assert cluster3.netns.address(3) in inner.rules(1)
+        assert inner.rules(3) == ""  # node 1's packets still reach node 3
+        assert event.fields()["target"] == "one-way n3->n1"
+        # Node 1 stops hearing node 3 and drops the link; each end then learns from node 2
+        # that the other is still up: a partial partition, and pause_minority pauses both
+        # ends "until the *entire* cluster recovers". Node 2 keeps running alone.
+        wait_until(lambda: not amqp_ready(n1.amqp_port, host=n1.host)
+                   and not amqp_ready(n3.amqp_port, host=n3.host), DETECT,
+                   "nodes 1 and 3 paused")
+        paused = since(cut)
+        wait_until(lambda: running_seen_by(cluster3, n2) == {2}, DETECT,
+                   "node 2 to see nodes 1 and 3 not running")
+        assert amqp_ready(n2.amqp_port, host=n2.host)
+        for node in (n1, n3):
+            log = node.log_file.read_text(errors="replace")
+            assert "Partial partition detected" in log
+            assert "We will therefore pause until the *entire* cluster recovers" in log
+    healed = time.monotonic()
+    # Leaving the block healed: no table of ours is left anywhere.
+    assert all(parts.rules(i) == "" for i in parts.nodes)
+    wait_until(lambda: is_whole(cluster3), WHOLE, "the cluster whole after the heal")
+    print(f"\nmeasured one-way n3->n1: nodes 1 and 3 paused {paused} s after the cut; "
+          f"whole {since(healed)} s after the heal")
+
+
+def test_partitions_need_a_netns_cluster_and_nft(
+    cluster3: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ServerError, match="runs on loopback"):
+        Partitions(LocalCluster(name="plain", home=tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(PackageMissingError, match="Debian package nftables"):
+        Partitions(cluster3)
