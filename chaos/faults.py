@@ -53,6 +53,14 @@ class FaultProxy:
         self._proxies[(actor, node)] = proxy
         return str(proxy.listen)
 
+    def node_of(self, actor: str, listen: str) -> int | None:
+        """The node ``actor`` reaches through its proxy at ``listen`` (``host:port``, as its
+        ``connected`` events name it)."""
+        for (name, node), proxy in self._proxies.items():
+            if name == actor and str(proxy.listen) == listen:
+                return node
+        return None
+
     def of(self, actor: str) -> list[Proxy]:
         return [p for (a, _), p in sorted(self._proxies.items()) if a == actor]
 

@@ -11,6 +11,7 @@ is gone when it returns or raises, Ctrl-C included, and the queue is deleted.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import random
 import threading
@@ -26,7 +27,8 @@ from chaos._process import ActorProcess
 from chaos.actors import ConsumerActor, Face, PublisherActor, Sink
 from chaos.errors import ChaosError, ChaosTimeout, UnknownScenario
 from chaos.faults import FaultProxy, Nemesis
-from server import LocalCluster, LocalPostgres
+from chaos.partition import Grudge, Partitions
+from server import LocalCluster, LocalPostgres, Node, ServerError, amqp_ready
 
 Weakening = Literal["dedup-off", "redelivered-only", "fencing-off"]
 WEAKENINGS: tuple[Weakening, ...] = ("dedup-off", "redelivered-only", "fencing-off")
@@ -192,15 +194,15 @@ class World:
     def active(self, timeout: float = 60.0, other_than: ActorProcess | None = None
                ) -> ActorProcess:
         """The consumer that reports itself active (not frozen), waiting for one."""
-        deadline = time.monotonic() + self.bound(timeout)
-        while True:
-            for process in self.live_consumers():
-                if process.role == "active" and not process.frozen and process is not other_than:
-                    return process
-            if time.monotonic() >= deadline:
-                roles = {p.name: p.role for p in self.live_consumers()}
-                raise ChaosTimeout(f"no active consumer within {timeout:g} s (roles: {roles})")
-            self._closed.wait(0.05)
+        found: list[ActorProcess] = []
+
+        def one() -> bool:
+            found[:] = [p for p in self.live_consumers()
+                        if p.role == "active" and not p.frozen and p is not other_than]
+            return bool(found)
+
+        self.until("active consumer", one, timeout)
+        return found[0]
 
     def stop_consumer(self, process: ActorProcess, timeout: float = CONSUMER_STOP_S) -> int:
         """A graceful stop the supervisor does not answer with a restart."""
@@ -232,12 +234,7 @@ class World:
 
     def wait_committed(self, count: int, timeout: float = 120.0) -> None:
         """Until ``count`` distinct messages have an effect in the sink."""
-        deadline = time.monotonic() + self.bound(timeout)
-        while self.committed() < count:
-            if time.monotonic() >= deadline:
-                raise ChaosTimeout(f"fewer than {count} messages handled within {timeout:g} s "
-                                   f"({self.committed()} were)")
-            self._closed.wait(0.05)
+        self.until(f"{count} messages handled", lambda: self.committed() >= count, timeout)
 
     def at_fraction(self, low: float, high: float) -> int:
         """A seeded point of the run, as a number of handled messages."""
@@ -254,17 +251,21 @@ class World:
                         found.append(json.loads(line))
         return found
 
-    def wait_event(self, actor: str, kind: str, since: float, timeout: float = 60.0
-                   ) -> dict[str, Any]:
-        """Until ``actor`` records an event of type ``kind`` at or after ``since``."""
+    def recorded(self, actor: str, kind: str, since: float) -> bool:
+        return any(e.get("type") == kind and float(e.get("ts", 0)) >= since
+                   for e in self.events(actor))
+
+    def until(self, what: str, condition: Callable[[], bool], timeout: float) -> None:
+        """Until ``condition()`` holds (checked every 50 ms), or ``ChaosTimeout``."""
         deadline = time.monotonic() + self.bound(timeout)
-        while True:
-            for event in self.events(actor):
-                if event.get("type") == kind and float(event.get("ts", 0)) >= since:
-                    return event
+        while not condition():
             if time.monotonic() >= deadline:
-                raise ChaosTimeout(f"{actor} recorded no {kind!r} within {timeout:g} s")
+                raise ChaosTimeout(f"no {what} within {timeout:g} s")
             self._closed.wait(0.05)
+
+    def wait_event(self, actor: str, kind: str, since: float, timeout: float = 60.0) -> None:
+        """Until ``actor`` records an event of type ``kind`` at or after ``since``."""
+        self.until(f"{kind!r} from {actor}", lambda: self.recorded(actor, kind, since), timeout)
 
     def _all_events(self, pattern: str, kind: str) -> Iterator[dict[str, Any]]:
         for path in sorted((self.run_dir / "events").glob(pattern)):
@@ -296,6 +297,46 @@ class World:
         for node in self.cluster.nodes:
             if not self.cluster.is_running(node):
                 self.cluster.start(node.index)
+        self.wait_serving()
+
+    def node_of(self, process: ActorProcess) -> int:
+        """The node ``process`` is connected to now (its latest ``connected`` event)."""
+        connected = [e for e in self.events(process.name) if e.get("type") == "connected"]
+        node = self.proxy.node_of(process.name, str(connected[-1]["node"])) if connected \
+            else None
+        if node is None:
+            raise ChaosError(f"{process.name} is not connected through any of its proxies")
+        return node
+
+    @contextlib.contextmanager
+    def partition(self, grudge: Grudge) -> Iterator[None]:
+        """Cut links between nodes (nftables in their namespaces) for the block, recorded;
+        healed on exit, after which the cluster must be whole again (paused nodes resume)."""
+        parts = Partitions(self.cluster)
+        with self.nemesis.fault("partition", grudge.target, grudge=grudge.as_json()):
+            parts.apply(grudge)
+            try:
+                yield
+            finally:
+                parts.heal()
+        self.wait_serving()
+
+    def wait_serving(self, timeout: float = 120.0) -> None:
+        """Until every node is a running member and answers AMQP and its management API
+        (a node paused by pause_minority lists as running before its listeners are back)."""
+        self.cluster.wait_members(self.cluster.nodes, self.bound(timeout))
+
+        def serving(node: Node) -> bool:
+            if not amqp_ready(node.amqp_port, host=node.host):
+                return False
+            try:
+                self.cluster.management_api("overview", node=node)
+            except ServerError:
+                return False
+            return True
+
+        for node in self.cluster.nodes:
+            self.until(f"service from {node.name}", functools.partial(serving, node), timeout)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -328,6 +369,8 @@ class Scenario:
     store: Literal["sqlite", "postgres"] = "sqlite"
     """PostgreSQL where the fault is about row locks held by a frozen consumer: SQLite's one
     writer serialises consumers whatever the fencing."""
+    network: Literal["loopback", "netns"] = "loopback"
+    """``netns``: the scenario cuts links between nodes, so each node needs a namespace."""
 
 
 def _delete_queue(cluster: LocalCluster, queue: str) -> None:
@@ -349,6 +392,10 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
         raise UnknownScenario(f"no scenario {settings.scenario!r}; there are: "
                               f"{', '.join(sorted(table))}")
     scenario = table[settings.scenario]
+    if scenario.network == "netns" and cluster.spec.network != "netns":
+        raise ChaosError(f"scenario {scenario.name} cuts links between nodes: it needs a netns "
+                         f"cluster (LocalCluster(network='netns'), `sac server up --network "
+                         f"netns`), and {cluster.name!r} runs on loopback")
     started = time.monotonic()
     run_dir = out / settings.label
     again = 1

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 
 from chaos._process import ActorProcess
+from chaos.partition import Grudge, isolate, majorities_ring, one_way
 from chaos.runner import Body, Scenario, World, toxic
-from server import LocalCluster
+from sdk import QueueSettings
+from server import LocalCluster, amqp_ready
 
 EFFECT_WAIT_S = 30.0
 
@@ -167,6 +170,75 @@ def _freeze_active(w: World) -> None:
         victim.signal(signal.SIGCONT)
 
 
+# ---------------------------------------------------------------------- partitions
+
+
+def _cut_around_effect(w: World, grudge_of: Callable[[list[int], int], Grudge]) -> None:
+    """Cut links (``grudge_of(nodes, the active consumer's node)``) while the active
+    consumer is inside an effect; let it go on once another consumer took over or its own
+    connection was closed (pause_minority pauses a node that lost the majority); heal after
+    a seeded while; publish more once the cluster is whole again."""
+    w.wait_committed(w.at_fraction(0.2, 0.4))
+    victim = w.active()
+    node = w.node_of(victim)
+    _inside_effect(w, victim)
+    since = time.time()
+    nodes = [n.index for n in w.cluster.nodes]
+    with w.partition(grudge_of(nodes, node)):
+        w.until(f"a handover or {victim.name}'s connection closed", lambda: any(
+            p.role == "active" for p in w.live_consumers() if p is not victim)
+            or w.recorded(victim.name, "connection_lost", since), 60)
+        victim.tell("continue")
+        w.pause(w.rng.uniform(1.0, 3.0))
+    w.start_publisher(1, messages=max(10, w.settings.messages // 5))
+
+
+def partition_consumer_node(w: World) -> None:
+    """The active consumer's node cut off from the other two: it loses the queue's majority,
+    the broker activates the waiting consumer on the majority side."""
+    _cut_around_effect(w, lambda nodes, node: isolate(node, nodes))
+
+
+def partition_one_way(w: World) -> None:
+    """Packets from the active consumer's node to another are dropped, the other way flows
+    (RabbitMQ 3.10 calls it a partial partition and pauses both ends)."""
+    _cut_around_effect(w, lambda nodes, node: one_way(
+        node, next(n for n in nodes if n != node)))
+
+
+def partition_majorities_ring(w: World) -> None:
+    """Every node sees a majority, no two the same one (Jepsen's majorities ring)."""
+    _cut_around_effect(w, lambda nodes, node: majorities_ring(
+        [node, *(n for n in nodes if n != node)]))
+
+
+def partition_leader(w: World) -> None:
+    """The queue's leader (node 1, the publisher's) cut off while the consumers work on the
+    majority side. Its confirms were held back just before: the publisher, closed by the
+    paused node, retransmits what the leader had already committed."""
+    w.wait_committed(w.at_fraction(0.1, 0.3))
+    publisher = w.publishers[0]
+    leader = w.queue_node()
+    nodes = [n.index for n in w.cluster.nodes]
+    since = time.time()
+    old = w.cluster.node(leader)
+    with toxic(w, [publisher], "timeout", ("downstream",), timeout=0):
+        w.pause(w.rng.uniform(0.3, 1.0))
+        with w.partition(isolate(leader, nodes)):
+            w.until("pause of the old leader", lambda: not amqp_ready(
+                old.amqp_port, host=old.host), 60)
+    w.wait_event(publisher.name, "connection_lost", since, 60)
+    w.start_publisher(1, messages=max(10, w.settings.messages // 5))
+
+
+def _declare_on_first_node(cluster: LocalCluster, queue: str) -> None:
+    """The queue declared (as the SDK declares it) through node 1, which then leads it."""
+    settings = QueueSettings(queue)
+    cluster.management_api(f"queues/%2F/{queue}", method="PUT", node=cluster.nodes[0],
+                           body={"durable": True, "auto_delete": False,
+                                 "arguments": settings.arguments()})
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s for s in [
         Scenario("consumer-reset", "reset_peer on the active consumer's connection "
@@ -194,5 +266,15 @@ SCENARIOS: dict[str, Scenario] = {
                  rolling_handover, "dedup-off", ()),
         Scenario("flapping", "random client faults at random times", flapping,
                  "dedup-off", ("duplicated",)),
+        Scenario("partition-consumer-node", "the active consumer's node cut off from the "
+                 "other two, then healed", partition_consumer_node, "dedup-off",
+                 ("duplicated",), network="netns"),
+        Scenario("partition-leader", "the queue leader's node cut off (confirms held back "
+                 "just before)", partition_leader, "redelivered-only", ("duplicated",),
+                 network="netns", prepare=_declare_on_first_node),
+        Scenario("partition-majorities-ring", "every node sees a majority, no two the same",
+                 partition_majorities_ring, "dedup-off", ("duplicated",), network="netns"),
+        Scenario("partition-one-way", "the active consumer's node cannot send to another",
+                 partition_one_way, "dedup-off", ("duplicated",), network="netns"),
     ]
 }
