@@ -7,7 +7,6 @@ One 3-node cluster serves the whole file; each test starts from a whole cluster 
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 import time
@@ -31,11 +30,9 @@ DETECT = 1.25 * TICK + 5
 WHOLE = 60.0  # a healed cluster is whole again within this
 
 
-@pytest.fixture(scope="module")
-def cluster3(sac_home: Path) -> Iterator[LocalCluster]:
-    with LocalCluster(name=f"part-{os.getpid()}", nodes=3, home=sac_home,
-                      network="netns") as local:
-        yield local
+@pytest.fixture
+def cluster3(netns_cluster: LocalCluster) -> LocalCluster:
+    return netns_cluster
 
 
 def running_seen_by(cluster: LocalCluster, node: Node) -> set[int] | None:

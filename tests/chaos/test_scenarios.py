@@ -1,4 +1,5 @@
-"""Every scenario once at a small size against the session's real cluster, in its real
+"""Every scenario once at a small size against the session's real netns cluster (the
+partition scenarios need its namespaces; the others run through its bridge), in its real
 configuration (the checker must find nothing) and in its weakened one (the checker must find
 what the weakening lets through): a suite that cannot fail proves nothing.
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos.errors import ChaosError
 from chaos.runner import ANOMALIES, RunSettings, run
 from chaos.scenarios import SCENARIOS
 from server import LocalCluster, LocalPostgres
@@ -26,8 +28,9 @@ MESSAGES = 200
 
 @pytest.mark.parametrize("weakened", [False, True], ids=["default", "weakened"])
 @pytest.mark.parametrize("name", list(SCENARIOS))
-def test_scenario(name: str, weakened: bool, cluster: LocalCluster, postgres: LocalPostgres,
-                  tmp_path: Path) -> None:
+def test_scenario(name: str, weakened: bool, netns_cluster: LocalCluster,
+                  postgres: LocalPostgres, tmp_path: Path) -> None:
+    cluster = netns_cluster
     scenario = SCENARIOS[name]
     settings = RunSettings(name, seed=1, messages=MESSAGES,
                            weakened=scenario.weakened if weakened else None)
@@ -57,7 +60,9 @@ def test_scenario(name: str, weakened: bool, cluster: LocalCluster, postgres: Lo
     assert run_json["queue"] not in queues
 
 
-def test_an_interrupted_run_leaves_no_process(cluster: LocalCluster, tmp_path: Path) -> None:
+def test_an_interrupted_run_leaves_no_process(netns_cluster: LocalCluster,
+                                              tmp_path: Path) -> None:
+    cluster = netns_cluster
     """Ctrl-C in the middle of a run: the command ends, every actor with it."""
     command = [sys.executable, "-m", "sac.cli", "chaos", "run", "consumer-blackhole",
                "--cluster", cluster.name, "--home", str(cluster.spec.home),
@@ -103,3 +108,9 @@ def test_cli_list_and_a_bad_scenario(capsys: pytest.CaptureFixture[str]) -> None
     assert len(err) == 1
     assert "earthquake" in err[0]
     assert "consumer-reset" in err[0]
+
+
+def test_a_partition_needs_a_netns_cluster(cluster: LocalCluster, tmp_path: Path) -> None:
+    with pytest.raises(ChaosError, match="netns"):
+        run(RunSettings("partition-leader"), cluster, tmp_path)
+    assert not list(tmp_path.iterdir())  # refused before anything was made

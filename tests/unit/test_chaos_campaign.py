@@ -1,0 +1,65 @@
+"""The campaign's plan and table, without servers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.campaign import failed, plan, row, table
+from chaos.errors import ChaosError
+from chaos.runner import RunResult, RunSettings
+from chaos.scenarios import SCENARIOS
+
+
+def verdict(**counts: int) -> dict[str, Any]:
+    anomalies = {a: {"count": counts.get(a, 0)} for a in
+                 ("lost", "duplicated", "unexpected", "concurrent")}
+    return {**anomalies, "valid": not any(counts.values()), "published": 300,
+            "recovery": [{"recovery_s": 0.5}, {"recovery_s": None}, {"recovery_s": 4.25}]}
+
+
+def result(weakened: str | None, expected: tuple[str, ...], **counts: int) -> RunResult:
+    settings = RunSettings("consumer-reset", seed=2, weakened=weakened)  # type: ignore[arg-type]
+    return RunResult(Path("r"), settings, verdict(**counts), expected, 1.0)
+
+
+def test_the_plan_pairs_each_run_with_its_weakening() -> None:
+    runs = plan(["consumer-reset", "consumer-freeze"], 2, messages=50)
+    assert [(r.scenario, r.seed, r.weakened) for r in runs] == [
+        ("consumer-reset", 1, None), ("consumer-reset", 1, "dedup-off"),
+        ("consumer-reset", 2, None), ("consumer-reset", 2, "dedup-off"),
+        ("consumer-freeze", 1, None), ("consumer-freeze", 1, "fencing-off"),
+        ("consumer-freeze", 2, None), ("consumer-freeze", 2, "fencing-off")]
+    assert {r.messages for r in runs} == {50}
+    assert len(plan(list(SCENARIOS), 1, weakened=False)) == len(SCENARIOS)
+
+
+def test_outcomes() -> None:
+    assert result(None, ()).outcome == "pass"
+    assert result(None, (), lost=1).outcome == "FAIL"
+    assert result("dedup-off", ("duplicated",), duplicated=3).outcome == "caught"
+    assert result("dedup-off", ("duplicated",), lost=2).outcome == "FAIL"  # not what it must find
+    assert result("dedup-off", ("duplicated",)).outcome == "FAIL"  # a suite that cannot fail
+
+
+def test_the_table() -> None:
+    rows = [row(result(None, ())), row(result("dedup-off", ("duplicated",), duplicated=3)),
+            row(result("dedup-off", ("duplicated",)))]
+    text = table(rows).splitlines()
+    assert text[0].split() == ["scenario", "seed", "config", "messages", "lost", "duplicated",
+                               "concurrent", "recovery", "verdict"]
+    assert text[1].split() == ["consumer-reset", "2", "default", "300", "0", "0", "0", "4.25",
+                               "s", "pass"]
+    assert text[2].split()[-1] == "caught"
+    assert [r.verdict for r in failed(rows)] == ["FAIL"]
+    # Columns aligned: the verdict column starts at the same place on every line.
+    assert {line.rindex(line.split()[-1]) for line in text} == {text[0].index("verdict")}
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ChaosError, match="messages"):
+        RunSettings("consumer-reset", messages=0)
+    with pytest.raises(ValueError, match="weakened"):
+        RunSettings("consumer-reset", weakened="nothing")  # type: ignore[arg-type]
