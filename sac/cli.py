@@ -1,4 +1,4 @@
-"""The ``sac`` command line: servers now, chaos campaigns and reports later.
+"""The ``sac`` command line: servers, the demo, chaos runs and campaigns, checks and reports.
 
 Built on argparse (standard library) so that the SDK's light install still has a working
 ``sac``. Errors from ``server`` are printed as one line naming the cause, exit status 1; bad
@@ -80,12 +80,6 @@ def _node_action(action: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from recipes.demo import run_demo
-
-    return run_demo(messages=args.messages, name=args.name, home=args.home)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sac", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -129,14 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
         _add_name(cmd)
         cmd.set_defaults(func=_node_action(action))
 
-    demo = commands.add_parser("demo", help="the end-to-end single-active-consumer demo")
-    demo.add_argument("--messages", type=int, default=1000)
-    demo.add_argument("--name", default="demo")
-    demo.add_argument("--home", type=Path, default=None)
-    demo.set_defaults(func=_demo)
-
     from sac import audit, chaos, check, dlq, proxy
 
+    chaos.add_demo_parser(commands)
     chaos.add_parser(commands)
     check.add_parser(commands)
     audit.add_parser(commands)

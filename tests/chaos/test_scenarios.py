@@ -114,3 +114,19 @@ def test_a_partition_needs_a_netns_cluster(cluster: LocalCluster, tmp_path: Path
     with pytest.raises(ChaosError, match="netns"):
         run(RunSettings("partition-leader"), cluster, tmp_path)
     assert not list(tmp_path.iterdir())  # refused before anything was made
+
+
+def test_cli_run_prints_the_table(netns_cluster: LocalCluster, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from sac.cli import main
+
+    argv = ["chaos", "run", "rolling-handover", "--weakened", "--messages", "100",
+            "--engine", "python", "--cluster", netns_cluster.name,
+            "--home", str(netns_cluster.spec.home), "--out", str(tmp_path)]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:3] == ["scenario", "seed", "config"]
+    assert lines[1].split()[:3] == ["rolling-handover", "1", "dedup-off"]
+    assert lines[1].split()[-1] == "pass"  # a graceful handover redelivers nothing
+    assert (tmp_path / "report.html").is_file()
+    assert (tmp_path / "rolling-handover-s1-dedup-off" / "verdict.json").is_file()
