@@ -183,6 +183,7 @@ class Proxy:
         self._server: asyncio.Server | None = None
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._dialing: set[asyncio.Task[None]] = set()
 
     @property
     def listen(self) -> str:
@@ -201,10 +202,13 @@ class Proxy:
         self.bound = f"{host}:{sockname[1]}" if ":" not in host else f"[{host}]:{sockname[1]}"
 
     async def stop(self) -> None:
-        """Stop listening and close every open connection."""
+        """Stop listening and close every open connection, and those still dialing the
+        upstream (a dial to an upstream that drops SYNs can take minutes)."""
         if self._server is not None:
             self._server.close()
             self._server = None
+        for task in list(self._dialing):
+            task.cancel()
         for connection in list(self._connections):
             connection.close()
         if self._tasks:
@@ -218,16 +222,21 @@ class Proxy:
         task = asyncio.current_task()
         assert task is not None
         host, port = split_address(self.spec.upstream)
-        try:
-            server = await asyncio.open_connection(host, port)
-        except OSError:
-            writer.close()
-            return
-        connection = Connection(self.toxic_list, (reader, writer), server, self._rng)
-        self._connections.add(connection)
         self._tasks.add(task)
+        self._dialing.add(task)
         try:
-            await connection.run()
+            try:
+                server = await asyncio.open_connection(host, port)
+            except (OSError, asyncio.CancelledError):
+                writer.close()  # upstream unreachable, or the proxy stopped meanwhile
+                return
+            finally:
+                self._dialing.discard(task)
+            connection = Connection(self.toxic_list, (reader, writer), server, self._rng)
+            self._connections.add(connection)
+            try:
+                await connection.run()
+            finally:
+                self._connections.discard(connection)
         finally:
-            self._connections.discard(connection)
             self._tasks.discard(task)

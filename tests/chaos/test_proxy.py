@@ -3,6 +3,7 @@ for every call that client makes and by plain HTTP (urllib) for the rest of the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import socket
@@ -221,6 +222,42 @@ def test_disable_closes_connections_and_enable_listens_again(
         _connect(proxy.listen)
     proxy.enable()
     assert _echo_time(proxy.listen, b"back") >= 0
+
+
+def test_disable_also_ends_connections_still_dialing_the_upstream(client: Toxiproxy) -> None:
+    """An upstream whose accept queue is full drops SYNs, so the proxy's dial hangs; a
+    disable must end that client's connection at once, and the dial must never turn into a
+    relay once the upstream accepts again."""
+    upstream = socket.socket()
+    upstream.bind(("127.0.0.1", 0))
+    upstream.listen(0)  # Linux queues one connection, then drops SYNs
+    address = upstream.getsockname()
+    queued: list[socket.socket] = []
+    try:
+        queued.append(socket.create_connection(address, timeout=WAIT))
+        proxy = client.create(upstream=f"127.0.0.1:{address[1]}", name="stuck")
+        with _connect(proxy.listen) as sock:
+            sock.sendall(b"hello")
+            proxy.disable()
+            started = time.monotonic()
+            assert _until_eof(sock) == b""
+            assert time.monotonic() - started < 1.0  # not after the dial's SYN retries
+        upstream.settimeout(WAIT)
+        accepted = []
+        for _ in range(len(queued) + 1):  # the one that filled the queue, and ours if any
+            try:
+                accepted.append(upstream.accept()[0])
+            except TimeoutError:
+                break
+        for conn in accepted:
+            conn.settimeout(0.5)
+            with contextlib.suppress(TimeoutError):  # the queue filler sends nothing either
+                assert conn.recv(16) == b""  # nothing relayed from a stopped proxy
+            conn.close()
+    finally:
+        for conn in queued:
+            conn.close()
+        upstream.close()
 
 
 def test_latency_adds_at_least_the_delay(client: Toxiproxy, echo: str) -> None:
