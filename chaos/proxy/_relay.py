@@ -20,6 +20,8 @@ from chaos.proxy._model import ProxySpec, Toxic, split_address
 from chaos.proxy._pacing import bandwidth_plan, draws_toxic, latency_delay, slice_sizes
 
 READ_SIZE = 32 * 1024
+PIPELINE = 64
+"""Chunks read ahead of the toxics per direction (at most ``PIPELINE * READ_SIZE`` bytes)."""
 _LINGER_RESET = struct.pack("ii", 1, 0)
 
 
@@ -108,9 +110,28 @@ class Connection:
     async def _pump(
         self, stream: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        """Read on, while what was read goes through the toxics: each chunk is stamped when
+        it arrives, so a latency delays every chunk by its own time since arrival (as
+        Toxiproxy's does), not by the delays of the chunks before it as well. The queue
+        between them is bounded: a slow writer still pushes back on the sender."""
+        chunks: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(PIPELINE)
+        loop = asyncio.get_running_loop()
+
+        async def read() -> None:
+            try:
+                while not self._closed:
+                    chunk = await reader.read(READ_SIZE)
+                    await chunks.put((loop.time(), chunk))
+                    if not chunk:
+                        return
+            except OSError:
+                self.close()
+                await chunks.put((loop.time(), b""))
+
+        reading = asyncio.create_task(read())
         try:
             while not self._closed:
-                chunk = await reader.read(READ_SIZE)
+                stamp, chunk = await chunks.get()
                 chain = self.active(stream)
                 if not chunk:
                     delays = [t.attributes["delay"] for t in chain if t.type == "slow_close"]
@@ -119,14 +140,19 @@ class Connection:
                     if writer.can_write_eof() and not writer.is_closing():
                         writer.write_eof()
                     return
-                await self._through(chain, chunk, writer)
+                await self._through(chain, chunk, writer, stamp)
         except OSError:
             self.close()
+        finally:
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
 
     async def _through(
-        self, chain: list[Toxic], chunk: bytes, writer: asyncio.StreamWriter
+        self, chain: list[Toxic], chunk: bytes, writer: asyncio.StreamWriter, stamp: float
     ) -> None:
-        """Send ``chunk`` through the toxics of ``chain`` in order, then to ``writer``."""
+        """Send ``chunk`` (arrived at loop time ``stamp``) through the toxics of ``chain`` in
+        order, then to ``writer``."""
         if self._closed or not chunk:
             return
         if not chain:
@@ -136,8 +162,9 @@ class Connection:
         toxic, rest = chain[0], chain[1:]
         attrs = toxic.attributes
         if toxic.type == "latency":
-            await asyncio.sleep(latency_delay(attrs["latency"], attrs["jitter"], self._rng))
-            await self._through(rest, chunk, writer)
+            delay = latency_delay(attrs["latency"], attrs["jitter"], self._rng)
+            await asyncio.sleep(max(0.0, stamp + delay - asyncio.get_running_loop().time()))
+            await self._through(rest, chunk, writer, stamp)
         elif toxic.type == "timeout":
             return  # dropped; the timer armed in refresh() closes the connection, if any
         elif toxic.type == "reset_peer":
@@ -147,7 +174,7 @@ class Connection:
             offset = 0
             for size, wait in bandwidth_plan(len(chunk), attrs["rate"]):
                 await asyncio.sleep(wait)
-                await self._through(rest, chunk[offset:offset + size], writer)
+                await self._through(rest, chunk[offset:offset + size], writer, stamp)
                 offset += size
         elif toxic.type == "slicer":
             offset = 0
@@ -157,19 +184,19 @@ class Connection:
             for index, size in enumerate(sizes):
                 if index:
                     await asyncio.sleep(attrs["delay"] / 1_000_000)
-                await self._through(rest, chunk[offset:offset + size], writer)
+                await self._through(rest, chunk[offset:offset + size], writer, stamp)
                 offset += size
         elif toxic.type == "limit_data":
             sent = self._sent.get(toxic.serial, 0)
             allowed = max(0, attrs["bytes"] - sent)
             self._sent[toxic.serial] = sent + min(allowed, len(chunk))
-            await self._through(rest, chunk[:allowed], writer)
+            await self._through(rest, chunk[:allowed], writer, stamp)
             if self._sent[toxic.serial] >= attrs["bytes"]:
                 if not writer.is_closing():
                     await writer.drain()
                 self.close()
         else:  # noop, slow_close (acts at end of input)
-            await self._through(rest, chunk, writer)
+            await self._through(rest, chunk, writer, stamp)
 
 
 class Proxy:

@@ -260,6 +260,24 @@ def test_disable_also_ends_connections_still_dialing_the_upstream(client: Toxipr
         upstream.close()
 
 
+def test_latency_delays_each_chunk_from_its_own_arrival(client: Toxiproxy, echo: str) -> None:
+    """Two writes 100 ms apart through 400 ms of latency (downstream): each echo comes back
+    about 400 ms after its own write, not the second one after both delays (800 ms)."""
+    proxy = client.create(upstream=echo, name="echo")
+    proxy.add_toxic(type="latency", attributes={"latency": 400, "jitter": 0})
+    with _connect(proxy.listen) as sock:
+        start = time.monotonic()
+        sock.sendall(b"one")
+        time.sleep(0.1)  # the workload's spacing, not a wait for an event
+        sock.sendall(b"two")
+        assert _receive(sock, 3) == b"one"
+        first = time.monotonic() - start
+        assert _receive(sock, 3) == b"two"
+        second = time.monotonic() - start
+    assert 0.4 <= first < 0.55
+    assert 0.5 <= second < 0.65  # 100 ms + 400 ms, not 400 + 400
+
+
 def test_latency_adds_at_least_the_delay(client: Toxiproxy, echo: str) -> None:
     proxy = client.create(upstream=echo, name="echo")
     proxy.add_toxic(type="latency", attributes={"latency": 200, "jitter": 0})
