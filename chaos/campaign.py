@@ -87,4 +87,4 @@ def table(rows: Sequence[Row]) -> str:
 
 
 def failed(rows: Sequence[Row]) -> list[Row]:
-    return [r for r in rows if r.verdict == "FAIL"]
+    return [r for r in rows if r.verdict in ("FAIL", "ERROR")]

@@ -81,11 +81,16 @@ class RunResult:
     expected: tuple[str, ...]
     """Anomalies a weakened run must show; empty for a run of the real configuration."""
     seconds: float
+    error: str | None = None
+    """Why the run could not be carried out as planned (its history is checked anyway)."""
 
     @property
     def outcome(self) -> str:
-        """``pass`` (a valid run), ``caught`` (a weakened run whose anomaly was found), or
-        ``FAIL`` (an anomaly in a real run, or a weakened run that looked valid)."""
+        """``pass`` (a valid run), ``caught`` (a weakened run whose anomaly was found),
+        ``ERROR`` (the run could not be carried out) or ``FAIL`` (an anomaly in a real run,
+        or a weakened run that looked valid)."""
+        if self.error is not None:
+            return "ERROR"
         found = {name for name in ANOMALIES if self.verdict[name]["count"]}
         if not self.expected:
             return "pass" if self.verdict["valid"] else "FAIL"
@@ -110,6 +115,8 @@ class World:
         self.consumers: dict[int, ActorProcess] = {}
         self.retired: list[ActorProcess] = []
         self.publishers: list[ActorProcess] = []
+        self.planned = 0
+        """Messages the publishers started so far were told to publish."""
         self.restarts = 0
         self._lock = threading.RLock()
         self._stopping: set[str] = set()
@@ -185,6 +192,7 @@ class World:
                               rate=s.rate)
         process = ActorProcess(actor, spec.argv(), self.run_dir / "logs")
         self.publishers.append(process)
+        self.planned += spec.messages
         return process
 
     def live_consumers(self) -> list[ActorProcess]:
@@ -431,6 +439,8 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
         if scenario.prepare is not None:
             scenario.prepare(cluster, queue)
         _drive(world, scenario)
+    except ChaosError as exc:
+        error = exc  # the run went wrong (an actor died, a wait ran out): checked all the same
     except BaseException as exc:
         error = exc
         raise
@@ -446,7 +456,8 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
         (run_dir / "run.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
         _delete_queue(cluster, queue)
     verdict = _check(run_dir, check)
-    return RunResult(run_dir, settings, verdict, expected, time.monotonic() - started)
+    return RunResult(run_dir, settings, verdict, expected, time.monotonic() - started,
+                     None if error is None else meta["error"])
 
 
 def _drive(world: World, scenario: Scenario) -> None:

@@ -22,19 +22,29 @@ from server import LocalCluster, amqp_ready
 EFFECT_WAIT_S = 30.0
 
 
-def _inside_effect(w: World, victim: ActorProcess) -> None:
-    """Arm ``victim`` and wait until it is inside an effect, holding it there."""
-    before = victim.count("in_effect")
-    victim.tell("freeze")
-    victim.wait_for("effect to stop in", lambda p: p.count("in_effect") > before,
-                    w.bound(EFFECT_WAIT_S))
+def _inside_effect(w: World) -> ActorProcess:
+    """Arm every live consumer and wait until one is inside an effect, holding it there:
+    that one is the active consumer (a consumer cut off may still call itself active)."""
+    armed = {p: p.count("in_effect") for p in w.live_consumers()}
+    for process in armed:
+        process.tell("freeze")
+    found: list[ActorProcess] = []
+
+    def inside() -> bool:
+        found[:] = [p for p, n in armed.items() if p.count("in_effect") > n]
+        return bool(found)
+
+    w.until("effect to stop in", inside, EFFECT_WAIT_S)
+    for process in armed:
+        if process is not found[0]:
+            process.tell("disarm")
+    return found[0]
 
 
 def _reset_active(w: World) -> None:
     """Reset the active consumer's connection while it is inside an effect: the effect
     completes after the connection is gone, so its message comes again to the next one."""
-    victim = w.active()
-    _inside_effect(w, victim)
+    victim = _inside_effect(w)
     since = time.time()
     with toxic(w, [victim], "reset_peer", ("downstream", "upstream"), timeout=0):
         w.wait_event(victim.name, "connection_lost", since, 30)
@@ -50,8 +60,7 @@ def consumer_reset(w: World) -> None:
 def consumer_blackhole(w: World) -> None:
     """Nothing passes either way and nothing closes: both sides find out by heartbeats."""
     w.wait_committed(w.at_fraction(0.2, 0.4))
-    victim = w.active()
-    _inside_effect(w, victim)
+    victim = _inside_effect(w)
     since = time.time()
     with toxic(w, [victim], "timeout", ("downstream", "upstream"), timeout=0):
         victim.tell("continue")
@@ -95,8 +104,7 @@ def _kill_queue_node(w: World) -> None:
     and that consumer is the active one: the kill takes its connection inside an effect.
     A second publisher then checks the cluster serves again once the node is back."""
     node = w.queue_node()
-    victim = w.active()
-    _inside_effect(w, victim)
+    victim = _inside_effect(w)
     with w.nemesis.fault("kill_node", f"node{node}"):
         w.cluster.kill(node)
         victim.tell("continue")
@@ -141,13 +149,16 @@ def rolling_handover(w: World) -> None:
 
 
 def flapping(w: World) -> None:
-    """Client faults from the list above, one after another at random moments, until the
-    publisher is done (a consumer reset first, so there is always a redelivery)."""
-    _reset_active(w)
+    """Three to five client faults drawn from the list above, at random moments, a consumer
+    reset first (so there is always a redelivery). Another publisher joins whenever the
+    published messages are nearly all handled, so every fault meets messages in flight."""
     faults = [_reset_active, _freeze_active, _blackhole_active]
-    while w.publishers[0].last("done") is None and w.left() > 30:
+    plan = [_reset_active, *(w.rng.choice(faults) for _ in range(w.rng.randint(2, 4)))]
+    for fault in plan:
+        if w.publishers[-1].last("done") is not None or w.committed() > 0.8 * w.planned:
+            w.start_publisher(len(w.publishers), messages=w.settings.messages // 2)
         w.pause(w.rng.uniform(0.2, 1.0))
-        w.rng.choice(faults)(w)
+        fault(w)
 
 
 def _blackhole_active(w: World) -> None:
@@ -160,8 +171,7 @@ def _blackhole_active(w: World) -> None:
 def _freeze_active(w: World) -> None:
     """SIGSTOP inside an effect; the broker hands over after missed heartbeats; SIGCONT
     soon after, so the zombie's commit races its successor's (fencing must refuse it)."""
-    victim = w.active()
-    _inside_effect(w, victim)
+    victim = _inside_effect(w)
     with w.nemesis.fault("sigstop", victim.name):
         victim.signal(signal.SIGSTOP)
         victim.tell("continue")  # read only once thawed
@@ -179,9 +189,8 @@ def _cut_around_effect(w: World, grudge_of: Callable[[list[int], int], Grudge]) 
     connection was closed (pause_minority pauses a node that lost the majority); heal after
     a seeded while; publish more once the cluster is whole again."""
     w.wait_committed(w.at_fraction(0.2, 0.4))
-    victim = w.active()
+    victim = _inside_effect(w)
     node = w.node_of(victim)
-    _inside_effect(w, victim)
     since = time.time()
     nodes = [n.index for n in w.cluster.nodes]
     with w.partition(grudge_of(nodes, node)):

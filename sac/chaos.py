@@ -194,6 +194,9 @@ def _carry_out(runs: list[Any], args: argparse.Namespace) -> int:
         [r.path for r in results], args.engine, None, args.out)
     rows = [row(r, v) for r, v in zip(results, verdicts, strict=True)]
     print(table(rows))
+    for result in results:
+        if result.error is not None:
+            print(f"{result.path}: {result.error} (read {result.path / 'logs'})")
     bad = failed(rows)
     print(f"{len(rows) - len(bad)} of {len(rows)} run(s) as expected "
           f"({time.monotonic() - started:.0f} s, checked on {args.engine}); report: {report}")

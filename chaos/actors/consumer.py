@@ -11,6 +11,8 @@ two commands on stdin from the runner:
     effect (the line is read only after SIGCONT).
 ``continue``
     Lets that effect go on.
+``disarm``
+    Forget an earlier ``freeze`` that no effect took up yet.
 
 Exit status: 0 after a graceful stop, 3 when fenced off (``StaleEpoch``: a newer consumer
 holds the queue), 1 on any other error (printed on stderr and in the ``done`` line).
@@ -64,6 +66,8 @@ class Controls:
             self.armed.set()
         elif command == "continue":
             self.go.set()
+        elif command == "disarm":
+            self.armed.clear()
 
     def checkpoint(self, msg: str, holding: bool) -> None:
         """Stop here if armed, once the store transaction holds locks (``holding``): a
