@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from chaos.campaign import failed, plan, row, table
@@ -42,6 +43,9 @@ def test_outcomes() -> None:
     assert result("dedup-off", ("duplicated",), duplicated=3).outcome == "caught"
     assert result("dedup-off", ("duplicated",), lost=2).outcome == "FAIL"  # not what it must find
     assert result("dedup-off", ("duplicated",)).outcome == "FAIL"  # a suite that cannot fail
+    went_wrong = attrs.evolve(result(None, ()), error="ChaosTimeout: no effect within 30 s")
+    assert went_wrong.outcome == "ERROR"
+    assert failed([row(went_wrong)]) == [row(went_wrong)]
 
 
 def test_the_table() -> None:
