@@ -35,6 +35,12 @@ WEAKENINGS: tuple[Weakening, ...] = ("dedup-off", "redelivered-only", "fencing-o
 ANOMALIES = ("lost", "duplicated", "unexpected", "concurrent")
 CONSUMER_STOP_S = 30.0
 """A graceful stop finishes the running effect and acks: far less than this."""
+REPAIR_AFTER_S = 60.0
+"""A node that does not serve again within this long (before a run, after a heal) is
+restarted, as an operator would. RabbitMQ 3.10.8 on Erlang 25.2 needs it: a node paused by
+pause_minority that restarts its applications around a heal can hang in Erlang's
+``global`` sync ("Global hang workaround: global state ... seems broken" in its log, then
+nothing for minutes; rabbitmq-server#6034: the workaround no longer works from OTP 25.1)."""
 
 
 def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
@@ -116,6 +122,8 @@ class World:
         self.retired: list[ActorProcess] = []
         self.publishers: list[ActorProcess] = []
         self.planned = 0
+        self.repaired: list[str] = []
+        """Nodes restarted because they did not serve again after a fault."""
         """Messages the publishers started so far were told to publish."""
         self.restarts = 0
         self._lock = threading.RLock()
@@ -302,9 +310,25 @@ class World:
         return self.cluster.node(str(name).split("@")[0]).index
 
     def ensure_whole(self) -> None:
+        """Every node running and serving before the run."""
         for node in self.cluster.nodes:
             if not self.cluster.is_running(node):
                 self.cluster.start(node.index)
+        self.recover()
+
+    def recover(self) -> None:
+        """Until every node serves; one that does not within ``REPAIR_AFTER_S`` is killed
+        and started again (listed in ``repaired``, and in ``run.json``)."""
+        try:
+            self.wait_serving(REPAIR_AFTER_S)
+            return
+        except ChaosTimeout:
+            pass
+        for node in self.cluster.nodes:
+            if not self.serving(node):
+                self.cluster.kill(node.index)
+                self.cluster.start(node.index, timeout=self.bound(120))
+                self.repaired.append(node.name)
         self.wait_serving()
 
     def node_of(self, process: ActorProcess) -> int:
@@ -327,24 +351,27 @@ class World:
                 yield
             finally:
                 parts.heal()
-        self.wait_serving()
+        self.recover()
 
     def wait_serving(self, timeout: float = 120.0) -> None:
         """Until every node is a running member and answers AMQP and its management API
         (a node paused by pause_minority lists as running before its listeners are back)."""
-        self.cluster.wait_members(self.cluster.nodes, self.bound(timeout))
-
-        def serving(node: Node) -> bool:
-            if not amqp_ready(node.amqp_port, host=node.host):
-                return False
-            try:
-                self.cluster.management_api("overview", node=node)
-            except ServerError:
-                return False
-            return True
-
+        try:
+            self.cluster.wait_members(self.cluster.nodes, self.bound(timeout))
+        except ServerError as exc:
+            raise ChaosTimeout(str(exc)) from exc
         for node in self.cluster.nodes:
-            self.until(f"service from {node.name}", functools.partial(serving, node), timeout)
+            self.until(f"service from {node.name}", functools.partial(self.serving, node),
+                       timeout)
+
+    def serving(self, node: Node) -> bool:
+        if not amqp_ready(node.amqp_port, host=node.host):
+            return False
+        try:
+            self.cluster.management_api("overview", node=node)
+        except ServerError:
+            return False
+        return True
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -449,6 +476,7 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
         proxy.close()
         meta["end"] = time.time()
         meta["restarts"] = world.restarts
+        meta["repaired"] = world.repaired
         meta["faults"] = world.nemesis.faults
         if error is not None:
             meta["error"] = f"{type(error).__name__}: {error}"
