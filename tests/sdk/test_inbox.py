@@ -21,6 +21,7 @@ import attrs
 import pika
 import pytest
 
+from chaos.amqp_relay import Relay
 from sdk import (
     Backoff,
     ConnectionSettings,
@@ -39,7 +40,6 @@ from server import LocalCluster
 from tests.dedup.conftest import SQL_STORES, StoreFactory, store_factory
 from tests.dedup.ledger import Ledger
 from tests.helpers import Lines, finish, wait_until
-from tests.relay import Relay
 from tests.sdk.conftest import close_connection_by_name, drain
 from tests.sdk.faces import ConsumerFace, PublisherFace
 
