@@ -141,7 +141,8 @@ class ConsumerActor(_Actor):
     def __attrs_post_init__(self) -> None:
         if self.dedup != "inbox" and (self.pause_after_writes or self.pause_after_commit):
             raise ValueError("pause_after_writes and pause_after_commit need dedup='inbox'")
-        if self.dedup == "inbox" and not self.open_sink().transactional:
+        sink = self.open_sink()  # a location that names no sink is refused here
+        if self.dedup == "inbox" and not sink.transactional:
             raise ValueError(f"dedup={self.dedup!r} needs a database sink, not {self.sink}")
 
     def open_sink(self) -> Sink:
