@@ -3,7 +3,7 @@
 A single-active consumer of either SDK face whose effect writes one row to the run's sink,
 through the inbox's transaction (``dedup="inbox"``) or on its own (the weakened modes). It
 records its history, reports role changes on stdout, stops gracefully on SIGTERM (unless
-``handle_signals`` is off), and takes two commands on stdin from the runner:
+``handle_signals`` is off), and takes commands on stdin from the runner:
 
 ``freeze``
     The next effect this process starts prints ``{"event": "in_effect", "msg": ...}`` and
