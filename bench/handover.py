@@ -8,10 +8,13 @@ choice of heartbeat interval trades against spurious failovers. Three ways for A
 
 ``graceful``
     A calls ``stop()`` (cancel, finish the running handler and ack, close). Timed from the
-    ``stop()`` call to the first message B handles. Both A and B run in this process.
+    ``stop()`` call to the first message B handles. Both A and B run in this process: the
+    run times the ``stop()`` call itself and compares A's last handler start with B's first
+    on one clock, which a process stopped by SIGTERM would not tell.
 ``connection-reset``
-    A runs in a process of its own (``tests/sdk/consumer_process.py``) and gets SIGKILL: the
-    kernel closes its socket, so the broker learns at once. Timed from the kill.
+    A runs in a process of its own, the chaos suite's consumer actor
+    (``chaos/actors/consumer.py``, no inbox, each handled id appended to a file), and gets
+    SIGKILL: the kernel closes its socket, so the broker learns at once. Timed from the kill.
 ``frozen``
     A's process gets SIGSTOP: nothing closes its socket and the kernel keeps acknowledging TCP
     segments, so only the missing AMQP heartbeats reveal it. Timed from the SIGSTOP, once with
@@ -49,7 +52,6 @@ import os
 import random
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -60,11 +62,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import attrs
 import pika
 
+from chaos._process import ActorProcess
+from chaos.actors import ConsumerActor, Face
+from chaos.errors import ChaosError
 from sdk import (
     AsyncConsumer,
     ConnectionSettings,
@@ -82,7 +87,6 @@ from server import LocalCluster
 
 from ._report import conditions, positive_int, save
 
-ROOT = Path(__file__).resolve().parents[1]
 FACES = ("blocking", "asyncio")
 Fault = Literal["graceful", "connection-reset", "frozen"]
 FAULTS: tuple[Fault, ...] = ("graceful", "connection-reset", "frozen")
@@ -143,6 +147,9 @@ class LocalConsumer:
             )
             self._runner.start()
             self._async = AsyncConsumer(settings, self._ahandle, on_role_change=self._role)
+
+    def wait_active(self, timeout: float) -> bool:
+        return self.active.wait(timeout)
 
     def _role(self, role: Role) -> None:
         self.roles.append(role.value)
@@ -234,66 +241,64 @@ class LocalConsumer:
 
 
 class ConsumerProcess:
-    """Consumer A in a process of its own (``tests.sdk.consumer_process``), to be killed or
-    frozen. Its role changes arrive on stdout (read by a thread that sets events); the ids
-    it handled are appended, one per line, to a file read once the process is dead."""
+    """Consumer A in a process of its own, to be killed or frozen: the chaos suite's consumer
+    actor without the inbox, each handled id appended to a file (a ``file:`` sink: a SQLite
+    commit per message would not keep up with the publisher), read once the process is dead.
+    Its role changes, each with the time it happened, arrive on its stdout."""
 
     def __init__(
         self, face: str, queue: str, conn: ConnectionSettings, workdir: Path
     ) -> None:
-        self.out = workdir / "a-handled.txt"
-        self.err = workdir / "a-stderr.txt"
-        self.roles: list[str] = []
-        self.waiting = threading.Event()
-        self.active = threading.Event()
-        self.subscribed_at: float | None = None
-        env = {
-            **os.environ,
-            "SAC_AMQP_URLS": ",".join(conn.urls),  # secrets stay in the environment
-            "SAC_HEARTBEAT": str(conn.heartbeat),
-            "SAC_CONNECTION_NAME": conn.name or "handover-a",
-        }
-        with self.err.open("w") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.sdk.consumer_process", face, queue, str(self.out)],
-                env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True,
-            )
-        self._reader = threading.Thread(target=self._read, name="bench-a-roles", daemon=True)
-        self._reader.start()
+        self.spec = ConsumerActor(
+            actor="handover-a", run_dir=str(workdir), queue=queue, urls=conn.urls,
+            heartbeat=conn.heartbeat, face=cast(Face, face), dedup="off", effect_ms=0,
+            prefetch=PREFETCH, sink=f"file:{workdir / 'a-effects.jsonl'}",
+        )
+        self.process = ActorProcess.start(self.spec)
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            role = line.strip()
-            self.roles.append(role)
-            if role == Role.WAITING.value:
-                if self.subscribed_at is None:
-                    self.subscribed_at = time.monotonic()
-                self.waiting.set()
-            elif role == Role.ACTIVE.value:
-                self.active.set()
+    def _roles(self) -> list[dict[str, Any]]:
+        return [m for m in list(self.process.messages) if m.get("event") == "role"]
+
+    @property
+    def roles(self) -> list[str]:
+        return [str(m["role"]) for m in self._roles()]
+
+    @property
+    def subscribed_at(self) -> float | None:
+        """``time.monotonic()`` (one clock for every process of the host) when A first
+        waited for its turn: its subscription."""
+        waiting = [m for m in self._roles() if m["role"] == Role.WAITING.value]
+        return float(waiting[0]["monotonic"]) if waiting else None
+
+    def wait_role(self, role: Role, timeout: float) -> bool:
+        try:
+            self.process.expect("role", timeout, role=role.value)
+        except ChaosError:
+            return False
+        return True
+
+    def wait_active(self, timeout: float) -> bool:
+        return self.wait_role(Role.ACTIVE, timeout)
 
     def signal(self, sig: signal.Signals) -> float:
         """Send ``sig``; the ``time.monotonic()`` just before."""
         now = time.monotonic()
-        self.proc.send_signal(sig)
+        self.process.signal(sig)
         return now
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(30)
-        self._reader.join(10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        self.process.close()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
 
     def ids(self) -> list[str]:
         """What A handled (call after ``kill``)."""
-        return self.out.read_text().split() if self.out.exists() else []
+        return self.spec.open_sink().handled(self.spec.actor)
 
     def stderr_tail(self, lines: int = 5) -> str:
-        text = self.err.read_text(errors="replace") if self.err.exists() else ""
-        return " | ".join(text.strip().splitlines()[-lines:])
+        return self.process.log_tail(lines)
 
 
 # --------------------------------------------------------------------------- publisher
@@ -472,7 +477,7 @@ class Bench:
                     a = a_local = LocalConsumer(face, ConsumerSettings(a_conn, qs)).start()
                 else:
                     a = a_proc = ConsumerProcess(face, queue, a_conn, Path(tmp))
-                    if not a_proc.waiting.wait(START_TIMEOUT):
+                    if not a_proc.wait_role(Role.WAITING, START_TIMEOUT):
                         raise RuntimeError(
                             f"A's process did not subscribe: {a_proc.stderr_tail()}"
                         )
@@ -480,7 +485,7 @@ class Bench:
                     face, ConsumerSettings(self._conn(2, hb, "handover-b"), qs)
                 ).start()
                 publisher.start()
-                if not a.active.wait(START_TIMEOUT):
+                if not a.wait_active(START_TIMEOUT):
                     raise RuntimeError("A never became active")
                 result.warmup_messages = self.args.warmup
                 if scenario.fault == "frozen":  # a random phase against the heartbeat checks
@@ -531,9 +536,9 @@ class Bench:
                     with contextlib.suppress(Exception):
                         a_proc.kill()
                     result.a_roles = list(a_proc.roles)
-                    if a_proc.proc.returncode not in (None, -signal.SIGKILL):
+                    if a_proc.returncode not in (None, -signal.SIGKILL):
                         result.errors.append(
-                            f"A's process exited with {a_proc.proc.returncode}: "
+                            f"A's process exited with {a_proc.returncode}: "
                             f"{a_proc.stderr_tail()}"
                         )
                 if a_local is not None:
@@ -754,7 +759,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "repeat": args.repeat,
         "statistic": "median/min/max of handover_s over the runs of a scenario and face",
         "placement": {"publisher": "node 1 (queue leader)", "A": "node 2", "B": "node 3"},
-        "a_runner": {"graceful": "in process", "other": "tests.sdk.consumer_process"},
+        "a_runner": {"graceful": "in process", "other": "chaos.actors.consumer"},
         **conditions(overview, len(cluster.nodes), load_before),
         "summary": summary,
         "runs": [asdict(r) for r in results],

@@ -1,6 +1,12 @@
-"""An actor's OS process as the runner sees it: started in a session of its own (so a signal
-reaches it and nothing else), its stdout read as JSON lines on a thread, its stderr in
-``RUN/logs/<actor>.log``. Waiting is always on a condition with a deadline."""
+"""An actor's OS process as the runner (or a test, or a benchmark) sees it: started in a
+session of its own (so a signal reaches it and nothing else), its stdout read as JSON lines
+on a thread, its stderr in ``RUN/logs/<actor>.log``. Waiting is always on a condition with a
+deadline.
+
+    with ActorProcess.start(ConsumerActor(actor="a", run_dir=..., ...)) as a:
+        a.expect("paused", 60, at="effect")
+        a.tell("continue")
+"""
 
 from __future__ import annotations
 
@@ -13,9 +19,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from types import TracebackType
+from typing import IO, TYPE_CHECKING, Any, Self
 
 from chaos.errors import ActorFailed, ChaosTimeout
+
+if TYPE_CHECKING:
+    from chaos.actors import ConsumerActor, PublisherActor
 
 Message = dict[str, Any]
 
@@ -36,6 +46,12 @@ class ActorProcess:
         self.pid = self._proc.pid
         self._reader = threading.Thread(target=self._read, name=f"chaos-{name}", daemon=True)
         self._reader.start()
+
+    @classmethod
+    def start(cls, spec: ConsumerActor | PublisherActor, log_dir: Path | None = None) -> Self:
+        """The process of ``spec``, its stderr in ``log_dir`` (default: ``RUN/logs``)."""
+        logs = Path(spec.run_dir) / "logs" if log_dir is None else log_dir
+        return cls(spec.actor, spec.argv(), logs)
 
     def _read(self) -> None:
         assert self._proc.stdout is not None
@@ -71,11 +87,25 @@ class ActorProcess:
             while not predicate(self):
                 if not self.alive and not self._reader.is_alive():
                     raise ActorFailed(self.name, f"exited ({self.returncode}) before {what}; "
-                                      f"read {self.log_path}")
+                                      f"read {self.log_path}: {self.log_tail()}")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise ChaosTimeout(f"{self.name}: no {what} within {timeout:g} s")
                 self._cond.wait(min(left, 0.5))
+
+    def expect(self, event: str, timeout: float, **fields: Any) -> Message:
+        """The first message ``event`` whose ``fields`` have these values, waiting for it
+        (``wait_for``)."""
+        found: list[Message] = []
+
+        def said(process: ActorProcess) -> bool:
+            found[:] = [m for m in process.messages if m.get("event") == event
+                        and all(m.get(k) == v for k, v in fields.items())][:1]
+            return bool(found)
+
+        self.wait_for(" ".join([event, *(f"{k}={v}" for k, v in fields.items())]), said,
+                      timeout)
+        return found[0]
 
     def last(self, event: str) -> Message | None:
         with self._cond:
@@ -126,6 +156,11 @@ class ActorProcess:
         except subprocess.TimeoutExpired:
             raise ChaosTimeout(f"{self.name}: still running after {timeout:g} s") from None
 
+    def log_tail(self, lines: int = 5) -> str:
+        """The last ``lines`` lines of the process's stderr, on one line."""
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return " | ".join(text.strip().splitlines()[-lines:])
+
     def close(self) -> None:
         if self.alive:
             self.kill()
@@ -135,3 +170,10 @@ class ActorProcess:
                 with contextlib.suppress(OSError):
                     stream.close()
         self._log.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

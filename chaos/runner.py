@@ -183,7 +183,7 @@ class World:
                     if p.name.split(".")[0] == base)
             actor = base if n == 0 else f"{base}.{n + 1}"
             spec = self._consumer_spec(slot, actor)
-            process = ActorProcess(actor, spec.argv(), self.run_dir / "logs")
+            process = ActorProcess.start(spec)
             old = self.consumers.get(slot)
             if old is not None:
                 self.retired.append(old)
@@ -198,7 +198,7 @@ class World:
                               urls=tuple(self._urls(actor, first)), queue_type=self.queue_type,
                               heartbeat=s.heartbeat, messages=messages or s.messages,
                               rate=s.rate)
-        process = ActorProcess(actor, spec.argv(), self.run_dir / "logs")
+        process = ActorProcess.start(spec)
         self.publishers.append(process)
         self.planned += spec.messages
         return process

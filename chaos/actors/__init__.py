@@ -6,8 +6,10 @@ started as ``python -m chaos.actors.publisher|consumer '<settings as JSON>'``: o
 of what an actor takes, used by the runner, the tests and the benchmarks alike. Each process
 records its history (``events/<actor>.jsonl``, ``shared/HISTORY.md``) through the SDK's own
 recorder and tells the runner what it needs to steer the run as JSON lines on stdout:
-``{"event": "role", "role": "active"}``, ``{"event": "in_effect", "msg": ...}`` and
-``{"event": "done", ...}``.
+``{"event": "role", "role": "active", "monotonic": ...}``, ``{"event": "in_effect", "msg": ...}``,
+``{"event": "paused", "at": ..., "msg": ...}`` and ``{"event": "done", ...}``; it takes
+commands on stdin (``freeze``, ``continue``: ``chaos/actors/consumer.py``). ``chaos._process``
+starts and drives such a process.
 """
 
 from __future__ import annotations
@@ -41,6 +43,17 @@ def _not_negative(_inst: object, attribute: attrs.Attribute[Any], value: float) 
 
 def _as_tuple(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(value)
+
+
+def _count(_inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{attribute.name} must be a whole number, zero or more, got {value!r}")
+
+
+def _optional_limit(_inst: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                              or value < 1):
+        raise ValueError(f"{attribute.name} must be a whole number, 1 or more, got {value!r}")
 
 
 def _urls(_inst: object, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
@@ -89,7 +102,12 @@ class ConsumerActor(_Actor):
     check users write first: look the id up only when the broker flags a redelivery, which
     misses a publisher's retransmission). ``fencing=False`` turns off both ways a replaced
     consumer is kept from committing: every consumer adopts the same epoch (no commit is
-    refused as stale), and a successor no longer evicts a frozen SQLite lock holder."""
+    refused as stale), and a successor no longer evicts a frozen SQLite lock holder.
+
+    The options after ``sink`` serve tests and benchmarks that stop a consumer at a precise
+    point; their defaults are the chaos workload's. Each ``pause_*`` point is taken once: the
+    process prints ``{"event": "paused", "at": <point>, "msg": <id>}`` and waits for a
+    ``continue`` line on stdin (``Controls``)."""
 
     face: Face = attrs.field(default="blocking",
                              validator=attrs.validators.in_(("blocking", "asyncio")))
@@ -98,8 +116,34 @@ class ConsumerActor(_Actor):
     effect_ms: float = attrs.field(default=2.0, validator=_not_negative)
     prefetch: int = attrs.field(default=20, validator=_positive)
     sink: str = ""
-    """Where effects go (``Sink``): ``sqlite:<path>`` or a ``postgresql://`` DSN; empty
-    means ``RUN/sink.db``."""
+    """Where effects go (``Sink``): ``sqlite:<path>`` or a ``postgresql://`` DSN (either can
+    back the inbox), or ``file:<path>`` (dedup off only); empty means ``RUN/sink.db``."""
+    delivery_limit: int | None = attrs.field(default=None, validator=_optional_limit)
+    """The queue's ``x-delivery-limit``; None: the SDK's default."""
+    handle_signals: bool = True
+    """False: the blocking face runs ``run(handle_signals=False)`` and the asyncio face
+    installs no handlers, so SIGTERM and SIGINT keep Python's default."""
+    crash_on_body: str | None = None
+    """The process ends at once (``os._exit(CRASHED)``, a crash: nothing flushed, nothing
+    acked) when it is handed a message with this body."""
+    pause_in_effect: str = ""
+    """Pause (``at: "effect"``) before the effect of this message id writes (``*``: of the
+    first message handled); a batch tried again does not pause again."""
+    pause_after_writes: int = attrs.field(default=0, validator=_count)
+    """Pause (``at: "written"``, with ``batch``: the ids whose effects wrote before it in the
+    same store transaction) in the first batch of at least this many messages, right after
+    the effect of the last of them wrote, so that the open transaction holds their locks.
+    Inbox only."""
+    pause_after_commit: str = ""
+    """Pause (``at: "committed"``) after the batch holding this message id committed, before
+    its ack goes out. Inbox only."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.dedup != "inbox" and (self.pause_after_writes or self.pause_after_commit):
+            raise ValueError("pause_after_writes and pause_after_commit need dedup='inbox'")
+        sink = self.open_sink()  # a location that names no sink is refused here
+        if self.dedup == "inbox" and not sink.transactional:
+            raise ValueError(f"dedup={self.dedup!r} needs a database sink, not {self.sink}")
 
     def open_sink(self) -> Sink:
         return Sink(self.sink or f"sqlite:{self.run_dir}/sink.db")

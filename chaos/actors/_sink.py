@@ -7,18 +7,22 @@ The table has no unique key on purpose: the weakened configurations (dedup off, 
 redelivered-flag-only lookup) must be able to write a duplicate for the checker to find.
 
 A sink is named by a location: ``sqlite:<path>`` (a file shared by the consumer processes of
-one host) or a ``postgresql://`` DSN (the store consumers on several hosts share).
+one host) or a ``postgresql://`` DSN (the store consumers on several hosts share), both of
+which can back the inbox; or ``file:<path>``, JSON lines appended without a transaction (the
+format of ``effects.jsonl``), for consumers without the inbox that must keep up with a fast
+publisher (a SQLite commit per message costs milliseconds).
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sdk import PostgresStore, SQLiteStore, Store
+from sdk import PostgresStore, SQLiteStore, Store, Transaction
 
 TABLE = "chaos_effects"
 SCHEMA = f"CREATE TABLE IF NOT EXISTS {TABLE} (msg TEXT NOT NULL, actor TEXT NOT NULL, " \
@@ -30,26 +34,41 @@ class Sink:
     def __init__(self, location: str) -> None:
         self.location = location
         self.postgres = location.startswith(("postgresql://", "postgres://"))
-        if not self.postgres and not location.startswith("sqlite:"):
-            raise ValueError(f"a sink is sqlite:<path> or a postgresql:// DSN, not {location!r}")
+        self.lines = location.startswith("file:")
+        if not self.postgres and not self.lines and not location.startswith("sqlite:"):
+            raise ValueError(f"a sink is sqlite:<path>, file:<path> or a postgresql:// DSN, "
+                             f"not {location!r}")
         self.placeholder = "%s" if self.postgres else "?"
 
     @property
     def path(self) -> Path:
-        return Path(self.location.removeprefix("sqlite:"))
+        return Path(self.location.removeprefix("sqlite:").removeprefix("file:"))
+
+    @property
+    def transactional(self) -> bool:
+        """Whether an effect can commit with the inbox's record (a database, not a file)."""
+        return not self.lines
 
     def store(self, *, evict_frozen_holder: bool = True) -> Store:
         """The inbox's store on the same database."""
         if self.postgres:
             return PostgresStore(self.location)
+        if self.lines:
+            raise ValueError(f"the sink {self.location} is a file: it has no store")
         return SQLiteStore(self.path, evict_frozen_holder=evict_frozen_holder)
 
     def insert_sql(self) -> str:
         """The insert in the store's own placeholder style (for ``Transaction.execute``)."""
         return _INSERT.replace("?", self.placeholder)
 
+    def write_in(self, tx: Transaction, msg: str, actor: str) -> None:
+        """One effect inside the inbox's transaction: it commits with the dedup record."""
+        tx.execute(self.insert_sql(), (msg, actor, tx.epoch, time.time()))
+
     def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """One statement (``?`` placeholders) in a transaction of its own."""
+        if self.lines:
+            raise ValueError(f"the sink {self.location} is a file: no SQL")
         if self.postgres:
             import psycopg
 
@@ -64,21 +83,48 @@ class Sink:
             db.close()
 
     def create(self) -> None:
-        self._execute(SCHEMA)
+        if self.lines:
+            self.path.touch()
+        else:
+            self._execute(SCHEMA)
 
     def write(self, msg: str, actor: str, epoch: int | None, ts: float) -> None:
         """One effect on its own: what a consumer without the inbox does."""
-        self._execute(_INSERT, (msg, actor, epoch, ts))
+        if self.lines:
+            line = json.dumps({"msg": msg, "actor": actor, "epoch": epoch, "ts": ts},
+                              separators=(",", ":"))
+            with self.path.open("a", encoding="utf-8") as out:  # one write(2), O_APPEND
+                out.write(line + "\n")
+        else:
+            self._execute(_INSERT, (msg, actor, epoch, ts))
+
+    def _lines(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        with self.path.open(encoding="utf-8") as lines:
+            return [json.loads(line) for line in lines if line.endswith("\n")]
 
     def seen(self, msg: str) -> bool:
+        if self.lines:
+            return any(row["msg"] == msg for row in self._lines())
         return bool(self._execute(f"SELECT 1 FROM {TABLE} WHERE msg = ? LIMIT 1", (msg,)))
 
     def rows(self) -> Iterator[dict[str, Any]]:
+        """Every effect, in the order they were made (by ``ts``, then ``msg``, ``actor``)."""
+        if self.lines:
+            yield from sorted(self._lines(), key=lambda r: (r["ts"], r["msg"], r["actor"]))
+            return
         query = f"SELECT msg, actor, epoch, ts FROM {TABLE} ORDER BY ts, msg, actor"
         for msg, actor, epoch, ts in self._execute(query):
             yield {"msg": msg, "actor": actor, "epoch": epoch, "ts": ts}
 
+    def handled(self, actor: str) -> list[str]:
+        """The ids ``actor`` made an effect for, in order."""
+        return [row["msg"] for row in self.rows() if row["actor"] == actor]
+
     def distinct(self) -> set[str]:
+        if self.lines:
+            return {str(row["msg"]) for row in self._lines()}
         return {str(row[0]) for row in self._execute(f"SELECT DISTINCT msg FROM {TABLE}")}
 
     def dump(self, path: Path, commits: dict[tuple[str, str], list[float]]) -> int:

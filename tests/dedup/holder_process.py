@@ -6,13 +6,25 @@ queue's epoch (so the store records it as the holder), opens a batch and writes 
 record in it (holding the write lock on SQLite, the record's row lock on PostgreSQL), prints
 ``holding``, waits for a line on stdin, then commits and prints ``committed``, or ``failed``
 and the error's class.
+
+It stays a test helper, apart from the chaos suite's actors: it drives the store's own
+interface (``claim_epoch``, ``batch``) with no broker and no consumer, to pin down what a
+claim does to a holder at the store level; a workload actor is an SDK consumer or publisher.
 """
 
 from __future__ import annotations
 
 import sys
 
-from tests.dedup.ledger import open_store
+from sdk.dedup import PostgresStore, SQLiteStore, Store
+
+
+def open_store(kind: str, location: str) -> Store:
+    if kind == "sqlite":
+        return SQLiteStore(location)
+    if kind == "postgres":
+        return PostgresStore(location)
+    raise ValueError(f"a store shared between processes is sqlite or postgres, not {kind!r}")
 
 
 def main() -> None:

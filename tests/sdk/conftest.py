@@ -2,13 +2,17 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
+import attrs
 import pika
 import pytest
 
-from sdk import ConnectionSettings, PublisherSettings, QueueSettings
+from chaos._process import ActorProcess
+from chaos.actors import ConsumerActor
+from sdk import ConnectionSettings, ConsumerSettings, PublisherSettings, QueueSettings
 from server import LocalCluster
 from tests.dedup.conftest import make_store, store_kind  # noqa: F401 - fixtures for test_inbox
 from tests.sdk.faces import FACES, ConsumerFace, PublisherFace, make_publisher
@@ -60,6 +64,41 @@ def consumers() -> Iterator[Callable[..., ConsumerFace]]:
     yield make
     for consumer in made:
         consumer.stop()
+
+
+SDK_PREFETCH: int = attrs.fields(ConsumerSettings).prefetch.default
+
+
+def consumer_actor(tmp_path: Path, actor: str, face: str, queue: str, urls: Sequence[str],
+                   **options: Any) -> ConsumerActor:
+    """The chaos suite's consumer actor (``chaos/actors/consumer.py``) as these tests run it
+    in a process of its own: the SDK's default prefetch, no simulated work, and unless
+    ``options`` say otherwise no inbox, each handled id appended to a file (``handled``)."""
+    settings: dict[str, Any] = {
+        "actor": actor, "run_dir": str(tmp_path), "queue": queue, "urls": tuple(urls),
+        "face": face, "prefetch": SDK_PREFETCH, "effect_ms": 0, "dedup": "off",
+        "sink": f"file:{tmp_path / f'{actor}.effects.jsonl'}", **options}
+    return ConsumerActor(**settings)
+
+
+def handled(spec: ConsumerActor) -> list[str]:
+    """The ids the actor of ``spec`` handled, in order (its effects in its sink)."""
+    return spec.open_sink().handled(spec.actor)
+
+
+@pytest.fixture
+def actors() -> Iterator[Callable[[ConsumerActor], ActorProcess]]:
+    """Starts actor processes (``ActorProcess``) and ends every one after the test."""
+    started: list[ActorProcess] = []
+
+    def start(spec: ConsumerActor) -> ActorProcess:
+        process = ActorProcess.start(spec)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.close()
 
 
 @pytest.fixture

@@ -4,20 +4,19 @@ recovery from every fault the issue names, poison messages and a graceful handov
 from __future__ import annotations
 
 import json
-import os
-import queue as thread_queue
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pika
 import pytest
 
+from chaos._process import ActorProcess
+from chaos.actors import ConsumerActor
 from sdk import (
     ConnectionSettings,
     Consumer,
@@ -31,7 +30,7 @@ from sdk import (
 )
 from server import LocalCluster
 from tests.helpers import wait_until
-from tests.sdk.conftest import close_connection_by_name
+from tests.sdk.conftest import close_connection_by_name, consumer_actor, handled
 from tests.sdk.faces import ConsumerFace, PublisherFace
 
 MakePublisher = Callable[..., PublisherFace]
@@ -217,127 +216,60 @@ def test_mismatched_queue_arguments_are_named(
 def test_a_frozen_consumer_is_replaced_after_the_heartbeat_timeout(
     face: str, consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
     conn: ConnectionSettings, queue: QueueSettings, tmp_path: Path,
+    actors: Callable[[ConsumerActor], ActorProcess],
 ) -> None:
-    out = tmp_path / "frozen.txt"
-    env = {**os.environ, "SAC_AMQP_URLS": ",".join(conn.urls[1:]), "SAC_HEARTBEAT": "2"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.sdk.consumer_process", face, queue.name, str(out)],
-        env=env, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2],
-    )
-    try:
-        assert proc.stdout is not None
-        roles = iter(proc.stdout.readline, "")
-        wait_until(lambda: next(roles).strip() == "waiting", 60, "the process to subscribe")
-        standby = consumers(face, ConsumerSettings(on_node(conn, 2, "standby"), queue)).start()
-        first = publish(publishers, face, conn, queue, 100)
-        wait_until(lambda: len(out.read_text().split()) >= 100, 30, "the process to handle")
-        assert standby.count() == 0
+    spec = consumer_actor(tmp_path, "frozen", face, queue.name, conn.urls[1:])
+    proc = actors(spec)
+    proc.expect("role", 60, role=Role.WAITING.value)
+    standby = consumers(face, ConsumerSettings(on_node(conn, 2, "standby"), queue)).start()
+    first = publish(publishers, face, conn, queue, 100)
+    wait_until(lambda: len(handled(spec)) >= 100, 30, "the process to handle")
+    assert standby.count() == 0
 
-        proc.send_signal(signal.SIGSTOP)
-        frozen_at = time.monotonic()
-        second = publish(publishers, face, conn, queue, 100, start=100)
-        wait_until(lambda: set(second) <= set(standby.handled), 30, "the standby to take over")
-        takeover = time.monotonic() - frozen_at
-        assert standby.role is Role.ACTIVE
-        assert out.read_text().split() == first
-        assert takeover < 3 * 2 + 2  # the broker's heartbeat timeout, not a fixed long wait
-    finally:
-        proc.kill()
-        proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-
-class ChildConsumer:
-    """A blocking ``Consumer`` in a process of its own (``tests/sdk/consumer_process.py``)
-    on nodes 2, 3, 1; its stdout lines (role changes, ``handling <id>``, ``returned``) are
-    read by a thread, so that a test waits for each with a timeout."""
-
-    def __init__(self, conn: ConnectionSettings, queue: QueueSettings, out: Path,
-                 *flags: str) -> None:
-        env = {**os.environ, "SAC_AMQP_URLS": ",".join(conn.urls[1:] + conn.urls[:1]),
-               "SAC_HEARTBEAT": "2"}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.sdk.consumer_process", "blocking", queue.name,
-             str(out), *flags],
-            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-            cwd=Path(__file__).parents[2],
-        )
-        self.lines: list[str] = []
-        self._lines: thread_queue.Queue[str | None] = thread_queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line.strip())
-        self._lines.put(None)  # the process closed its stdout: it ended
-
-    def expect(self, wanted: str, timeout: float = 60) -> None:
-        """Wait for the line ``wanted`` (the lines before it are kept in ``lines``)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except thread_queue.Empty:
-                raise AssertionError(f"no line {wanted!r} within {timeout:g} s; got "
-                                     f"{self.lines}") from None
-            if line is None:
-                raise AssertionError(f"the process ended (exit code {self.proc.wait(10)}) "
-                                     f"before printing {wanted!r}; got {self.lines}")
-            self.lines.append(line)
-            if line == wanted:
-                return
-
-    def release(self) -> None:
-        """Let the held handler return."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write("\n")
-        self.proc.stdin.flush()
-
-    def exit_code(self, timeout: float = 60) -> int:
-        return self.proc.wait(timeout)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                stream.close()
+    proc.signal(signal.SIGSTOP)
+    frozen_at = time.monotonic()
+    second = publish(publishers, face, conn, queue, 100, start=100)
+    wait_until(lambda: set(second) <= set(standby.handled), 30, "the standby to take over")
+    takeover = time.monotonic() - frozen_at
+    assert standby.role is Role.ACTIVE
+    assert handled(spec) == first
+    assert takeover < 3 * 2 + 2  # the broker's heartbeat timeout, not a fixed long wait
 
 
 def _held_child(
     conn: ConnectionSettings, queue: QueueSettings, tmp_path: Path, publishers: MakePublisher,
-    consumers: Callable[..., ConsumerFace], *flags: str,
-) -> tuple[ChildConsumer, ConsumerFace, list[str]]:
-    """A child consumer, active, inside its handler for the first of 20 messages (the other
-    19 prefetched), and an in-process standby waiting for its turn."""
-    child = ChildConsumer(conn, queue, tmp_path / "child.txt", "--hold", *flags)
-    child.expect(Role.WAITING.value)
+    consumers: Callable[..., ConsumerFace], actors: Callable[[ConsumerActor], ActorProcess],
+    **options: Any,
+) -> tuple[ActorProcess, ConsumerActor, ConsumerFace, list[str]]:
+    """A blocking consumer actor in a process of its own on nodes 2, 3, 1, active, paused
+    inside its handler for the first of 20 messages (the other 19 prefetched), and an
+    in-process standby waiting for its turn."""
+    spec = consumer_actor(tmp_path, "child", "blocking", queue.name,
+                          conn.urls[1:] + conn.urls[:1], pause_in_effect="*", **options)
+    child = actors(spec)
+    child.expect("role", 60, role=Role.WAITING.value)
     standby = consumers("blocking", ConsumerSettings(on_node(conn, 2, "standby"), queue))
     standby.start()
     ids = publish(publishers, "blocking", conn, queue, 20)
-    child.expect(f"handling {ids[0]}")
-    return child, standby, ids
+    child.expect("paused", 60, at="effect", msg=ids[0])
+    return child, spec, standby, ids
 
 
 def test_sigterm_stops_a_blocking_consumer_gracefully(
     consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
     conn: ConnectionSettings, queue: QueueSettings, tmp_path: Path,
+    actors: Callable[[ConsumerActor], ActorProcess],
 ) -> None:
     """A service manager's stop: the running handler finishes and its message is acked once,
     the prefetched ones go to the standby, and the process exits 0."""
-    child, standby, ids = _held_child(conn, queue, tmp_path, publishers, consumers)
-    try:
-        child.proc.send_signal(signal.SIGTERM)
-        child.expect(Role.STOPPING.value)  # taken while the handler still runs
-        child.release()
-        child.expect("returned")
-        assert child.exit_code() == 0
-    finally:
-        child.close()
-    assert (tmp_path / "child.txt").read_text().split() == [ids[0]]
+    child, spec, standby, ids = _held_child(
+        conn, queue, tmp_path, publishers, consumers, actors)
+    child.signal(signal.SIGTERM)
+    child.expect("role", 60, role=Role.STOPPING.value)  # taken while the handler still runs
+    child.tell("continue")
+    child.expect("done", 60, code=0)  # run() returned
+    assert child.wait(60) == 0
+    assert handled(spec) == [ids[0]]
     wait_until(lambda: standby.count() >= 19, 30, "the standby to handle the rest")
     assert standby.handled == ids[1:]  # the held message was acked: not delivered again
 
@@ -345,18 +277,17 @@ def test_sigterm_stops_a_blocking_consumer_gracefully(
 def test_a_second_sigint_interrupts_the_running_handler(
     consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
     conn: ConnectionSettings, queue: QueueSettings, tmp_path: Path,
+    actors: Callable[[ConsumerActor], ActorProcess],
 ) -> None:
     """Ctrl-C twice: the first starts the graceful stop, the second raises KeyboardInterrupt
     as Python does; the interrupted message was not acked and is handled by the standby."""
-    child, standby, ids = _held_child(conn, queue, tmp_path, publishers, consumers)
-    try:
-        child.proc.send_signal(signal.SIGINT)
-        child.expect(Role.STOPPING.value)
-        child.proc.send_signal(signal.SIGINT)
-        assert child.exit_code() == -signal.SIGINT  # an uncaught KeyboardInterrupt
-    finally:
-        child.close()
-    assert (tmp_path / "child.txt").read_text().split() == []
+    child, spec, standby, ids = _held_child(
+        conn, queue, tmp_path, publishers, consumers, actors)
+    child.signal(signal.SIGINT)
+    child.expect("role", 60, role=Role.STOPPING.value)
+    child.signal(signal.SIGINT)
+    assert child.wait(60) == -signal.SIGINT  # an uncaught KeyboardInterrupt
+    assert handled(spec) == []
     wait_until(lambda: standby.count() >= 20, 30, "the standby to handle all")
     assert sorted(standby.handled) == sorted(ids)
 
@@ -364,16 +295,14 @@ def test_a_second_sigint_interrupts_the_running_handler(
 def test_with_handle_signals_false_sigterm_keeps_its_default(
     consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
     conn: ConnectionSettings, queue: QueueSettings, tmp_path: Path,
+    actors: Callable[[ConsumerActor], ActorProcess],
 ) -> None:
     """Opted out: SIGTERM ends the process at once, as it would without the SDK; nothing is
     lost, the running message comes again to the standby."""
-    child, standby, ids = _held_child(
-        conn, queue, tmp_path, publishers, consumers, "--no-signals")
-    try:
-        child.proc.send_signal(signal.SIGTERM)
-        assert child.exit_code() == -signal.SIGTERM
-    finally:
-        child.close()
+    child, _spec, standby, ids = _held_child(
+        conn, queue, tmp_path, publishers, consumers, actors, handle_signals=False)
+    child.signal(signal.SIGTERM)
+    assert child.wait(60) == -signal.SIGTERM
     wait_until(lambda: standby.count() >= 20, 30, "the standby to handle all")
     assert sorted(standby.handled) == sorted(ids)
 

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +18,10 @@ import attrs
 import pika
 import pytest
 
+from chaos._process import ActorProcess
+from chaos.actors import ConsumerActor
+from chaos.actors.consumer import FENCED
+from chaos.amqp_relay import Relay
 from sdk import (
     Backoff,
     ConnectionSettings,
@@ -37,10 +38,9 @@ from sdk import (
 from sdk.dedup import Inbox, PostgresStore, SQLiteStore, Store
 from server import LocalCluster
 from tests.dedup.conftest import SQL_STORES, StoreFactory, store_factory
-from tests.dedup.ledger import Ledger
-from tests.helpers import Lines, finish, wait_until
-from tests.relay import Relay
-from tests.sdk.conftest import close_connection_by_name, drain
+from tests.dedup.ledger import Ledger, sink_location
+from tests.helpers import wait_until
+from tests.sdk.conftest import close_connection_by_name, consumer_actor, drain
 from tests.sdk.faces import ConsumerFace, PublisherFace
 
 MakePublisher = Callable[..., PublisherFace]
@@ -178,18 +178,13 @@ def test_a_replaced_consumer_cannot_commit_after_its_successor(
     assert {actor for _, actor in ledger.rows()} == {"b"}
 
 
-def start_process(face: str, conn: ConnectionSettings, queue: QueueSettings, store: Store,
-                  actor: str, **env: str) -> subprocess.Popen[str]:
-    kind = "sqlite" if isinstance(store, SQLiteStore) else "postgres"
-    location = str(store.path) if isinstance(store, SQLiteStore) else \
-        store.dsn if isinstance(store, PostgresStore) else ""
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.dedup.inbox_process", face, queue.name, kind, location,
-         actor],
-        env={**os.environ, "SAC_AMQP_URLS": ",".join(conn.urls), "SAC_HEARTBEAT": "2", **env},
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        cwd=Path(__file__).parents[2],
-    )
+def inbox_actor(tmp_path: Path, face: str, conn: ConnectionSettings, queue: QueueSettings,
+                store: Store, actor: str, **options: Any) -> ConsumerActor:
+    """A consumer actor in a process of its own with an inbox on ``store``'s file or
+    database, writing the ledger (the sink there), ten messages prefetched, heartbeat 2 s
+    unless ``options`` say otherwise."""
+    return consumer_actor(tmp_path, actor, face, queue.name, conn.urls, prefetch=10,
+                          dedup="inbox", sink=sink_location(store), **options)
 
 
 def same_place(store: Store, **options: Any) -> Store:
@@ -210,30 +205,25 @@ def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sto
 def test_a_frozen_zombie_is_fenced_when_it_wakes(
     face: str, conn: ConnectionSettings, queue: QueueSettings, publishers: MakePublisher,
     consumers: Callable[..., ConsumerFace], shared_store: Store, tmp_path: Path,
+    actors: Callable[[ConsumerActor], ActorProcess],
 ) -> None:
     """The issue's zombie: a consumer process is SIGSTOPped inside its handler; the broker
     hands the queue to the waiting consumer, which handles the message; the zombie is
     SIGCONTed and tries to commit: refused, one effect, nothing lost."""
     ledger = Ledger(shared_store)
     ids = publish(publishers, face, conn, queue, 5)
-    zombie = start_process(face, conn, queue, shared_store, "zombie",
-                           SAC_TEST_PAUSE_ON=ids[0])
-    try:
-        out = Lines(zombie)
-        out.expect("paused", 60)
-        zombie.send_signal(signal.SIGSTOP)
-        b = consumers(face, ConsumerSettings(named(conn, queue, "b"), queue),
-                      inbox=Inbox(same_place(shared_store), ledger.effect("b"))).start()
-        wait_until(lambda: len(ledger.rows()) >= 5, 60, "the standby to handle everything")
-        assert b.role is Role.ACTIVE
-        zombie.send_signal(signal.SIGCONT)
-        assert zombie.stdin is not None
-        zombie.stdin.write("go\n")
-        zombie.stdin.flush()
-        out.expect("fenced", 60)
-        assert zombie.wait(30) == 3
-    finally:
-        finish(zombie)
+    zombie = actors(inbox_actor(tmp_path, face, conn, queue, shared_store, "zombie",
+                                pause_in_effect=ids[0]))
+    zombie.expect("paused", 60, at="effect")
+    zombie.signal(signal.SIGSTOP)
+    b = consumers(face, ConsumerSettings(named(conn, queue, "b"), queue),
+                  inbox=Inbox(same_place(shared_store), ledger.effect("b"))).start()
+    wait_until(lambda: len(ledger.rows()) >= 5, 60, "the standby to handle everything")
+    assert b.role is Role.ACTIVE
+    zombie.signal(signal.SIGCONT)
+    zombie.tell("continue")
+    zombie.expect("done", 60, code=FENCED)
+    assert zombie.wait(30) == FENCED
     assert_once_each(ledger, ids)
     assert {actor for _, actor in ledger.rows()} == {"b"}
 
@@ -246,6 +236,7 @@ FREEZE = 6.0
 def test_a_zombie_frozen_mid_batch_does_not_stall_its_successor(
     face: str, conn: ConnectionSettings, queue: QueueSettings, publishers: MakePublisher,
     consumers: Callable[..., ConsumerFace], shared_store: Store, tmp_path: Path,
+    actors: Callable[[ConsumerActor], ActorProcess],
 ) -> None:
     """Issue 9: the active consumer is SIGSTOPped inside a batch whose earlier effects have
     written, so its open transaction holds SQLite's write lock, or PostgreSQL row locks on
@@ -255,43 +246,38 @@ def test_a_zombie_frozen_mid_batch_does_not_stall_its_successor(
     SQLite the successor killed it (SIGKILL), and none of its batch committed."""
     ledger = Ledger(shared_store)
     ids = publish(publishers, face, conn, queue)
-    zombie = start_process(face, conn, queue, shared_store, "zombie",
-                           SAC_TEST_PAUSE_AFTER_WRITE="3", SAC_HEARTBEAT="1")
-    try:
-        out = Lines(zombie)
-        paused_batch = out.expect("wrote", 60).split()[1:]
-        assert len(paused_batch) == 3  # the paused message and two that wrote before it
-        zombie.send_signal(signal.SIGSTOP)
-        frozen_at = time.time()
-        quick = Backoff(initial=0.05, maximum=0.5, max_attempts=None, max_elapsed=3.0)
-        history = tmp_path / "b.jsonl"
-        recorder = HistoryRecorder(history, "b", flush_every=1)
-        inbox = Inbox(same_place(shared_store), ledger.effect("b"), store_retry=quick)
-        b = consumers(face, ConsumerSettings(named(conn, queue, "b"), queue),
-                      inbox=inbox, recorder=recorder).start()
-        wait_until(lambda: set(ledger.counts()) == set(ids), 30,
-                   "the successor to commit every message while the zombie is frozen")
-        remaining = frozen_at + FREEZE - time.time()
-        with contextlib.suppress(AssertionError):  # still running after the freeze: good
-            pytest.fail(f"the successor stopped during the freeze: {b.ended(remaining)!r}")
-        assert b.role is Role.ACTIVE
-        handed_over, first_commit = handover_times(history)
-        print(f"\n{type(shared_store).__name__} {face}: handover {handed_over - frozen_at:.2f} s "
-              f"after SIGSTOP, first commit {first_commit - handed_over:.3f} s after handover")
-        assert first_commit - handed_over < 1.0
-        zombie.send_signal(signal.SIGCONT)
-        if isinstance(shared_store, SQLiteStore):
-            assert zombie.wait(30) == -signal.SIGKILL
-        else:
-            assert zombie.stdin is not None
-            zombie.stdin.write("go\n")
-            zombie.stdin.flush()
-            out.expect("fenced", 60)
-            assert zombie.wait(30) == 3
-        b.stop()
-        recorder.close()
-    finally:
-        finish(zombie)
+    zombie = actors(inbox_actor(tmp_path, face, conn, queue, shared_store, "zombie",
+                                pause_after_writes=3, heartbeat=1))
+    paused = zombie.expect("paused", 60, at="written")
+    paused_batch = [paused["msg"], *paused["batch"]]
+    assert len(paused_batch) == 3  # the paused message and two that wrote before it
+    zombie.signal(signal.SIGSTOP)
+    frozen_at = time.time()
+    quick = Backoff(initial=0.05, maximum=0.5, max_attempts=None, max_elapsed=3.0)
+    history = tmp_path / "b.jsonl"
+    recorder = HistoryRecorder(history, "b", flush_every=1)
+    inbox = Inbox(same_place(shared_store), ledger.effect("b"), store_retry=quick)
+    b = consumers(face, ConsumerSettings(named(conn, queue, "b"), queue),
+                  inbox=inbox, recorder=recorder).start()
+    wait_until(lambda: set(ledger.counts()) == set(ids), 30,
+               "the successor to commit every message while the zombie is frozen")
+    remaining = frozen_at + FREEZE - time.time()
+    with contextlib.suppress(AssertionError):  # still running after the freeze: good
+        pytest.fail(f"the successor stopped during the freeze: {b.ended(remaining)!r}")
+    assert b.role is Role.ACTIVE
+    handed_over, first_commit = handover_times(history)
+    print(f"\n{type(shared_store).__name__} {face}: handover {handed_over - frozen_at:.2f} s "
+          f"after SIGSTOP, first commit {first_commit - handed_over:.3f} s after handover")
+    assert first_commit - handed_over < 1.0
+    zombie.signal(signal.SIGCONT)
+    if isinstance(shared_store, SQLiteStore):
+        assert zombie.wait(30) == -signal.SIGKILL
+    else:
+        zombie.tell("continue")
+        zombie.expect("done", 60, code=FENCED)
+        assert zombie.wait(30) == FENCED
+    b.stop()
+    recorder.close()
     assert_once_each(ledger, ids)
     assert {actor for m, actor in ledger.rows() if m in paused_batch} == {"b"}
 
@@ -308,18 +294,16 @@ def handover_times(history: Path) -> tuple[float, float]:
 
 def test_a_crash_between_commit_and_ack_has_one_effect(
     face: str, conn: ConnectionSettings, queue: QueueSettings, publishers: MakePublisher,
-    consumers: Callable[..., ConsumerFace], shared_store: Store,
+    consumers: Callable[..., ConsumerFace], shared_store: Store, tmp_path: Path,
+    actors: Callable[[ConsumerActor], ActorProcess],
 ) -> None:
     ledger = Ledger(shared_store)
     ids = publish(publishers, face, conn, queue, 5)
-    crashing = start_process(face, conn, queue, shared_store, "crashing",
-                             SAC_TEST_HOLD_AFTER_COMMIT=ids[2])
-    try:
-        Lines(crashing).expect("committed", 60)
-        crashing.send_signal(signal.SIGKILL)
-        crashing.wait(10)
-    finally:
-        finish(crashing)
+    crashing = actors(inbox_actor(tmp_path, face, conn, queue, shared_store, "crashing",
+                                  pause_after_commit=ids[2]))
+    crashing.expect("paused", 60, at="committed")
+    crashing.signal(signal.SIGKILL)
+    crashing.wait(10)
     assert ledger.counts()[ids[2]] == 1  # committed before the kill
     inbox = Inbox(same_place(shared_store), ledger.effect("b"))
     b = consumers(face, ConsumerSettings(named(conn, queue, "b"), queue), inbox=inbox).start()

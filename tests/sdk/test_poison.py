@@ -4,7 +4,6 @@ always in a parking queue a person can look at, and back exactly once after a fi
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -15,6 +14,8 @@ import attrs
 import pika
 import pytest
 
+from chaos._process import ActorProcess
+from chaos.actors.consumer import CRASHED
 from sdk import (
     Backoff,
     ConnectionSettings,
@@ -35,6 +36,7 @@ from sdk.dedup import Inbox, LookupPolicy, SQLiteStore
 from server import LocalCluster
 from tests.dedup.ledger import Ledger
 from tests.helpers import wait_until
+from tests.sdk.conftest import consumer_actor
 from tests.sdk.faces import ConsumerFace, PublisherFace
 from tests.sdk.test_inbox import named, publish, ready_messages
 
@@ -235,8 +237,8 @@ def test_a_crash_loop_is_bounded_by_the_delivery_limit(
     broker's delivery limit dead-letters it into the parking queue (at least once)."""
     queue = QueueSettings(queue_name, delivery_limit=2)
     publish(publishers, face, conn, queue, 3)
-    env = {**os.environ, "SAC_AMQP_URLS": ",".join(cluster.urls()), "SAC_HEARTBEAT": "5"}
-    out = tmp_path / "handled.txt"
+    spec = consumer_actor(tmp_path, "crashing", face, queue_name, cluster.urls(), heartbeat=5,
+                          crash_on_body="m1", delivery_limit=2)
 
     def settled() -> tuple[set[bytes]] | None:
         """Once each message is back in the queue or parked (dead-lettering at least once
@@ -247,11 +249,8 @@ def test_a_crash_loop_is_bounded_by_the_delivery_limit(
     crashes = 0
     while b"m1" not in wait_until(settled, 30, "the crashed consumer's messages settled")[0]:
         assert crashes < 6, "the delivery limit did not end the crash loop"
-        proc = subprocess.run(
-            [sys.executable, "-m", "tests.sdk.consumer_process", face, queue_name, str(out),
-             "--crash-on", "m1", "--delivery-limit", "2"],
-            env=env, capture_output=True, text=True, timeout=60, input="", check=False)
-        assert proc.returncode == 3, proc.stderr[-2000:]
+        with ActorProcess.start(spec) as proc:
+            assert proc.wait(60) == CRASHED, proc.log_tail()
         crashes += 1
     assert crashes == 3, "first delivery and two redeliveries, then dead-lettered"
     parked = {m.body: m for m in parked_messages(conn, queue)}

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from chaos.amqp_relay import Relay
 from sdk import (
     AsyncConsumer,
     AsyncPublisher,
@@ -29,7 +30,6 @@ from sdk import (
 )
 from server import LocalCluster
 from tests.helpers import wait_until
-from tests.relay import Relay
 from tests.sdk.conftest import drain
 from tests.sdk.faces import ConsumerFace, PublisherFace
 

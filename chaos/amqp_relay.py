@@ -1,5 +1,6 @@
-"""A TCP relay between a client and a broker node, for faults that need the network rather
-than the broker:
+"""A nemesis tool: a TCP relay between a client and a broker node that knows where the AMQP
+frames are, for faults at a given step of the protocol that the Toxiproxy API cannot express
+(its toxics see bytes and time, never which method a frame carries):
 
 - ``black_hole()`` silently drops everything the broker sends (confirms included) while the
   client's bytes still reach it; ``cut()`` then closes both sides. That is how a publisher
@@ -12,8 +13,8 @@ than the broker:
   and the frame of that step never reaches the broker; the connection is reset instead.
   ``resets`` lists what was reset, in order, so a test can show that its fault happened.
 
-(The chaos suite's Toxiproxy-compatible server does faults for campaigns; tests keep this
-small one to stay independent of it.)
+Everything else (latency, cuts, resets at a moment, timeouts) goes through the fault proxy
+(``chaos.faults.FaultProxy``), which a real Toxiproxy can replace.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import struct
 import threading
 from types import TracebackType
 from typing import Self
+
+from chaos.errors import ChaosTimeout
 
 STEPS: dict[str, tuple[int, int] | None] = {
     "connect": None,  # the TCP connection itself, reset as soon as it is accepted
@@ -127,7 +130,7 @@ class Relay:
             self._reset_done.append(done)
         self._wake_w.send(b"x")
         if not done.wait(timeout):
-            raise AssertionError(f"the relay did not reset within {timeout} s")
+            raise ChaosTimeout(f"the relay did not reset within {timeout:g} s")
 
     def reset_at(self, step: str, times: int = 1) -> None:
         """Reset the next ``times`` connections that reach ``step`` (see ``STEPS``)."""

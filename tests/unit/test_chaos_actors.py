@@ -1,0 +1,59 @@
+"""The chaos actors' settings and the sink's file kind, without servers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.actors import ConsumerActor, Sink
+
+
+def consumer(**options: Any) -> ConsumerActor:
+    return ConsumerActor(actor="a", run_dir="/tmp/run", queue="q",
+                         urls=["amqp://guest:guest@127.0.0.1:5672/%2F"], **options)
+
+
+def test_the_test_options_default_to_the_chaos_workload() -> None:
+    spec = consumer()
+    assert (spec.delivery_limit, spec.handle_signals, spec.crash_on_body) == (None, True, None)
+    assert (spec.pause_in_effect, spec.pause_after_writes, spec.pause_after_commit) == ("", 0, "")
+    assert spec.open_sink().location == "sqlite:/tmp/run/sink.db"
+
+
+def test_a_consumer_goes_through_json_unchanged() -> None:
+    spec = consumer(face="asyncio", dedup="inbox", delivery_limit=2, handle_signals=False,
+                    crash_on_body="m1", pause_in_effect="*", pause_after_writes=3,
+                    pause_after_commit="m-9")
+    assert ConsumerActor.from_json(spec.to_json()) == spec
+    assert spec.argv()[1:3] == ["-m", "chaos.actors.consumer"]
+
+
+@pytest.mark.parametrize(("options", "match"), [
+    ({"pause_after_writes": 3, "dedup": "off"}, "need dedup='inbox'"),
+    ({"pause_after_commit": "m1", "dedup": "redelivered-only"}, "need dedup='inbox'"),
+    ({"sink": "file:/tmp/effects.jsonl"}, "needs a database sink"),
+    ({"pause_after_writes": -1}, "zero or more"),
+    ({"pause_after_writes": True}, "zero or more"),
+    ({"delivery_limit": 0}, "1 or more"),
+    ({"sink": "/tmp/effects.jsonl", "dedup": "off"}, "a sink is"),
+])
+def test_contradictions_are_refused(options: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        consumer(**options)
+
+
+def test_a_file_sink_keeps_every_effect_in_order(tmp_path: Path) -> None:
+    sink = Sink(f"file:{tmp_path / 'effects.jsonl'}")
+    assert not sink.transactional
+    sink.create()
+    assert list(sink.rows()) == []
+    for n, msg in enumerate(["m2", "m1", "m2"]):
+        sink.write(msg, "a" if n < 2 else "b", None, 100.0 + n)
+    assert sink.handled("a") == ["m2", "m1"]
+    assert sink.distinct() == {"m1", "m2"}
+    assert sink.seen("m1")
+    assert not sink.seen("m3")
+    with pytest.raises(ValueError, match="no store"):
+        sink.store()
