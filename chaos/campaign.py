@@ -14,8 +14,9 @@ from typing import Any
 
 import attrs
 
-from chaos.runner import RunResult, RunSettings, run
+from chaos.runner import RunResult, run
 from chaos.scenarios import SCENARIOS
+from chaos.settings import RunSettings
 from server import LocalCluster, LocalPostgres
 
 COLUMNS = ("scenario", "seed", "config", "messages", "lost", "duplicated", "concurrent",

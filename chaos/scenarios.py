@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 from chaos._process import ActorProcess
 from chaos.partition import Grudge, isolate, majorities_ring, one_way
-from chaos.runner import Body, Scenario, World, toxic
+from chaos.runner import Body, Scenario
+from chaos.world import World, toxic
 from sdk import QueueSettings
 from server import LocalCluster, amqp_ready
 

@@ -147,8 +147,8 @@ def _scenarios(names: str | None) -> list[str]:
 
 @one_line("sac chaos", FAILURES, 2)
 def run_one(args: argparse.Namespace) -> int:
-    from chaos.runner import RunSettings
     from chaos.scenarios import SCENARIOS
+    from chaos.settings import RunSettings
 
     name = _scenarios(args.scenario)[0]
     scenario = SCENARIOS[name]

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from chaos.errors import ChaosError
-from chaos.runner import ANOMALIES, RunSettings, run
+from chaos.runner import run
 from chaos.scenarios import SCENARIOS
+from chaos.settings import ANOMALIES, RunSettings
 from server import LocalCluster, LocalPostgres
 
 MESSAGES = 200

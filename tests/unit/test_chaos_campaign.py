@@ -10,8 +10,9 @@ import pytest
 
 from chaos.campaign import failed, plan, row, table
 from chaos.errors import ChaosError
-from chaos.runner import RunResult, RunSettings
+from chaos.runner import RunResult
 from chaos.scenarios import SCENARIOS
+from chaos.settings import RunSettings
 
 
 def verdict(**counts: int) -> dict[str, Any]:
@@ -67,3 +68,12 @@ def test_settings_are_checked() -> None:
         RunSettings("consumer-reset", messages=0)
     with pytest.raises(ValueError, match="weakened"):
         RunSettings("consumer-reset", weakened="nothing")  # type: ignore[arg-type]
+
+
+def test_the_face_names_every_export() -> None:
+    import chaos
+
+    for name in chaos.__all__:
+        assert getattr(chaos, name) is not None
+    with pytest.raises(AttributeError, match="nothing"):
+        chaos.nothing  # noqa: B018

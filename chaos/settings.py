@@ -1,0 +1,61 @@
+"""What one chaos run does: ``RunSettings``, frozen and validated, shared by the runner, the
+world a scenario acts on and the campaign."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+from chaos.actors import Face
+from chaos.errors import ChaosError
+
+Weakening = Literal["dedup-off", "redelivered-only", "fencing-off"]
+WEAKENINGS: tuple[Weakening, ...] = ("dedup-off", "redelivered-only", "fencing-off")
+ANOMALIES = ("lost", "duplicated", "unexpected", "concurrent")
+CONSUMER_STOP_S = 30.0
+"""A graceful stop finishes the running effect and acks: far less than this."""
+REPAIR_AFTER_S = 60.0
+"""A node that does not serve again within this long (before a run, after a heal) is
+restarted, as an operator would. RabbitMQ 3.10.8 on Erlang 25.2 needs it: a node paused by
+pause_minority that restarts its applications around a heal can hang in Erlang's
+``global`` sync ("Global hang workaround: global state ... seems broken" in its log, then
+nothing for minutes; rabbitmq-server#6034: the workaround no longer works from OTP 25.1)."""
+
+
+def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ChaosError(f"{attribute.name} must be positive, got {value!r}")
+
+
+@attrs.frozen
+class RunSettings:
+    """What one run does. Sizes are small by default: a run in ``make test`` takes seconds
+    of traffic; a campaign raises ``messages`` and ``rate``."""
+
+    scenario: str
+    seed: int = attrs.field(default=1, validator=attrs.validators.instance_of(int))
+    messages: int = attrs.field(default=300, validator=_positive)
+    rate: float = attrs.field(default=100.0, validator=_positive)
+    consumers: int = attrs.field(default=2, validator=[_positive, attrs.validators.le(5)])
+    faces: tuple[Face, ...] = attrs.field(
+        default=("blocking", "asyncio"), converter=tuple,
+        validator=attrs.validators.deep_iterable(
+            attrs.validators.in_(("blocking", "asyncio")), attrs.validators.min_len(1)))
+    weakened: Weakening | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.in_(WEAKENINGS)))
+    heartbeat: int = attrs.field(default=2, validator=_positive)
+    effect_ms: float = attrs.field(default=2.0, validator=attrs.validators.ge(0))
+    prefetch: int = attrs.field(default=20, validator=_positive)
+    time_limit: float = attrs.field(default=300.0, validator=_positive)
+    store: Literal["sqlite", "postgres"] | None = attrs.field(
+        default=None, validator=attrs.validators.optional(
+            attrs.validators.in_(("sqlite", "postgres"))))
+    """The inbox's store and sink; ``None``: the scenario's choice."""
+
+    @property
+    def label(self) -> str:
+        weak = f"-{self.weakened}" if self.weakened else ""
+        return f"{self.scenario}-s{self.seed}{weak}"
+
+

@@ -1,0 +1,323 @@
+"""What a scenario acts on: the cluster, the actor processes, the fault proxy, the nemesis,
+and waits bounded by the run's time limit."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from chaos._process import ActorProcess
+from chaos.actors import ConsumerActor, PublisherActor, Sink
+from chaos.errors import ChaosError, ChaosTimeout
+from chaos.faults import FaultProxy, Nemesis
+from chaos.partition import Grudge, Partitions
+from chaos.settings import CONSUMER_STOP_S, REPAIR_AFTER_S, RunSettings
+from server import LocalCluster, Node, ServerError, amqp_ready
+
+
+class World:
+    """What a scenario acts on: the cluster, the actors, the fault proxy and the nemesis."""
+
+    def __init__(self, settings: RunSettings, cluster: LocalCluster, run_dir: Path,
+                 proxy: FaultProxy, queue: str, queue_type: Literal["quorum", "classic"],
+                 sink: Sink):
+        self.settings = settings
+        self.cluster = cluster
+        self.run_dir = run_dir
+        self.proxy = proxy
+        self.queue = queue
+        self.queue_type = queue_type
+        self.rng = random.Random(settings.seed)
+        self.nemesis = Nemesis(run_dir)
+        self.sink = sink
+        self.consumers: dict[int, ActorProcess] = {}
+        self.retired: list[ActorProcess] = []
+        self.publishers: list[ActorProcess] = []
+        self.planned = 0
+        self.repaired: list[str] = []
+        """Nodes restarted because they did not serve again after a fault."""
+        """Messages the publishers started so far were told to publish."""
+        self.restarts = 0
+        self._lock = threading.RLock()
+        self._stopping: set[str] = set()
+        self._deadline = time.monotonic() + settings.time_limit
+        self._closed = threading.Event()
+        self._supervisor = threading.Thread(target=self._supervise, name="chaos-supervisor",
+                                            daemon=True)
+
+    # ------------------------------------------------------------------ time
+
+    def left(self) -> float:
+        """Seconds left of the run's time limit (every wait is cut to it)."""
+        return max(0.0, self._deadline - time.monotonic())
+
+    def bound(self, timeout: float) -> float:
+        left = self.left()
+        if left <= 0:
+            raise ChaosTimeout(f"the run exceeded its time limit of "
+                               f"{self.settings.time_limit:g} s")
+        return min(timeout, left)
+
+    def pause(self, seconds: float) -> None:
+        """A fault's duration (the scenario's choice, seeded), cut short if the run ends."""
+        self._closed.wait(min(seconds, self.left()))
+
+    # ------------------------------------------------------------------ actors
+
+    def _urls(self, actor: str, first: int) -> list[str]:
+        creds = self.cluster.credentials
+        nodes = self.cluster.nodes
+        order = nodes[first:] + nodes[:first]
+        urls = []
+        for node in order:
+            listen = self.proxy.route(actor, node.index, node.address)
+            urls.append(f"amqp://{creds.user}:{creds.password}@{listen}/%2F")
+        return urls
+
+    def _consumer_spec(self, slot: int, actor: str) -> ConsumerActor:
+        s = self.settings
+        return ConsumerActor(
+            actor=actor, run_dir=str(self.run_dir), queue=self.queue,
+            urls=tuple(self._urls(actor, (slot + 1) % len(self.cluster.nodes))),
+            queue_type=self.queue_type, heartbeat=s.heartbeat,
+            face=s.faces[slot % len(s.faces)],
+            dedup="off" if s.weakened == "dedup-off" else
+            "redelivered-only" if s.weakened == "redelivered-only" else "inbox",
+            fencing=s.weakened != "fencing-off", effect_ms=s.effect_ms, prefetch=s.prefetch,
+            sink=self.sink.location)
+
+    def start_consumer(self, slot: int) -> ActorProcess:
+        """Start the consumer of ``slot`` (``consumer-a``, ``-b``...); a later incarnation of
+        a slot is a new actor (``consumer-a.2``), so its events never mix with the old one's."""
+        with self._lock:
+            base = f"consumer-{chr(ord('a') + slot)}"
+            n = sum(1 for p in [*self.retired, *self.consumers.values()]
+                    if p.name.split(".")[0] == base)
+            actor = base if n == 0 else f"{base}.{n + 1}"
+            spec = self._consumer_spec(slot, actor)
+            process = ActorProcess.start(spec)
+            old = self.consumers.get(slot)
+            if old is not None:
+                self.retired.append(old)
+            self.consumers[slot] = process
+            return process
+
+    def start_publisher(self, index: int = 0, messages: int | None = None) -> ActorProcess:
+        s = self.settings
+        actor = f"publisher-{index}"
+        first = 0 if index == 0 else self.rng.randrange(len(self.cluster.nodes))
+        spec = PublisherActor(actor=actor, run_dir=str(self.run_dir), queue=self.queue,
+                              urls=tuple(self._urls(actor, first)), queue_type=self.queue_type,
+                              heartbeat=s.heartbeat, messages=messages or s.messages,
+                              rate=s.rate)
+        process = ActorProcess.start(spec)
+        self.publishers.append(process)
+        self.planned += spec.messages
+        return process
+
+    def live_consumers(self) -> list[ActorProcess]:
+        with self._lock:
+            return [p for p in self.consumers.values() if p.alive]
+
+    def active(self, timeout: float = 60.0, other_than: ActorProcess | None = None
+               ) -> ActorProcess:
+        """The consumer that reports itself active (not frozen), waiting for one."""
+        found: list[ActorProcess] = []
+
+        def one() -> bool:
+            found[:] = [p for p in self.live_consumers()
+                        if p.role == "active" and not p.frozen and p is not other_than]
+            return bool(found)
+
+        self.until("active consumer", one, timeout)
+        return found[0]
+
+    def stop_consumer(self, process: ActorProcess, timeout: float = CONSUMER_STOP_S) -> int:
+        """A graceful stop the supervisor does not answer with a restart."""
+        with self._lock:
+            self._stopping.add(process.name)
+        return process.stop(timeout)
+
+    def restart(self, process: ActorProcess) -> ActorProcess:
+        """Stop ``process`` gracefully and start its slot's next incarnation."""
+        slot = next(s for s, p in self.consumers.items() if p is process)
+        self.stop_consumer(process)
+        return self.start_consumer(slot)
+
+    def _supervise(self) -> None:
+        """Like a service manager: a consumer that ended on its own (fenced off, gave up
+        reconnecting) is started again, at most ten times a run."""
+        while not self._closed.wait(0.2):
+            with self._lock:
+                for slot, process in list(self.consumers.items()):
+                    if process.alive or process.name in self._stopping or self.restarts >= 10:
+                        continue
+                    self.restarts += 1
+                    self.start_consumer(slot)
+
+    # ------------------------------------------------------------------ progress
+
+    def committed(self) -> int:
+        return len(self.sink.distinct())
+
+    def wait_committed(self, count: int, timeout: float = 120.0) -> None:
+        """Until ``count`` distinct messages have an effect in the sink."""
+        self.until(f"{count} messages handled", lambda: self.committed() >= count, timeout)
+
+    def at_fraction(self, low: float, high: float) -> int:
+        """A seeded point of the run, as a number of handled messages."""
+        return max(1, int(self.settings.messages * self.rng.uniform(low, high)))
+
+    def events(self, actor: str) -> list[dict[str, Any]]:
+        """``actor``'s history so far (actors flush every event)."""
+        path = self.run_dir / "events" / f"{actor}.jsonl"
+        found: list[dict[str, Any]] = []
+        if path.exists():
+            with path.open(encoding="utf-8") as lines:
+                for line in lines:
+                    with contextlib.suppress(ValueError):
+                        found.append(json.loads(line))
+        return found
+
+    def recorded(self, actor: str, kind: str, since: float) -> bool:
+        return any(e.get("type") == kind and float(e.get("ts", 0)) >= since
+                   for e in self.events(actor))
+
+    def until(self, what: str, condition: Callable[[], bool], timeout: float) -> None:
+        """Until ``condition()`` holds (checked every 50 ms), or ``ChaosTimeout``."""
+        deadline = time.monotonic() + self.bound(timeout)
+        while not condition():
+            if time.monotonic() >= deadline:
+                raise ChaosTimeout(f"no {what} within {timeout:g} s")
+            self._closed.wait(0.05)
+
+    def wait_event(self, actor: str, kind: str, since: float, timeout: float = 60.0) -> None:
+        """Until ``actor`` records an event of type ``kind`` at or after ``since``."""
+        self.until(f"{kind!r} from {actor}", lambda: self.recorded(actor, kind, since), timeout)
+
+    def _all_events(self, pattern: str, kind: str) -> Iterator[dict[str, Any]]:
+        for path in sorted((self.run_dir / "events").glob(pattern)):
+            for event in self.events(path.stem):
+                if event.get("type") == kind and isinstance(event.get("msg"), str):
+                    yield event
+
+    def confirmed_ids(self) -> set[str]:
+        return {event["msg"] for event in self._all_events("publisher-*.jsonl", "confirm")}
+
+    def commit_times(self) -> dict[tuple[str, str], list[float]]:
+        times: dict[tuple[str, str], list[float]] = {}
+        for event in self._all_events("consumer-*.jsonl", "commit"):
+            times.setdefault((str(event["actor"]), event["msg"]), []).append(float(event["ts"]))
+        for found in times.values():
+            found.sort()
+        return times
+
+    # ------------------------------------------------------------------ nodes
+
+    def queue_node(self) -> int:
+        """The index of the node leading the queue (a quorum queue's leader, a classic
+        queue's master)."""
+        info = self.cluster.management_api(f"queues/%2F/{self.queue}")
+        name = info.get("leader") or info.get("node")
+        return self.cluster.node(str(name).split("@")[0]).index
+
+    def ensure_whole(self) -> None:
+        """Every node running and serving before the run."""
+        for node in self.cluster.nodes:
+            if not self.cluster.is_running(node):
+                self.cluster.start(node.index)
+        self.recover()
+
+    def recover(self) -> None:
+        """Until every node serves; one that does not within ``REPAIR_AFTER_S`` is killed
+        and started again (listed in ``repaired``, and in ``run.json``)."""
+        try:
+            self.wait_serving(REPAIR_AFTER_S)
+            return
+        except ChaosTimeout:
+            pass
+        for node in self.cluster.nodes:
+            if not self.serving(node):
+                self.cluster.kill(node.index)
+                self.cluster.start(node.index, timeout=self.bound(120))
+                self.repaired.append(node.name)
+        self.wait_serving()
+
+    def node_of(self, process: ActorProcess) -> int:
+        """The node ``process`` is connected to now (its latest ``connected`` event)."""
+        connected = [e for e in self.events(process.name) if e.get("type") == "connected"]
+        node = self.proxy.node_of(process.name, str(connected[-1]["node"])) if connected \
+            else None
+        if node is None:
+            raise ChaosError(f"{process.name} is not connected through any of its proxies")
+        return node
+
+    @contextlib.contextmanager
+    def partition(self, grudge: Grudge) -> Iterator[None]:
+        """Cut links between nodes (nftables in their namespaces) for the block, recorded;
+        healed on exit, after which the cluster must be whole again (paused nodes resume)."""
+        parts = Partitions(self.cluster)
+        with self.nemesis.fault("partition", grudge.target, grudge=grudge.as_json()):
+            parts.apply(grudge)
+            try:
+                yield
+            finally:
+                parts.heal()
+        self.recover()
+
+    def wait_serving(self, timeout: float = 120.0) -> None:
+        """Until every node is a running member and answers AMQP and its management API
+        (a node paused by pause_minority lists as running before its listeners are back)."""
+        try:
+            self.cluster.wait_members(self.cluster.nodes, self.bound(timeout))
+        except ServerError as exc:
+            raise ChaosTimeout(str(exc)) from exc
+        for node in self.cluster.nodes:
+            self.until(f"service from {node.name}", functools.partial(self.serving, node),
+                       timeout)
+
+    def serving(self, node: Node) -> bool:
+        if not amqp_ready(node.amqp_port, host=node.host):
+            return False
+        try:
+            self.cluster.management_api("overview", node=node)
+        except ServerError:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._supervisor.start()
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._supervisor.is_alive():
+            self._supervisor.join(5)
+        for process in [*self.retired, *self.consumers.values(), *self.publishers]:
+            process.close()
+        self.nemesis.close()
+
+
+@contextlib.contextmanager
+def toxic(world: World, actors: list[ActorProcess], kind: str,
+          streams: tuple[str, ...] = ("downstream",), **attributes: Any) -> Iterator[None]:
+    """A toxic on every link of ``actors`` for the duration of the block, recorded as one
+    fault (target: the actor, or ``clients`` for several)."""
+    target = actors[0].name if len(actors) == 1 else "clients"
+    with world.nemesis.fault(kind, target, streams=list(streams), **attributes):
+        added = [(actor.name, world.proxy.add(actor.name, kind, stream=stream,
+                                              attributes=attributes))
+                 for actor in actors for stream in streams]
+        try:
+            yield
+        finally:
+            for name, label in added:
+                world.proxy.remove(name, label)
