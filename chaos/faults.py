@@ -61,6 +61,14 @@ class FaultProxy:
                 return node
         return None
 
+    def routes(self) -> dict[str, dict[str, int]]:
+        """Per actor, which node each of its proxy addresses leads to (its events name the
+        proxy's address as the ``node`` of a connection)."""
+        found: dict[str, dict[str, int]] = {}
+        for (actor, node), proxy in sorted(self._proxies.items()):
+            found.setdefault(actor, {})[str(proxy.listen)] = node
+        return found
+
     def of(self, actor: str) -> list[Proxy]:
         return [p for (a, _), p in sorted(self._proxies.items()) if a == actor]
 

@@ -138,6 +138,7 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
         raise
     finally:
         world.close()
+        meta["routes"] = proxy.routes()
         proxy.close()
         meta["end"] = time.time()
         meta["restarts"] = world.restarts
