@@ -9,6 +9,7 @@ import json
 import random
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -41,9 +42,9 @@ class World:
         self.retired: list[ActorProcess] = []
         self.publishers: list[ActorProcess] = []
         self.planned = 0
+        """Messages the publishers started so far were told to publish."""
         self.repaired: list[str] = []
         """Nodes restarted because they did not serve again after a fault."""
-        """Messages the publishers started so far were told to publish."""
         self.restarts = 0
         self._lock = threading.RLock()
         self._stopping: set[str] = set()
@@ -78,7 +79,9 @@ class World:
         urls = []
         for node in order:
             listen = self.proxy.route(actor, node.index, node.address)
-            urls.append(f"amqp://{creds.user}:{creds.password}@{listen}/%2F")
+            user, password = (urllib.parse.quote(x, safe="") for x in (creds.user,
+                                                                      creds.password))
+            urls.append(f"amqp://{user}:{password}@{listen}/%2F")
         return urls
 
     def _consumer_spec(self, slot: int, actor: str) -> ConsumerActor:
