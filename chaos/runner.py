@@ -38,6 +38,8 @@ class RunResult:
     seconds: float
     error: str | None = None
     """Why the run could not be carried out as planned (its history is checked anyway)."""
+    repaired: tuple[str, ...] = ()
+    """Nodes restarted because they did not serve again after a fault."""
 
     @property
     def outcome(self) -> str:
@@ -151,7 +153,7 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
         _delete_queue(cluster, queue)
     verdict = _check(run_dir, check)
     return RunResult(run_dir, settings, verdict, expected, time.monotonic() - started,
-                     None if error is None else meta["error"])
+                     None if error is None else meta["error"], tuple(world.repaired))
 
 
 def _drive(world: World, scenario: Scenario) -> None:

@@ -87,23 +87,14 @@ def publisher_reset(w: World) -> None:
             w.wait_event(publisher.name, "connection_lost", since, 30)
 
 
-def leader_kill(w: World) -> None:
-    """SIGKILL the node leading the queue while publishing and consuming; start it again."""
+def kill_queue_node(w: World) -> None:
+    """SIGKILL the node leading the queue (a quorum queue's leader, a mirrored queue's
+    master) while publishing and consuming, and start it again. The queue was declared by
+    the first consumer, so it leads from that consumer's node, and that consumer is the
+    active one: the kill takes its connection inside an effect (a mirrored queue's other
+    consumers get the broker's ``basic.cancel``). A second publisher then checks the cluster
+    serves again once the node is back."""
     w.wait_committed(w.at_fraction(0.2, 0.4))
-    _kill_queue_node(w)
-
-
-def mirrored_failover(w: World) -> None:
-    """A classic mirrored queue: the master's node killed; consumers get the broker's
-    ``basic.cancel`` (``x-cancel-on-ha-failover``) and consume again from the new master."""
-    w.wait_committed(w.at_fraction(0.2, 0.4))
-    _kill_queue_node(w)
-
-
-def _kill_queue_node(w: World) -> None:
-    """The queue was declared by the first consumer, so it leads from that consumer's node,
-    and that consumer is the active one: the kill takes its connection inside an effect.
-    A second publisher then checks the cluster serves again once the node is back."""
     node = w.queue_node()
     victim = _inside_effect(w)
     with w.nemesis.fault("kill_node", f"node{node}"):
@@ -261,7 +252,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("publisher-reset", "the publisher's connection dropped between publish "
                  "and confirm", publisher_reset, "redelivered-only", ("duplicated",)),
         Scenario("leader-kill", "SIGKILL of the quorum queue leader's node",
-                 leader_kill, "dedup-off", ("duplicated",)),
+                 kill_queue_node, "dedup-off", ("duplicated",)),
         Scenario("latency", "every client link slowed", _degraded(
             "latency", latency=(50, 300), jitter=(0, 50)), "dedup-off", ("duplicated",)),
         Scenario("slicer", "every client link cut into small pieces", _degraded(
@@ -270,7 +261,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("bandwidth", "every client link throttled", _degraded(
             "bandwidth", rate=(16, 64)), "dedup-off", ("duplicated",)),
         Scenario("mirrored-failover", "classic mirrored queue, master's node killed",
-                 mirrored_failover, "dedup-off", ("duplicated",), queue_type="classic",
+                 kill_queue_node, "dedup-off", ("duplicated",), queue_type="classic",
                  prepare=_mirror),
         Scenario("rolling-handover", "consumers restarted one after another, gracefully",
                  rolling_handover, "dedup-off", ()),

@@ -46,6 +46,7 @@ class World:
         self.repaired: list[str] = []
         """Nodes restarted because they did not serve again after a fault."""
         self.restarts = 0
+        self._histories: dict[str, tuple[int, list[dict[str, Any]]]] = {}
         self._lock = threading.RLock()
         self._stopping: set[str] = set()
         self._deadline = time.monotonic() + settings.time_limit
@@ -74,15 +75,10 @@ class World:
 
     def _urls(self, actor: str, first: int) -> list[str]:
         creds = self.cluster.credentials
+        login = ":".join(urllib.parse.quote(x, safe="") for x in (creds.user, creds.password))
         nodes = self.cluster.nodes
-        order = nodes[first:] + nodes[:first]
-        urls = []
-        for node in order:
-            listen = self.proxy.route(actor, node.index, node.address)
-            user, password = (urllib.parse.quote(x, safe="") for x in (creds.user,
-                                                                      creds.password))
-            urls.append(f"amqp://{user}:{password}@{listen}/%2F")
-        return urls
+        return [f"amqp://{login}@{self.proxy.route(actor, node.index, node.address)}/%2F"
+                for node in nodes[first:] + nodes[:first]]
 
     def _consumer_spec(self, slot: int, actor: str) -> ConsumerActor:
         s = self.settings
@@ -168,7 +164,7 @@ class World:
     # ------------------------------------------------------------------ progress
 
     def committed(self) -> int:
-        return len(self.sink.distinct())
+        return self.sink.count()
 
     def wait_committed(self, count: int, timeout: float = 120.0) -> None:
         """Until ``count`` distinct messages have an effect in the sink."""
@@ -179,14 +175,20 @@ class World:
         return max(1, int(self.settings.messages * self.rng.uniform(low, high)))
 
     def events(self, actor: str) -> list[dict[str, Any]]:
-        """``actor``'s history so far (actors flush every event)."""
+        """``actor``'s history so far (actors flush every event). Scenarios poll this, so
+        each call parses only the lines appended since the last one (a line still being
+        written waits for its newline); the list is shared: read it, don't change it."""
         path = self.run_dir / "events" / f"{actor}.jsonl"
-        found: list[dict[str, Any]] = []
+        offset, found = self._histories.setdefault(actor, (0, []))
         if path.exists():
-            with path.open(encoding="utf-8") as lines:
-                for line in lines:
-                    with contextlib.suppress(ValueError):
-                        found.append(json.loads(line))
+            with path.open("rb") as history:
+                history.seek(offset)
+                data = history.read()
+            complete = data.rfind(b"\n") + 1
+            for line in data[:complete].splitlines():
+                with contextlib.suppress(ValueError):
+                    found.append(json.loads(line))
+            self._histories[actor] = (offset + complete, found)
         return found
 
     def recorded(self, actor: str, kind: str, since: float) -> bool:

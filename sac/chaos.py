@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import time
@@ -198,9 +197,8 @@ def _carry_out(runs: list[Any], args: argparse.Namespace) -> int:
     for result in results:
         if result.error is not None:
             print(f"{result.path}: {result.error} (read {result.path / 'logs'})")
-        repaired = json.loads((result.path / "run.json").read_text()).get("repaired")
-        if repaired:
-            print(f"{result.path}: restarted {', '.join(repaired)}: it did not serve again "
+        if result.repaired:
+            print(f"{result.path}: restarted {', '.join(result.repaired)}: it did not serve again "
                   "within a minute after the fault")
     bad = failed(rows)
     print(f"{len(rows) - len(bad)} of {len(rows)} run(s) as expected "

@@ -127,6 +127,12 @@ class Sink:
             return {str(row["msg"]) for row in self._lines()}
         return {str(row[0]) for row in self._execute(f"SELECT DISTINCT msg FROM {TABLE}")}
 
+    def count(self) -> int:
+        """How many distinct messages have an effect (polled while a run goes on)."""
+        if self.lines:
+            return len(self.distinct())
+        return int(self._execute(f"SELECT COUNT(DISTINCT msg) FROM {TABLE}")[0][0])
+
     def dump(self, path: Path, commits: dict[tuple[str, str], list[float]]) -> int:
         """Write ``effects.jsonl``; returns the number of rows.
 
