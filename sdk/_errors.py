@@ -27,7 +27,8 @@ why every constructor passes all its arguments on to ``Exception.__init__``::
     ├── StoreError                            a dedup store cannot be used (sdk.dedup)
     │   ├── StoreUnavailable                  cannot open or reach it (path, DSN)
     │   └── SchemaMismatch                    its tables are from another SDK version
-    └── ClosedError                           use after close()
+    └── LifecycleError                        used out of order (start twice, before start)
+        └── ClosedError                       use after close()
 """
 
 from __future__ import annotations
@@ -232,5 +233,9 @@ class SchemaMismatch(StoreError):
         )
 
 
-class ClosedError(SacError):
+class LifecycleError(SacError):
+    """A client was used out of order: started twice, or used before ``start()``."""
+
+
+class ClosedError(LifecycleError):
     """The publisher or consumer was used after ``close()``."""

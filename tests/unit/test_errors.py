@@ -15,6 +15,7 @@ from sdk._errors import (
     ConfirmTimeout,
     ConnectError,
     ConsumerError,
+    LifecycleError,
     MessageNacked,
     MessageReturned,
     MessageTooLarge,
@@ -62,6 +63,7 @@ EXAMPLES: list[SacError] = [
     StoreError("odd store"),
     StoreUnavailable("cannot open /nope/dedup.db: directory does not exist"),
     SchemaMismatch("sqlite:/tmp/d.db", 0, 1),
+    LifecycleError("this publisher was already started (running)"),
     ClosedError("closed"),
 ]
 
