@@ -29,7 +29,7 @@ def imported_modules(package: str) -> dict[str, set[str]]:
 @pytest.mark.parametrize(
     ("package", "forbidden"),
     [
-        ("sdk", {"server", "chaos", "checker", "recipes", "sac", "bench"}),
+        ("sdk", {"server", "chaos", "checker", "recipes", "sac", "bench", "sim"}),
         ("sdk/_core", {"pika", "aio_pika", "aiormq", "kazoo", "socket", "asyncio", "ssl"}),
         ("server", {"sdk", "chaos", "recipes", "bench"}),
         # The pipeline reads histories, not code, and runs on a Spark cluster with only its
@@ -37,6 +37,10 @@ def imported_modules(package: str) -> dict[str, set[str]]:
         ("checker", {"sdk", "server", "chaos", "recipes", "sac", "bench", "pika"}),
         # The suite is a library the CLI, recipes and benchmarks use, not the other way.
         ("chaos", {"sac", "recipes", "bench", "tests"}),
+        # The simulation is pure and deterministic: no I/O, no threads, no wall clock.
+        ("sim", {"pika", "aio_pika", "aiormq", "kazoo", "socket", "asyncio", "ssl", "threading",
+                 "concurrent", "multiprocessing", "subprocess", "selectors", "select", "time",
+                 "datetime", "server", "chaos", "checker", "recipes", "sac", "bench", "tests"}),
     ],
 )
 def test_forbidden_imports(package: str, forbidden: set[str]) -> None:
@@ -46,6 +50,24 @@ def test_forbidden_imports(package: str, forbidden: set[str]) -> None:
         if names & forbidden
     }
     assert offenders == {}
+
+
+def test_sim_uses_only_the_pure_parts_of_the_sdk() -> None:
+    """The simulator may build on the SDK's pure core, its dedup stores and its errors,
+    never on its faces (which do I/O)."""
+    allowed = ("sdk._core", "sdk.dedup", "sdk._errors")
+    used = set()
+    for path in (ROOT / "sim").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                    and node.module.split(".")[0] == "sdk"):
+                used.add((node.module, tuple(a.name for a in node.names)))
+    for module, names in sorted(used):
+        if module == "sdk":
+            assert all(name.endswith(("Error", "Unavailable", "Epoch", "Store"))
+                       for name in names), names
+        else:
+            assert module.startswith(allowed), module
 
 
 def test_public_face_is_complete() -> None:

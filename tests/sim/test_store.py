@@ -1,0 +1,95 @@
+"""The simulated dedup store: latency, failures, ambiguity and fencing in virtual time."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from sdk import StaleEpoch, StoreUnavailable
+from sim.clock import EventQueue
+from sim.harness import CommitDone
+from sim.store import SimStore
+from sim.trace import Trace
+
+
+def store(seed: int = 1) -> SimStore:
+    events = EventQueue()
+    return SimStore(events, random.Random(seed), Trace(events))
+
+
+def commit(s: SimStore, epoch: int, *ids: str, queue: str = "q") -> list[CommitDone]:
+    done: list[CommitDone] = []
+    s.commit_later(queue, epoch, "c1", ids, done.append)
+    return done
+
+
+def test_a_commit_completes_later_and_is_recorded_once() -> None:
+    s = store()
+    epoch = s.claim_epoch("q")
+    done = commit(s, epoch, "a", "b")
+    assert done == []
+    s.events.run_until_idle(10.0)
+    assert [(d.committed, d.duplicates, d.error) for d in done] == [(("a", "b"), (), None)]
+    again = commit(s, epoch, "b", "c")
+    s.events.run_until_idle(10.0)
+    assert [(d.committed, d.duplicates) for d in again] == [(("c",), ("b",))]
+    assert [(e.message_id, e.epoch) for e in s.ledger] == [("a", 1), ("b", 1), ("c", 1)]
+
+
+def test_a_commit_from_a_replaced_consumer_is_fenced_when_it_completes() -> None:
+    s = store()
+    old = s.claim_epoch("q")
+    done = commit(s, old, "a")
+    s.claim_epoch("q")  # the successor claims while the old commit is in flight
+    s.events.run_until_idle(10.0)
+    [result] = done
+    assert isinstance(result.error, StaleEpoch)
+    assert s.ledger == []
+
+
+def test_a_slow_store_answers_late() -> None:
+    s = store()
+    s.slow_for(5.0, latency=2.0)
+    done = commit(s, s.claim_epoch("q"), "a")
+    s.events.run_until(1.9)
+    assert done == []
+    s.events.run_until_idle(10.0)
+    assert done[0].committed == ("a",)
+    assert 2.0 <= s.ledger[0].t <= 2.01
+
+
+def test_a_store_down_refuses_calls_and_its_commits_are_ambiguous() -> None:
+    outcomes = set()
+    for seed in range(10):
+        s = store(seed)
+        epoch = s.claim_epoch("q")
+        done = commit(s, epoch, "a")
+        s.fail_for(1.0)
+        with pytest.raises(StoreUnavailable):
+            s.seen("q", "a")
+        s.events.run_until_idle(10.0)
+        [result] = done
+        assert isinstance(result.error, StoreUnavailable)
+        # The store may have committed it all the same; the retry finds the record.
+        s.events.run_until(2.0)
+        outcomes.add(s.seen("q", "a"))
+        retry = commit(s, epoch, "a")
+        s.events.run_until_idle(10.0)
+        assert retry[0].committed + retry[0].duplicates == ("a",)
+        assert [e.message_id for e in s.ledger] == ["a"]
+    assert outcomes == {True, False}
+
+
+def test_the_blocking_interface_is_a_real_store() -> None:
+    s = store()
+    epoch = s.claim_epoch("q")
+    applied: list[str] = []
+    with s.transaction("q", "a", epoch, "c1") as tx:
+        tx.on_commit(lambda: applied.append("a"))
+    assert applied == ["a"]
+    assert s.records("q") == [("a", 1, "c1", 0.0)]
+    s.claim_epoch("q")
+    with pytest.raises(StaleEpoch), s.transaction("q", "b", epoch, "c1"):
+        pass
+    assert [e.message_id for e in s.ledger] == ["a"]
