@@ -163,7 +163,10 @@ class QuorumQueue:
         return sum(len(c.checked_out) for c in self.consumers)
 
     def consumer_count(self) -> int:
-        return sum(1 for c in self.consumers if c.status.value == "up")
+        """What ``queue.declare-ok`` says: RabbitMQ 3.10 counts the consumers attached to
+        messages (the active one, and a cancelled one still holding unacked messages),
+        not the waiting ones."""
+        return len(self.consumers.attached)
 
     def holding(self) -> list[Message]:
         """Every message the queue holds, ready or unacked (for invariants)."""
