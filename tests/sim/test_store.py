@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 import pytest
 
 from sdk import StaleEpoch, StoreUnavailable
 from sim.clock import EventQueue
-from sim.harness import CommitDone
+from sim.faults import StoreDown, StoreSlow
+from sim.harness import Action, ClaimEpoch, Commit, CommitDone, EpochClaimed, Event
 from sim.store import SimStore
 from sim.trace import Trace
+from sim.world import World
 
 
 def store(seed: int = 1) -> SimStore:
@@ -93,3 +96,51 @@ def test_the_blocking_interface_is_a_real_store() -> None:
     with pytest.raises(StaleEpoch), s.transaction("q", "b", epoch, "c1"):
         pass
     assert [e.message_id for e in s.ledger] == ["a"]
+
+
+class Committer:
+    """Claims an epoch, then commits one message: the store calls a consumer makes."""
+
+    name = "committer"
+
+    def __init__(self) -> None:
+        self.got: list[tuple[float, Event]] = []
+
+    def start(self, now: float) -> Sequence[Action]:
+        return [ClaimEpoch("claim", "q")]
+
+    def receive(self, now: float, event: Event) -> Sequence[Action]:
+        self.got.append((now, event))
+        if isinstance(event, EpochClaimed) and event.epoch is not None:
+            return [Commit("commit", "q", event.epoch, self.name, ("a",))]
+        return ()
+
+    def tick(self, now: float) -> Sequence[Action]:
+        return ()
+
+    def next_tick(self) -> float | None:
+        return None
+
+
+def test_store_faults_reach_a_client_in_virtual_time() -> None:
+    slow = World(1)
+    slow_client = Committer()
+    slow.schedule([StoreSlow(0.0, 5.0, latency=1.0)])
+    slow.add(slow_client)
+    slow.run_until_idle(10.0)
+    (t1, claimed), (t2, done) = slow_client.got
+    assert isinstance(claimed, EpochClaimed)
+    assert isinstance(done, CommitDone)
+    assert claimed.epoch == 1
+    assert done.committed == ("a",)
+    assert t1 >= 1.0
+    assert t2 - t1 >= 1.0
+
+    down = World(1)
+    down_client = Committer()
+    down.schedule([StoreDown(0.0, 5.0)])
+    down.add(down_client)
+    down.run_until_idle(10.0)
+    [(_, refused)] = down_client.got
+    assert isinstance(refused, EpochClaimed)
+    assert isinstance(refused.error, StoreUnavailable)
