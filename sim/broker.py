@@ -76,6 +76,7 @@ from .queue import (
     UnsupportedQueue,
     inequivalent,
 )
+from .sac import ConsumerKey
 from .trace import Trace
 
 NOT_IMPLEMENTED = 540
@@ -112,7 +113,6 @@ class _Command:
     """Set for an enqueue."""
     first: Callable[[], None] | None = None
     """Runs when committed, before the effects (a ``consume-ok``)."""
-    last: Callable[[], None] | None = None
 
 
 def _enqueue(message: Message) -> Callable[[QuorumQueue], list[Effect]]:
@@ -187,6 +187,10 @@ class Broker:
         conn = self.connections.get(conn_id)
         if conn is None or not conn.open:
             return
+        if not conn.blocked and self.alarm and isinstance(method, BasicPublish):
+            conn.blocked = True
+            self._send(conn, 0, ConnectionBlocked())
+            self.trace.record("blocked", conn=conn.name)
         if conn.blocked:
             conn.held.append((channel, method))
             return
@@ -326,7 +330,7 @@ class Broker:
             self.fate[message.uid] = f"deleted from {name} by {by}"
         effects, _ = queue.delete()
         self.trace.record("queue_deleted", queue=name, by=by, messages=count)
-        self._effects(queue, effects, {})
+        self._effects(queue, effects)
         return count
 
     def _available(self, queue: str) -> bool:
@@ -336,7 +340,6 @@ class Broker:
     # ------------------------------------------------------------------ publishing
 
     def _publish(self, conn: BrokerConnection, ch: BrokerChannel, method: BasicPublish) -> None:
-        conn.published_since_unblock = True
         if method.exchange != "":
             self._channel_error(conn, ch, NOT_FOUND,
                                 f"NOT_FOUND - no exchange '{method.exchange}' in vhost '/'")
@@ -363,9 +366,6 @@ class Broker:
                 self._refuse(cmd, why=why)
             else:
                 self._submit(queue.name, cmd)
-        if self.alarm and conn.block():
-            self._send(conn, 0, ConnectionBlocked())
-            self.trace.record("blocked", conn=conn.name)
 
     def _refuse(self, cmd: _Command, *, why: str) -> None:
         assert cmd.message is not None
@@ -442,30 +442,29 @@ class Broker:
             return
         self.trace.record("settle", conn=conn.name, how=how, tag=tag, multiple=multiple,
                           uids=tuple(e.uid for e in entries))
-        groups: dict[tuple[str, tuple[int, int, str]], list[Unacked]] = {}
+        groups: dict[tuple[str, ConsumerKey], list[Unacked]] = {}
         for entry in entries:
             groups.setdefault((entry.queue, entry.consumer), []).append(entry)
         for (queue, consumer), group in groups.items():
-            if queue not in self.queues:
-                continue  # deleted meanwhile: RabbitMQ ignores such acks
-            ids = [e.msg_id for e in group]
-            if how == "ack":
-                def apply(q: QuorumQueue, c: Any = consumer, i: list[int] = ids,
-                          g: list[Unacked] = group) -> list[Effect]:
-                    held = q.consumers.get(c)
-                    for e in g:
-                        if held is not None and e.msg_id in held.checked_out:
-                            self.fate[e.uid] = f"acked from {q.name}"
-                    return q.settle(c, i)
-            elif how == "requeue":
-                def apply(q: QuorumQueue, c: Any = consumer, i: list[int] = ids,
-                          g: list[Unacked] = group) -> list[Effect]:
-                    return q.return_(c, i)
-            else:
-                def apply(q: QuorumQueue, c: Any = consumer, i: list[int] = ids,
-                          g: list[Unacked] = group) -> list[Effect]:
-                    return q.discard(c, i)
-            self._submit(queue, _Command(apply))
+            if queue in self.queues:  # else deleted meanwhile: RabbitMQ ignores such acks
+                self._submit(queue, _Command(self._settling(how, consumer, group)))
+
+    def _settling(self, how: str, consumer: ConsumerKey,
+                  group: list[Unacked]) -> Callable[[QuorumQueue], list[Effect]]:
+        ids = [e.msg_id for e in group]
+        if how == "requeue":
+            return lambda q: q.return_(consumer, ids)
+        if how == "discard":
+            return lambda q: q.discard(consumer, ids)
+
+        def ack(q: QuorumQueue) -> list[Effect]:
+            held = q.consumers.get(consumer)
+            for e in group:
+                if held is not None and e.msg_id in held.checked_out:
+                    self.fate[e.uid] = f"acked from {q.name}"
+            return q.settle(consumer, ids)
+
+        return ack
 
     # ------------------------------------------------------------------ the queue logs
 
@@ -498,9 +497,7 @@ class Broker:
                 self._committed(queue, cmd, touched)
             if cmd.first is not None:
                 cmd.first()
-            self._effects(queue, effects, touched)
-            if cmd.last is not None:
-                cmd.last()
+            self._effects(queue, effects)
         for conn, ch in touched.values():
             if conn.open and conn.channels.get(ch.number) is ch:
                 self._flush(conn, ch)
@@ -520,8 +517,7 @@ class Broker:
         ch.confirms.committed(cmd.seq, queue.name)
         touched[id(ch)] = (conn, ch)
 
-    def _effects(self, queue: QuorumQueue, effects: list[Effect],
-                 touched: dict[int, tuple[BrokerConnection, BrokerChannel]]) -> None:
+    def _effects(self, queue: QuorumQueue, effects: list[Effect]) -> None:
         for effect in effects:
             if isinstance(effect, Deliver):
                 self._deliver(queue, effect)
@@ -637,16 +633,13 @@ class Broker:
         self.events.at(until, lambda: self._schedule_commit(queue))
 
     def set_alarm(self, on: bool) -> None:
-        """A memory alarm: publishing connections are blocked until it clears."""
+        """A memory alarm: connections that publish meanwhile are blocked until it clears
+        (see ``connections``)."""
         if on == self.alarm:
             return
         self.alarm = on
         self.trace.record("alarm", on=on)
         if on:
-            for conn in self.connections.values():
-                if conn.published_since_unblock and conn.block():
-                    self._send(conn, 0, ConnectionBlocked())
-                    self.trace.record("blocked", conn=conn.name)
             return
         for conn in list(self.connections.values()):
             if conn.blocked:
@@ -667,7 +660,7 @@ class Broker:
         if q is None:
             return
         self.trace.record("leader_moved", queue=queue)
-        self._effects(q, q.server_cancel(), {})
+        self._effects(q, q.server_cancel())
 
     # ------------------------------------------------------------------ sending
 

@@ -1,11 +1,12 @@
 """The broker's side of connections and channels: delivery tags and what they stand for,
 prefetch, consumers, confirm mode, and the ``connection.blocked`` rule.
 
-Blocking, as ``rabbit_reader`` does it (3.10): a connection that published since it was
-last unblocked is blocked as soon as a resource alarm goes off; any other connection is
-blocked right after its next publish. A blocked connection is told (``connection.blocked``)
-and is no longer read, so everything it sends waits, acks included, until the alarm
-clears (``connection.unblocked``). Connections that only consume are never blocked.
+Blocking, as RabbitMQ 3.10 did it on a real cluster (``tests/sim/test_model_honesty.py``):
+while a resource alarm is on, a connection that publishes is blocked at that publish. It is
+told (``connection.blocked``) and no longer read, so that publish and everything after it
+(acks included) wait until the alarm clears (``connection.unblocked``). A connection that
+does not publish during the alarm is neither blocked nor told, even if it published
+before; one that only consumes goes on consuming.
 """
 
 from __future__ import annotations
@@ -76,21 +77,12 @@ class BrokerConnection:
     node: int
     name: str
     channels: dict[int, BrokerChannel] = attrs.field(factory=dict)
-    published_since_unblock: bool = False
     blocked: bool = False
     held: list[tuple[int, Any]] = attrs.field(factory=list)
     """Frames not read while blocked: (channel, method)."""
     open: bool = True
 
-    def block(self) -> bool:
-        """Block it (alarm on and it publishes); True if that is news."""
-        if self.blocked:
-            return False
-        self.blocked = True
-        return True
-
     def unblock(self) -> list[tuple[int, Any]]:
         self.blocked = False
-        self.published_since_unblock = False
         held, self.held = self.held, []
         return held

@@ -46,8 +46,10 @@ from .methods import (
     ChannelOpenOk,
     ConfirmSelect,
     ConfirmSelectOk,
+    ConnectionBlocked,
     ConnectionClose,
     ConnectionOpenOk,
+    ConnectionUnblocked,
     Properties,
     QueueDeclare,
     QueueDeclareOk,
@@ -151,8 +153,17 @@ class Delete:
     queue: str
 
 
+@attrs.frozen
+class SetAlarm:
+    """A memory alarm goes on or off, cluster-wide (the real driver lowers a node's
+    memory watermark)."""
+
+    on: bool
+    link: str = ""
+
+
 Step = (Open | Declare | Publish | Qos | Consume | Cancel | Ack | Nack | Reject | CloseChannel
-        | CloseConnection | Drop | Delete)
+        | CloseConnection | Drop | Delete | SetAlarm)
 
 
 @attrs.frozen
@@ -164,7 +175,8 @@ class Case:
 # ------------------------------------------------------------------ observing
 
 
-KINDS = ("declare_ok", "confirm", "return", "deliver", "cancel", "channel_closed")
+KINDS = ("declare_ok", "confirm", "return", "deliver", "cancel", "channel_closed", "blocked",
+         "unblocked")
 
 
 class Observer:
@@ -216,6 +228,9 @@ class Observer:
 
     def declared(self, link: str, queue: str, messages: int, consumers: int) -> None:
         self._add(("declare_ok", link, queue, messages, consumers))
+
+    def blocked(self, link: str, on: bool) -> None:
+        self._add(("blocked" if on else "unblocked", link))
 
     def normalised(self) -> list[list[tuple[Any, ...]]]:
         def key(item: tuple[int, tuple[Any, ...]]) -> tuple[Any, ...]:
@@ -329,6 +344,8 @@ class ScriptClient:
             return [Send(link, event.channel, ChannelCloseOk())]
         elif isinstance(method, QueueDeclareOk):
             obs.declared(link, method.queue, method.message_count, method.consumer_count)
+        elif isinstance(method, ConnectionBlocked | ConnectionUnblocked):
+            obs.blocked(link, isinstance(method, ConnectionBlocked))
         return ()
 
 
@@ -340,7 +357,9 @@ def run_case(case: Case, seed: int = 0, *, settle: float = 5.0) -> Observer:
     world.add(client)
     for step in case.steps:
         observer.next_step()
-        actions = [a for s in step for a in client.actions(s)]
+        for alarm in (s for s in step if isinstance(s, SetAlarm)):
+            world.broker.set_alarm(alarm.on)
+        actions = [a for s in step if not isinstance(s, SetAlarm) for a in client.actions(s)]
         world.inject(client, actions)
         world.run_until_idle(world.events.now + settle)
     return observer

@@ -35,6 +35,7 @@ from sim.script import (
     Publish,
     Qos,
     Reject,
+    SetAlarm,
     Step,
 )
 
@@ -46,8 +47,10 @@ class _Link:
 
 
 class RealDriver:
-    def __init__(self, urls: list[str], prefix: str, observer: Observer, name: str) -> None:
+    def __init__(self, urls: list[str], prefix: str, observer: Observer, name: str,
+                 alarm: Callable[[bool], None]) -> None:
         self.urls = urls
+        self.alarm = alarm
         self.prefix = prefix
         self.observer = observer
         self.name = name
@@ -73,6 +76,9 @@ class RealDriver:
         obs = self.observer
         if isinstance(step, Open):
             self._open(step)
+            return
+        if isinstance(step, SetAlarm):
+            self.alarm(step.on)
             return
         link = self.links[step.link]
         ch = link.channel
@@ -123,6 +129,9 @@ class RealDriver:
         connection = pika.BlockingConnection(params)
         ch = connection.channel()
         name, obs = step.link, self.observer
+        connection.add_on_connection_blocked_callback(lambda _c, _f: obs.blocked(name, True))
+        connection.add_on_connection_unblocked_callback(
+            lambda _c, _f: obs.blocked(name, False))
 
         def closed(_channel: Any, reason: Exception) -> None:
             if isinstance(reason, pika.exceptions.ChannelClosedByBroker):

@@ -21,6 +21,7 @@ import pytest
 import sim.broker
 from server import LocalCluster
 from sim.confirms import ConfirmChannel
+from sim.methods import BasicPublish, ConnectionBlocked
 from sim.queue import Cancelled, Effect, QueueArgs, QuorumQueue
 from sim.sac import Consumer, Consumers, Status
 from sim.script import (
@@ -37,6 +38,7 @@ from sim.script import (
     Publish,
     Qos,
     Reject,
+    SetAlarm,
     run_case,
 )
 
@@ -166,6 +168,15 @@ CASES = [
         (Ack("a", 3, multiple=True),),
         publish("m5", "m6"),
     )),
+    Case("alarm_blocks_who_publishes", (
+        *setup(),
+        (Open("q2", node=1, confirm=True), Open("c", node=2)),
+        publish("m0"),
+        (SetAlarm(True),),
+        (Publish("q2", "q", "m1"),),
+        (Consume("c", "q", "C"),),
+        (SetAlarm(False),),
+    )),
     Case("channel_errors", (
         *setup(),
         (Open("x"), Open("y", node=1), Open("z", node=2)),
@@ -196,7 +207,13 @@ def test_the_model_hears_what_rabbitmq_says(
         case: Case, cluster: LocalCluster, prefix: str, request: pytest.FixtureRequest) -> None:
     expected = run_case(case).normalised()
     observer = Observer()
-    driver = RealDriver(cluster.urls(), prefix, observer, request.node.nodeid[-100:])
+
+    def alarm(on: bool) -> None:
+        # A memory alarm on one node blocks publishers cluster-wide; 0.4 is the default.
+        cluster.ctl(cluster.nodes[0], "set_vm_memory_high_watermark",
+                    "0.0000001" if on else "0.4")
+
+    driver = RealDriver(cluster.urls(), prefix, observer, request.node.nodeid[-100:], alarm)
     try:
         for step, predicted in zip(case.steps, expected, strict=True):
             observer.next_step()
@@ -204,6 +221,8 @@ def test_the_model_hears_what_rabbitmq_says(
                 driver.perform(action)
             driver.settle(len(predicted))
     finally:
+        if any(isinstance(s, SetAlarm) for step in case.steps for s in step):
+            alarm(False)
         driver.close()
         _delete_queues(cluster.urls()[0], prefix)
     assert observer.normalised() == expected
@@ -293,6 +312,24 @@ def _never_full(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(QuorumQueue, "_evaluate_limit", lambda self: [])
 
 
+def _blocked_publish_goes_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Block only after taking the publish that triggered it."""
+    def receive(orig: Any, self: sim.broker.Broker, conn_id: int, channel: int,
+                method: Any) -> None:
+        conn = self.connections.get(conn_id)
+        alarm = self.alarm
+        if conn is not None and not conn.blocked and isinstance(method, BasicPublish):
+            self.alarm = False
+            orig(self, conn_id, channel, method)
+            self.alarm = alarm
+            if alarm:
+                conn.blocked = True
+                self._send(conn, 0, ConnectionBlocked())
+            return
+        orig(self, conn_id, channel, method)
+    _wrap(monkeypatch, sim.broker.Broker, "receive", receive)
+
+
 MUTANTS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "confirms": lambda mp: mp.setattr(ConfirmChannel, "committed", lambda self, s, q: None),
     "mandatory_return": _drop_frames(sim.broker.BasicReturn),
@@ -306,6 +343,7 @@ MUTANTS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "waiting_line_keeps_its_order": _last_in_line_first,
     "queue_deleted_cancels_everyone": _delete_spares_the_waiting,
     "reject_publish_nacks_when_full": _never_full,
+    "alarm_blocks_who_publishes": _blocked_publish_goes_through,
     "channel_errors": _drop_frames(sim.broker.ChannelClose),
 }
 
