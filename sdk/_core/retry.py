@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
 import attrs
@@ -82,14 +82,17 @@ class Retry:
             on_retry(failures, delay, last)
         return delay
 
-    def run(
+    def steps(
         self,
         attempt: Callable[[], T],
         *,
         retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
         give_up: GiveUp = _exhausted,
         on_retry: OnRetry | None = None,
-    ) -> T:
+    ) -> Generator[float, None, T]:
+        """``run`` as a generator: it yields each delay instead of sleeping it and returns
+        the result. A driver on virtual time (the simulator) lets time pass between two
+        steps while everything else goes on; ``run`` drives it with ``sleep``."""
         began: float | None = None
         failures = 0
         while True:
@@ -101,9 +104,20 @@ class Retry:
                 failures += 1
                 delay = self._wait_for(failures, began, exc, give_up, on_retry)
                 last = exc
-            self.sleep(delay)
+            yield delay
             if self.interrupted():
                 raise Interrupted() from last
+
+    def run(
+        self,
+        attempt: Callable[[], T],
+        *,
+        retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
+        give_up: GiveUp = _exhausted,
+        on_retry: OnRetry | None = None,
+    ) -> T:
+        return drive(self.steps(attempt, retry_on=retry_on, give_up=give_up,
+                                on_retry=on_retry), self.sleep)
 
     async def run_async(
         self,
@@ -129,3 +143,13 @@ class Retry:
                 await slept
             if self.interrupted():
                 raise Interrupted() from last
+
+
+def drive(steps: Generator[float, None, T], sleep: Callable[[float], Any]) -> T:
+    """Run ``steps`` to its end, sleeping each delay it yields; its result."""
+    try:
+        while True:
+            sleep(next(steps))
+    except StopIteration as done:
+        result: T = done.value
+        return result

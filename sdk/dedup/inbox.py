@@ -32,15 +32,16 @@ from __future__ import annotations
 import concurrent.futures
 import enum
 import logging
+import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import attrs
 
 from .._core.backoff import Backoff
-from .._core.retry import Interrupted, Retry
+from .._core.retry import Interrupted, Retry, drive
 from .._delivery import Delivery
 from .._errors import MissingMessageId, StaleEpoch, StoreUnavailable
 from .._history import HistoryRecorder
@@ -107,6 +108,8 @@ class Inbox:
         retention: Retention | None = None,
         epoch_source: Callable[[], int] | None = None,
         store_retry: Backoff = STORE_RETRY,
+        clock: Callable[[], float] = time.monotonic,
+        rng: Callable[[], float] = random.random,
     ) -> None:
         if not isinstance(store, Store):
             raise TypeError(f"store must be a sac dedup Store, got {type(store).__name__}")
@@ -120,8 +123,9 @@ class Inbox:
         self._interrupted = threading.Event()
         # The wait between tries ends early on interrupt(): a stopping consumer does not sit
         # out a store outage's backoff.
-        self._retry = Retry(store_retry, time.monotonic, self._interrupted.wait,
-                            interrupted=self._interrupted.is_set)
+        # ``clock`` and ``rng`` are the retry's: a simulator passes virtual ones.
+        self._retry = Retry(store_retry, clock, self._interrupted.wait,
+                            interrupted=self._interrupted.is_set, rng=rng)
         self.store = store
         self.effect = effect
         self.policy = policy
@@ -237,6 +241,14 @@ class Inbox:
         raises ``StoreUnavailable`` when that is exhausted or ``interrupt()`` was called:
         ack none of it either.
         """
+        return drive(self.batch_steps(deliveries, activation), self._retry.sleep)
+
+    def batch_steps(
+        self, deliveries: Sequence[Delivery], activation: int
+    ) -> Generator[float, None, list[Outcome | Exception]]:
+        """``process_batch`` as a generator: it yields each wait for a failing store instead
+        of sleeping it, and returns (or raises) what ``process_batch`` does. A driver on
+        virtual time (the simulator) lets the rest of the world go on between the tries."""
         queue = self._queue()
 
         def attempt() -> list[Outcome | Exception] | StaleEpoch:
@@ -260,7 +272,8 @@ class Inbox:
                 f"{elapsed:.1f} s; {len(deliveries)} message(s) left unacked: {exc}")
 
         try:
-            result = self._retry.run(attempt, give_up=give_up, on_retry=retried)
+            result = yield from self._retry.steps(attempt, give_up=give_up,
+                                                  on_retry=retried)
         except Interrupted as exc:
             raise StoreUnavailable(
                 f"dedup store {self.store.description} failed and the consumer is stopping; "

@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from sac.sdk import RETRANSMIT_HEADER, Delivery, HistoryRecorder, MissingMessageId, StaleEpoch
+from sac.sdk import (
+    RETRANSMIT_HEADER,
+    Backoff,
+    Delivery,
+    HistoryRecorder,
+    MissingMessageId,
+    StaleEpoch,
+    StoreUnavailable,
+)
 from sac.sdk.dedup import Inbox, LookupPolicy, MemoryStore, Outcome, Store, Transaction
 from tests.dedup.conftest import StoreFactory
 from tests.dedup.test_stores import effect_table, effects, write_effect
@@ -227,3 +235,47 @@ def test_a_stale_batch_commits_nothing(make_store: StoreFactory) -> None:
     finally:
         first.close()
         second.close()
+
+
+class Outage(MemoryStore):
+    """A memory store whose transactions fail while ``down``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+
+    def batch(self, queue: str, epoch: int, consumer: str | None = None) -> Any:
+        if self.down:
+            raise StoreUnavailable("down (test)")
+        return super().batch(queue, epoch, consumer)
+
+
+def test_batch_steps_yield_the_waits_for_a_failing_store() -> None:
+    """What a driver on virtual time (the simulator) uses: the batch's tries as steps, the
+    waits between them yielded on the given clock, the result (or the error) at the end."""
+    now = [0.0]
+    store = Outage()
+    quick = Backoff(initial=1.0, maximum=1.0, max_attempts=None, max_elapsed=2.5)
+    inbox = Inbox(store, lambda _d, _tx: None, store_retry=quick, clock=lambda: now[0],
+                  rng=lambda: 1.0)
+    inbox.bind(Q, "a", None)
+    steps = inbox.batch_steps([delivery("m-1")], 1)
+    assert next(steps) == 1.0
+    now[0] += 1.0
+    store.down = False
+    with pytest.raises(StopIteration) as done:
+        next(steps)
+    assert done.value.value == [Outcome.COMMITTED]
+    assert inbox.stats.store_retries == 1
+    store.down = True
+    steps = inbox.batch_steps([delivery("m-2")], 1)
+    waits: list[float] = []
+
+    def wait_out() -> None:
+        while True:
+            waits.append(next(steps))
+            now[0] += waits[-1]
+
+    with pytest.raises(StoreUnavailable, match="failed 4 time"):
+        wait_out()
+    assert waits == [1.0, 1.0, 0.5]  # then 2.5 s had passed: the bound

@@ -113,3 +113,32 @@ def test_run_async_awaits_an_async_sleep() -> None:
     retry = Retry(Backoff(initial=0.2, maximum=0.2), lambda: 0.0, sleep, rng=lambda: 1.0)
     assert asyncio.run(retry.run_async(attempt)) == 3
     assert slept == [0.2, 0.2]
+
+
+def test_steps_yield_each_delay_for_a_driver_that_lets_time_pass() -> None:
+    """The simulator's way in: nothing sleeps, the driver moves the clock between steps."""
+    clock = Clock()
+    calls, attempt = failing(2)
+    steps = Retry(Backoff(initial=1.0, maximum=4.0), clock, clock.sleep,
+                  rng=lambda: 1.0).steps(attempt)  # type: ignore[arg-type]
+    assert next(steps) == 1.0
+    assert len(calls) == 1
+    assert clock.slept == []  # the wait is the driver's
+    clock.now += 1.0
+    assert next(steps) == 2.0
+    with pytest.raises(StopIteration) as done:
+        next(steps)
+    assert done.value.value == "done"
+    assert len(calls) == 3
+
+
+def test_steps_end_with_the_same_errors_as_run() -> None:
+    clock = Clock()
+    _calls, attempt = failing(10)
+    retry = Retry(Backoff(initial=1.0, maximum=1.0, max_attempts=1, max_elapsed=None), clock,
+                  clock.sleep, rng=lambda: 1.0)
+    steps = retry.steps(attempt, give_up=lambda n, _e, _l: RuntimeError(f"{n}"))  # type: ignore[arg-type]
+    assert next(steps) == 1.0
+    with pytest.raises(RuntimeError, match="2") as info:
+        next(steps)
+    assert str(info.value.__cause__) == "failure 2"
