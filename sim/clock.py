@@ -32,6 +32,10 @@ class Timer:
                 self.queue._foreground -= 1
 
 
+class Runaway(Exception):
+    """More events than the run's budget: a busy loop (something that never waits)."""
+
+
 class EventQueue:
     """The simulation's one clock and agenda.
 
@@ -39,7 +43,10 @@ class EventQueue:
     as work: ``run_until_idle`` stops when only background events are left.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int | None = None) -> None:
+        self.budget = budget
+        """At most this many events run (``Runaway`` past it); None: no bound."""
+        self.steps = 0
         self.now = 0.0
         self._heap: list[tuple[float, int, Timer]] = []
         self._order = itertools.count()
@@ -79,6 +86,9 @@ class EventQueue:
             if timer.cancelled:
                 continue
             self.now = timer.when
+            self.steps += 1
+            if self.budget is not None and self.steps > self.budget:
+                raise Runaway(f"more than {self.budget} events by t={self.now:.3f}")
             timer.action()
             return True
         return False

@@ -108,8 +108,19 @@ class DeleteQueue:
     queue: str
 
 
+@attrs.frozen
+class StopProcess:
+    """A client's process is stopped (SIGTERM: its graceful stop, a handover to the next
+    consumer) or, with ``kill``, dies at once; it is started again ``down`` s later."""
+
+    at: float
+    client: str
+    kill: bool
+    down: float
+
+
 Fault = (Reset | CutOnFrame | Silence | KillNode | Election | Alarm | LeaderMoved | StoreDown
-         | StoreSlow | DeleteQueue)
+         | StoreSlow | DeleteQueue | StopProcess)
 Schedule = tuple[Fault, ...]
 
 CUT_POINTS = (
@@ -133,6 +144,8 @@ class Space:
     max_faults: int = 4
     store: bool = False
     heartbeat: float = 2.0
+    clients: tuple[str, ...] = ()
+    """Clients whose process may be stopped or killed (``StopProcess``)."""
 
 
 def _ms(value: float) -> float:
@@ -149,6 +162,8 @@ def draw(rng: random.Random, space: Space) -> Schedule:
             kinds += ["election", "moved"]
         if space.store:
             kinds += ["store_down", "store_slow"]
+        if space.clients:
+            kinds += ["stop"]
         kind = rng.choice(kinds)
         if kind == "reset":
             faults.append(Reset(at, rng.choice(space.links)))
@@ -167,6 +182,9 @@ def draw(rng: random.Random, space: Space) -> Schedule:
             faults.append(Election(at, rng.choice(space.queues), _ms(rng.uniform(0.1, 0.5))))
         elif kind == "moved":
             faults.append(LeaderMoved(at, rng.choice(space.queues)))
+        elif kind == "stop":
+            faults.append(StopProcess(at, rng.choice(space.clients), rng.random() < 0.5,
+                                      _ms(rng.uniform(0.1, 2.0))))
         elif kind == "store_down":
             faults.append(StoreDown(at, _ms(rng.uniform(0.05, 2.0))))
         else:

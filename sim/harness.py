@@ -109,11 +109,29 @@ class EpochClaimed:
     error: Exception | None = None
 
 
-Event = Received | ConnectionLost | ConnectionRefused | CommitDone | EpochClaimed
+@attrs.frozen
+class Stop:
+    """The client's process is told to stop (SIGTERM: a graceful stop, a handover) or, with
+    ``kill``, dies at once (SIGKILL)."""
+
+    kill: bool = False
+
+
+@attrs.frozen
+class Restart:
+    """The client's process is started again after a ``Stop``."""
+
+
+Event = (Received | ConnectionLost | ConnectionRefused | CommitDone | EpochClaimed | Stop
+         | Restart)
 
 
 class Client(Protocol):
-    """A client under test, driven by ``sim.world.World``."""
+    """A client under test, driven by ``sim.world.World``.
+
+    A client may also define ``idle() -> bool``: while it says True, its next tick is
+    housekeeping (a heartbeat check) that does not keep the world busy, so that
+    ``run_until_idle`` can end while the client still watches its link."""
 
     name: str
 

@@ -3,11 +3,15 @@
 The same seed gives the same schedule and the same trace, event for event, on any machine
 and under any ``PYTHONHASHSEED`` (nothing iterates over a set of strings). A failing seed
 is replayed by calling ``run`` again, and its schedule shrunk with ``sim.shrink``.
+
+A client that raises, or a run past ``max_events`` (a busy loop), fails the run with that
+as its violation, the trace kept up to that point.
 """
 
 from __future__ import annotations
 
 import random
+import traceback
 
 import attrs
 
@@ -37,15 +41,24 @@ def schedule_for(seed: int, workload: Workload) -> Schedule:
     return draw(random.Random(seed ^ _SCHEDULE_STREAM), workload.space)
 
 
-def run(seed: int, workload: Workload, schedule: Schedule | None = None) -> Outcome:
+def run(seed: int, workload: Workload, schedule: Schedule | None = None, *,
+        max_events: int | None = None, trace_frames: bool = True) -> Outcome:
     """Run ``workload`` in a world seeded with ``seed`` under ``schedule`` (drawn from the
-    seed when None)."""
-    world = World(seed)
+    seed when None). ``trace_frames=False`` leaves the frames out of the trace (faster; the
+    run is the same)."""
+    world = World(seed, max_events=max_events, trace_frames=trace_frames)
     check = workload.build(world)
     if schedule is None:
         schedule = schedule_for(seed, workload)
     world.schedule(schedule)
-    world.run(workload.horizon)
-    world.run_until_idle(workload.horizon + workload.settle)
-    violations = tuple(check())
+    try:
+        world.run(workload.horizon)
+        world.run_until_idle(workload.horizon + workload.settle)
+    except Exception as exc:  # noqa: BLE001 - a client's bug (or a busy loop) is the finding
+        where = traceback.format_exception(exc)[-3:]
+        violations: tuple[str, ...] = (
+            f"the run raised {type(exc).__name__} at t={world.events.now:.3f}: {exc}\n"
+            + "".join(where).rstrip(),)
+    else:
+        violations = tuple(check())
     return Outcome(seed, schedule, world.trace, violations)

@@ -80,6 +80,10 @@ class SimStore(Store):
             raise StoreUnavailable(f"{self.description} is down (simulated) until "
                                    f"t={self.down_until:.3f}")
 
+    def call_latency(self) -> float:
+        """How long one call takes now (longer while the store is slow)."""
+        return self._delay()
+
     def _delay(self) -> float:
         extra = self.slow_latency if self.events.now < self.slow_until else 0.0
         return self.rng.uniform(*self.latency) + extra

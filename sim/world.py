@@ -30,6 +30,7 @@ from .faults import (
     LeaderMoved,
     Reset,
     Silence,
+    StopProcess,
     StoreDown,
     StoreSlow,
 )
@@ -44,7 +45,9 @@ from .harness import (
     Disconnect,
     Event,
     Received,
+    Restart,
     Send,
+    Stop,
 )
 from .methods import ConnectionClose, ConnectionCloseOk, ConnectionOpenOk, Heartbeat
 from .store import SimStore
@@ -91,11 +94,11 @@ class _Wire:
 class World:
     def __init__(self, seed: int, *, nodes: int = 3, timing: Timing = DEFAULT_TIMING,
                  latency: tuple[float, float] = (0.0002, 0.002),
-                 trace_frames: bool = True) -> None:
+                 trace_frames: bool = True, max_events: int | None = None) -> None:
         self.seed = seed
         streams = random.Random(seed)
         self.net = random.Random(streams.getrandbits(64))
-        self.events = EventQueue()
+        self.events = EventQueue(max_events)
         self.trace = Trace(self.events)
         self.broker = Broker(self.events, random.Random(streams.getrandbits(64)), self.trace,
                              send=self._from_broker, closed=self._broker_closed, nodes=nodes,
@@ -172,7 +175,9 @@ class World:
             self._ticks.pop(client.name, None)
             self._do(client, client.tick(self.events.now))
 
-        self._ticks[client.name] = self.events.at(max(when, self.events.now), tick)
+        idle = getattr(client, "idle", None)
+        self._ticks[client.name] = self.events.at(
+            max(when, self.events.now), tick, background=idle is not None and idle())
 
     def _owned(self, client: Client, name: str) -> _Link:
         link = self.links.get(name)
@@ -403,6 +408,12 @@ class World:
             self.store.slow_for(fault.duration, fault.latency)
         elif isinstance(fault, DeleteQueue):
             self.broker.delete_queue(fault.queue)
+        elif isinstance(fault, StopProcess):
+            client = self.clients.get(fault.client)
+            if client is None:
+                raise SimulationError(f"no client {fault.client!r} to stop")
+            self._tell(client, Stop(kill=fault.kill))
+            self.events.after(fault.down, lambda: self._tell(client, Restart()))
         else:
             raise SimulationError(f"unknown fault {fault!r}")
 

@@ -77,9 +77,11 @@ def test_rooms_are_seen_through_every_spelling() -> None:
 
 
 def test_sim_uses_only_the_pure_parts_of_the_sdk() -> None:
-    """The simulator may build on the SDK's pure core, its dedup stores and its errors,
-    never on its faces (which do I/O)."""
-    allowed = ("sac.sdk._core", "sac.sdk.dedup", "sac.sdk._errors")
+    """The simulator may build on the SDK's pure core, its dedup stores and its errors, and
+    on the plain values the engines take (settings, deliveries), never on its faces (which do
+    I/O)."""
+    allowed = ("sac.sdk._core", "sac.sdk.dedup", "sac.sdk._errors", "sac.sdk._settings",
+               "sac.sdk._delivery")
     used = set()
     for path in (ROOT / "sim").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -93,3 +95,10 @@ def test_sim_uses_only_the_pure_parts_of_the_sdk() -> None:
                        for name in names), names
         else:
             assert module.startswith(allowed), module
+
+
+def test_the_sdk_values_the_simulator_uses_are_pure() -> None:
+    """Settings and deliveries are plain values: no I/O library behind them."""
+    rooms = imported_rooms("sdk")
+    used = rooms["sdk/_settings.py"] | rooms["sdk/_delivery.py"]
+    assert used <= {"__future__", "attrs", "os", "urllib", "collections", "typing", "sac.sdk"}

@@ -1,0 +1,181 @@
+"""The workload ``sac sim`` runs: the SDK's real engines under random faults.
+
+One publisher sends ``messages`` messages (window ``window``) to a quorum queue with a single
+active consumer, a delivery limit and a parking queue, declared with the SDK's own
+arguments; ``consumers`` consumer processes, each with an ``Inbox`` over the simulated store,
+take turns on it. A few messages fail in the effect for a while (retried in place) and a few
+for good (parked). Faults come from ``sim.faults``: resets at exact frames, silences, node
+kills, elections with nacks, server cancels, alarms, a store down or slow, consumers stopped
+(a handover) or killed.
+
+After the faults (``horizon``) the run goes on until nothing is left to do, at most
+``settle`` more seconds; then the invariants (``sim.invariants``) are checked.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import attrs
+
+from sac.sdk._core.backoff import Backoff
+from sac.sdk._core.consuming import ConsumerMachine, Stage
+from sac.sdk._core.outbox import Outbox
+from sac.sdk._delivery import Delivery
+from sac.sdk._errors import Poison
+from sac.sdk._settings import (
+    ConnectionSettings,
+    ConsumerSettings,
+    PublisherSettings,
+    QueueSettings,
+)
+from sac.sdk.dedup import Inbox, Transaction
+
+from .consumer import ConsumerClient
+from .faults import Space
+from .invariants import (
+    broker_violations,
+    no_ack_before_commit,
+    nothing_confirmed_lost,
+    one_consumer_per_epoch,
+    one_effect_per_id,
+    retransmitted_with_mark,
+)
+from .publisher import PublisherClient
+from .store import SimStore
+from .world import World
+
+QUEUE = QueueSettings("q", delivery_limit=6)
+NODES = 3
+HEARTBEAT = 1
+
+
+@attrs.frozen
+class Engines:
+    """The engines a run drives: the SDK's own, or a deliberately broken variant
+    (``sim.variants``)."""
+
+    outbox: type[Outbox[bytes, None]] = Outbox
+    publisher: type[PublisherClient] = PublisherClient
+    machine: type[ConsumerMachine[Delivery]] = ConsumerMachine
+    inbox: type[Inbox] = Inbox
+    store: type[SimStore] | None = None
+    """Replaces the world's store (keeping its random stream)."""
+
+
+REAL = Engines()
+
+
+class Effects:
+    """The application's effect: most messages succeed at once; some fail a few times (a
+    flaky dependency), some always (parked), one is ``Poison`` (parked at once). Decided by
+    the message id and the seed, counted per id."""
+
+    def __init__(self, rng: random.Random, ids: list[str]) -> None:
+        self.plan: dict[str, int] = {}
+        for mid in ids:
+            draw = rng.random()
+            if draw < 0.06:
+                self.plan[mid] = rng.randint(1, 2)
+            elif draw < 0.09:
+                self.plan[mid] = -1  # always
+        if ids:
+            self.plan[rng.choice(ids)] = -2  # poison
+        self.runs: dict[str, int] = {}
+
+    def __call__(self, delivery: Delivery, tx: Transaction) -> None:
+        mid = str(delivery.message_id)
+        runs = self.runs[mid] = self.runs.get(mid, 0) + 1
+        plan = self.plan.get(mid, 0)
+        if plan == -2:
+            raise Poison(f"{mid} can never succeed")
+        if plan == -1 or runs <= plan:
+            raise RuntimeError(f"the effect of {mid} failed (run {runs})")
+
+
+@attrs.define
+class EnginesWorkload:
+    messages: int = 24
+    window: int = 8
+    consumers: int = 3
+    horizon: float = 4.0
+    settle: float = 120.0
+    max_faults: int = 5
+    engines: Engines = REAL
+    max_events: int = 100_000
+    space: Space = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        names = tuple(f"c{i + 1}" for i in range(self.consumers))
+        self.space = Space(links=("pub", *names), queues=(QUEUE.name,), nodes=NODES,
+                           horizon=self.horizon, max_faults=self.max_faults, store=True,
+                           heartbeat=float(HEARTBEAT), clients=names)
+
+    def build(self, world: World) -> Callable[[], list[str]]:
+        engines = self.engines
+        if engines.store is not None:
+            old = world.store
+            world.store = engines.store(world.events, old.rng, world.trace)
+        streams = random.Random(world.seed ^ 0xC11E)
+        conn = ConnectionSettings(
+            tuple(f"amqp://node{n}" for n in range(NODES)), heartbeat=HEARTBEAT,
+            reconnect=Backoff(initial=0.05, maximum=0.5, max_attempts=None, max_elapsed=30.0))
+        publisher = engines.publisher(
+            "pub", PublisherSettings(conn, window=self.window, queue=QUEUE, close_timeout=60.0),
+            self.messages, self.horizon / self.messages, random.Random(streams.getrandbits(64)),
+            outbox=engines.outbox)
+        effects = Effects(random.Random(streams.getrandbits(64)), publisher.ids)
+        settings = ConsumerSettings(
+            conn, QUEUE, prefetch=10, ack_batch=4, stop_timeout=5.0,
+            retry=Backoff(initial=0.05, maximum=0.4, max_attempts=3, max_elapsed=5.0))
+        store_retry = Backoff(initial=0.05, maximum=0.5, max_attempts=None, max_elapsed=3.0)
+        consumers = [
+            ConsumerClient(name, settings, world.store, effects,
+                           random.Random(streams.getrandbits(64)), restart_after=0.5,
+                           store_retry=store_retry, machine=engines.machine,
+                           inbox=engines.inbox)
+            for name in self.space.clients]
+        world.add(publisher)
+        for consumer in consumers:
+            world.add(consumer)
+
+        def check() -> list[str]:
+            parking = QUEUE.parking_queue
+            assert parking is not None
+            outcomes = publisher.outcomes
+            told = [mid for mid in outcomes.failed if mid not in outcomes.confirmed]
+            problems = [
+                *nothing_confirmed_lost(world, outcomes.confirmed, QUEUE.name, parking),
+                *[f"{mid} was confirmed {n} times" for mid, n in outcomes.confirmed.items()
+                  if n > 1],
+                *retransmitted_with_mark(publisher.wire, publisher.heard, told),
+                *no_ack_before_commit(world, QUEUE.name, parking),
+                *one_effect_per_id(world),
+                *one_consumer_per_epoch(world),
+                *broker_violations(world),
+            ]
+            return problems + at_rest(world, publisher, consumers)
+
+        return check
+
+
+def at_rest(world: World, publisher: PublisherClient,
+            consumers: list[ConsumerClient]) -> list[str]:
+    """Every wait was bounded: the run came to rest before its deadline, the publisher
+    finished, every consumer is up with nothing in hand."""
+    problems = []
+    if world.events.busy():
+        problems.append(f"the run did not come to rest by t={world.events.now:.1f}")
+    if not publisher.finished:
+        problems.append(f"the publisher did not finish: {publisher.box.outstanding} "
+                        f"outstanding, phase {publisher.box.lifecycle.phase.value}")
+    for c in consumers:
+        m = c.machine
+        if not c.alive or m.stage is not Stage.RUNNING or not c.up:
+            problems.append(f"consumer {c.process} is not running at the end (alive "
+                            f"{c.alive}, stage {m.stage.value}, link up {c.up})")
+        elif m.busy or m.waiting or m.unacked_done:
+            problems.append(f"consumer {c.process} ended with work in hand (busy {m.busy}, "
+                            f"waiting {m.waiting}, done but unacked {m.unacked_done})")
+    return problems
