@@ -15,7 +15,7 @@ with ``redelivered`` false, so the consumer's dedup must look it up).
 
 A nack (a quorum queue electing a leader, a full ``reject-publish`` queue) narrows how many
 messages are in flight, down to one probe at a time, paced by ``nack_backoff``; acks widen it
-again (``sdk._core.congestion``, ``PublisherSettings.throttle_on_nack``). So an election costs
+again (``sac.sdk._core.congestion``, ``PublisherSettings.throttle_on_nack``). So an election costs
 a few nacks, not one per message of the window on every retry.
 """
 
@@ -150,7 +150,7 @@ class PublisherStats:
 class AsyncPublisher(Recovering):
     """Publishes with confirms, at most ``settings.window`` messages unconfirmed.
 
-    A shell around ``sdk._core.outbox.Outbox``, which decides everything: this class turns
+    A shell around ``sac.sdk._core.outbox.Outbox``, which decides everything: this class turns
     pika's callbacks into the outbox's events and carries out the actions it returns (frames
     through the connection's batched output, the callers' futures, one loop timer).
     """

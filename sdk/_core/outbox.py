@@ -7,7 +7,7 @@ The machine is driven by events (method calls) and answers with actions (a list,
 they are to be carried out). Time is an argument (``now``, seconds on any monotonic clock the
 driver likes: the asyncio shell passes ``loop.time()``, a simulator its virtual clock) and the
 random source for jitter is injected, so the same events give the same actions, with no asyncio
-at all. The asyncio shell is ``sdk.publisher.AsyncPublisher``; a simulator drives this class
+at all. The asyncio shell is ``sac.sdk.publisher.AsyncPublisher``; a simulator drives this class
 directly.
 
 Events
@@ -499,7 +499,7 @@ class Outbox(Generic[P, W]):
         self._timer_dirty = True
 
     def _throttle(self, now: float, actions: list[Action]) -> None:
-        """After a nack: fewer messages in flight (see ``sdk._core.congestion``); when a
+        """After a nack: fewer messages in flight (see ``sac.sdk._core.congestion``); when a
         lone probe was nacked, nothing more goes out until the pause it returns is over."""
         pause = self._limit.nacked(len(self._window))
         if pause is not None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sdk import ClosedError, ConnectError, LifecycleError
-from sdk._core.lifecycle import Lifecycle, Phase
+from sac.sdk import ClosedError, ConnectError, LifecycleError
+from sac.sdk._core.lifecycle import Lifecycle, Phase
 
 
 def test_the_normal_life() -> None:

@@ -1,4 +1,4 @@
-"""sdk._core.outbox: the publisher's outbox machine, driven without asyncio, on virtual time.
+"""sac.sdk._core.outbox: the publisher's outbox machine, driven without asyncio, on virtual time.
 
 ``Wire`` plays the driver's part the way the asyncio shell does (and a simulator would): it
 numbers what each ``Send`` writes with the channel's delivery tags, keeps the one timer the
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdk import (
+from sac.sdk import (
     BlockedTimeout,
     ClosedError,
     ConfirmTimeout,
@@ -25,9 +25,9 @@ from sdk import (
     PublishError,
     Unconfirmed,
 )
-from sdk._core.backoff import Backoff
-from sdk._core.lifecycle import Phase
-from sdk._core.outbox import (
+from sac.sdk._core.backoff import Backoff
+from sac.sdk._core.lifecycle import Phase
+from sac.sdk._core.outbox import (
     Action,
     Closed,
     Confirmed,

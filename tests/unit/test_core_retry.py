@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from sdk._core.backoff import Backoff
-from sdk._core.retry import Interrupted, Retry, RetryExhausted
+from sac.sdk._core.backoff import Backoff
+from sac.sdk._core.retry import Interrupted, Retry, RetryExhausted
 
 
 class Clock:
