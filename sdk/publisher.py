@@ -257,11 +257,13 @@ class AsyncPublisher(Recovering):
     ) -> str:
         """Publish one message and return its id once the broker confirmed it (or raise
         ``ConfirmTimeout`` after ``confirm_timeout``: the message stays tracked)."""
-        fut = await self._submit(
-            body, routing_key, exchange, message_id, headers, content_type, correlation_id,
-            timed=True,
-        )
-        return await asyncio.shield(fut)
+        entry = self._prepare(
+            body, routing_key, exchange, message_id, headers, content_type, correlation_id)
+        box, loop = self._box, self._loop
+        assert loop is not None
+        while box.room <= 0:
+            await self._room(loop)
+        return await asyncio.shield(self._hand_over(entry, loop, timed=True))
 
     async def send(
         self,
@@ -277,10 +279,15 @@ class AsyncPublisher(Recovering):
         """Hand one message over, waiting only for room in the window; a future that
         resolves to its id when confirmed (pipelined publishing). ``publish_many`` does the
         same for many messages without a future each."""
-        return await self._submit(
+        entry = self._prepare(
             body, routing_key, exchange, message_id, headers, content_type, correlation_id)
+        box, loop = self._box, self._loop
+        assert loop is not None
+        while box.room <= 0:
+            await self._room(loop)
+        return self._hand_over(entry, loop, timed=False)
 
-    async def _submit(
+    def _prepare(
         self,
         body: bytes,
         routing_key: str | None,
@@ -289,24 +296,23 @@ class AsyncPublisher(Recovering):
         headers: Mapping[str, Any] | None,
         content_type: str | None,
         correlation_id: str | None,
-        timed: bool = False,
-    ) -> asyncio.Future[str]:
-        box = self._box
+    ) -> _Entry:
+        """One message checked and encoded, or the error, before any wait for room."""
         if self._life.phase is not Phase.RUNNING:
             self._check_usable()
         key = routing_key if routing_key is not None else self._routing_key(None)
         if type(body) is not bytes:
             body = _body_bytes(body)
         mid = message_id or new_message_id()
-        entry = self._entry(body, exchange, key, mid,
-                            self._extra(headers, content_type, correlation_id))
-        loop = self._loop
-        assert loop is not None
-        while box.room <= 0:
-            await self._room(loop)
+        return self._entry(body, exchange, key, mid,
+                           self._extra(headers, content_type, correlation_id))
+
+    def _hand_over(
+        self, entry: _Entry, loop: asyncio.AbstractEventLoop, timed: bool
+    ) -> asyncio.Future[str]:
         fut: asyncio.Future[str] = loop.create_future()
         entry.waiter = fut
-        box.accept((entry,), loop.time(), timed)
+        self._box.accept((entry,), loop.time(), timed)
         self._handed_over(loop)
         return fut
 

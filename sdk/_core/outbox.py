@@ -206,6 +206,7 @@ class Outbox(Generic[P, W]):
         self._timed: dict[int, Entry[P, W]] = {}  # seq -> entry whose caller's wait is bounded
         self._timed_due: list[tuple[float, int]] = []  # (deadline, seq): a heap
         self._returns = 0  # messages in flight marked by basic.return
+        self._held = 0  # in the window, the backlog or parked: counted, for the hot path
         self._seq = 0
         self.lifecycle = Lifecycle("publisher")
         """The client's phase: the shell's ``start``/``close`` and this machine move it."""
@@ -226,12 +227,12 @@ class Outbox(Generic[P, W]):
     @property
     def outstanding(self) -> int:
         """Accepted and neither confirmed nor failed (in flight, waiting, or parked)."""
-        return len(self._window) + len(self._backlog) + len(self._parked)
+        return self._held
 
     @property
     def room(self) -> int:
         """How many more messages ``accept`` takes now."""
-        return self.policy.window - self.outstanding
+        return self.policy.window - self._held
 
     @property
     def in_flight(self) -> int:
@@ -261,8 +262,10 @@ class Outbox(Generic[P, W]):
         """Queue ``entries`` (at most ``room``) in this order; then ``flush()``."""
         if self.lifecycle.phase is not Phase.RUNNING:
             self.lifecycle.check_usable("publish")  # starting is fine; otherwise the error
-        if len(entries) > self.room:
-            raise ValueError(f"{len(entries)} messages offered, room for {self.room}")
+        count = len(entries)
+        if count > self.policy.window - self._held:
+            raise ValueError(f"{count} messages offered, room for {self.room}")
+        self._held += count
         seq = self._seq
         append = self._backlog.append
         for entry in entries:
@@ -312,7 +315,7 @@ class Outbox(Generic[P, W]):
                     self._fail(entry, PublishError(entry.message_id, why), actions)
                 else:
                     keep.append(entry)
-            self._backlog = keep
+            self._keep(keep)
         return self._settled(actions)
 
     def acked(self, tag: int, multiple: bool, now: float) -> list[Action]:
@@ -320,6 +323,7 @@ class Outbox(Generic[P, W]):
             return []
         self._last_ack = now
         settled = cast("list[Entry[P, W]]", self._window.acked(tag, multiple))
+        self._held -= len(settled)
         actions: list[Action] = []
         confirmed = settled
         if self._returns:
@@ -488,6 +492,7 @@ class Outbox(Generic[P, W]):
         if delay is None:
             why = f"nacked by the broker {entry.nacks} times"
             self._fail(entry, MessageNacked(entry.message_id, why), actions)
+            self._held -= 1
             return
         if policy.throttle_on_nack:
             # Back in its place at once: the throttle's pause between probes is the backoff,
@@ -525,7 +530,7 @@ class Outbox(Generic[P, W]):
             else:
                 keep.append(entry)
         if len(keep) != len(self._backlog):
-            self._backlog = keep
+            self._keep(keep)
 
     def _requeue(self, entry: Entry[P, W]) -> None:
         """Back into the backlog in first-publish order."""
@@ -563,7 +568,7 @@ class Outbox(Generic[P, W]):
                 tell(entry, "it was not sent")
             else:
                 keep.append(entry)
-        self._backlog = keep
+        self._keep(keep)
         pending = []
         for entry in self.entries():
             if entry.told:
@@ -575,6 +580,11 @@ class Outbox(Generic[P, W]):
         self._blocked_check = max((min(pending) if pending else now) + limit, now + _RECHECK)
         self._timer_dirty = True
 
+    def _keep(self, backlog: collections.deque[Entry[P, W]]) -> None:
+        """The backlog becomes ``backlog``: what it leaves out has left the outbox."""
+        self._held -= len(self._backlog) - len(backlog)
+        self._backlog = backlog
+
     def _fail(self, entry: Entry[P, W], error: BaseException, actions: list[Action]) -> None:
         if not entry.told:
             entry.told = True
@@ -584,7 +594,7 @@ class Outbox(Generic[P, W]):
         """Everything held, emptied out: window (first-publish order), backlog, parked."""
         dropped = self.entries()
         self._window.channel_lost()
-        self._returns = 0
+        self._returns = self._held = 0
         self._backlog.clear()
         self._parked.clear()
         self._parked_due.clear()

@@ -467,7 +467,7 @@ def check_invariants(wire: Wire, accepted: list[str]) -> None:
     assert box.in_flight <= window
     assert box.outstanding <= window
     held = box.outstanding_ids()
-    assert len(held) == len(set(held))
+    assert len(held) == len(set(held)) == box.outstanding  # the count kept is the count
     for mid in held:
         assert mid not in wire.outcomes.confirmed  # a confirmed message leaves
     for mid in accepted:  # each ends confirmed, failed, or still held
