@@ -189,6 +189,7 @@ class Outbox(Generic[P, W]):
     Example::
 
         box = Outbox(OutboxPolicy(window=100, nack_backoff=Backoff()), rng=random.random)
+        box.start()
         box.link_up(now=0.0)
         box.accept([Entry(0, "id-1", b"body")], now=0.0)
         [send] = box.flush()                    # Send([entry]): write it, delivery tag 1
@@ -295,6 +296,8 @@ class Outbox(Generic[P, W]):
 
     def link_up(self, now: float) -> list[Action]:
         self.lifecycle.started()
+        if self.up:  # a new channel without a word about the old one: it is gone all the same
+            self._lose_window()
         self.up = True
         self.blocked_since = None  # a new connection starts unblocked
         self._blocked_check = None

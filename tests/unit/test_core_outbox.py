@@ -162,6 +162,18 @@ class Wire:
         return {a.entry.message_id: a.error for a in self.actions if isinstance(a, Failed)}
 
 
+def test_the_docstring_example() -> None:
+    box: Outbox[bytes, None] = Outbox(OutboxPolicy(window=100, nack_backoff=Backoff()),
+                                      rng=random.random)
+    box.start()
+    box.link_up(now=0.0)
+    entry: Entry[bytes, None] = Entry(0, "id-1", b"body")
+    box.accept([entry], now=0.0)
+    [send] = box.flush()
+    assert send == Send([entry])
+    assert box.acked(1, multiple=False, now=0.1) == [Confirmed([entry])]
+
+
 def test_a_publish_goes_out_once_and_its_ack_confirms_it() -> None:
     wire = Wire()
     wire.start()
@@ -199,6 +211,17 @@ def test_a_loss_sends_every_unconfirmed_message_again_in_first_publish_order_mar
     assert wire.sent[-2:] == [(mid, 1) for mid in later]
     wire.ack_all()
     assert set(wire.outcomes.confirmed) == set(ids + later)
+
+
+def test_a_new_channel_without_word_of_the_old_one_still_sends_everything_again() -> None:
+    wire = Wire(policy(throttle_on_nack=False))
+    wire.start()
+    ids = wire.publish(3)
+    wire.ack(1)
+    wire.up()  # the driver missed the loss
+    assert wire.sent[3:] == [(ids[1], 2), (ids[2], 2)]
+    wire.ack(2, multiple=True)  # tags count from 1 on the new channel
+    assert set(wire.outcomes.confirmed) == set(ids)
 
 
 def test_with_the_throttle_a_new_channel_starts_from_one_message_then_grows() -> None:
