@@ -259,11 +259,9 @@ class AsyncPublisher(Recovering):
         ``ConfirmTimeout`` after ``confirm_timeout``: the message stays tracked)."""
         entry = self._prepare(
             body, routing_key, exchange, message_id, headers, content_type, correlation_id)
-        box, loop = self._box, self._loop
-        assert loop is not None
-        while box.room <= 0:
-            await self._room(loop)
-        return await asyncio.shield(self._hand_over(entry, loop, timed=True))
+        if self._box.room <= 0:
+            await self._room()
+        return await asyncio.shield(self._hand_over(entry, timed=True))
 
     async def send(
         self,
@@ -281,11 +279,9 @@ class AsyncPublisher(Recovering):
         same for many messages without a future each."""
         entry = self._prepare(
             body, routing_key, exchange, message_id, headers, content_type, correlation_id)
-        box, loop = self._box, self._loop
-        assert loop is not None
-        while box.room <= 0:
-            await self._room(loop)
-        return self._hand_over(entry, loop, timed=False)
+        if self._box.room <= 0:
+            await self._room()
+        return self._hand_over(entry, timed=False)
 
     def _prepare(
         self,
@@ -307,9 +303,9 @@ class AsyncPublisher(Recovering):
         return self._entry(body, exchange, key, mid,
                            self._extra(headers, content_type, correlation_id))
 
-    def _hand_over(
-        self, entry: _Entry, loop: asyncio.AbstractEventLoop, timed: bool
-    ) -> asyncio.Future[str]:
+    def _hand_over(self, entry: _Entry, timed: bool) -> asyncio.Future[str]:
+        loop = self._loop
+        assert loop is not None
         fut: asyncio.Future[str] = loop.create_future()
         entry.waiter = fut
         self._box.accept((entry,), loop.time(), timed)
@@ -350,8 +346,8 @@ class AsyncPublisher(Recovering):
         ids: list[str] = []
         done = 0
         while done < total:
-            while box.room <= 0:
-                await self._room(loop)
+            if box.room <= 0:
+                await self._room()
             if self._life.phase is not Phase.RUNNING:
                 self._check_usable()
             # As many as the window has room for, in one go: no await from here to the
@@ -418,13 +414,16 @@ class AsyncPublisher(Recovering):
             self._methods[exchange, key] = method
         return method
 
-    async def _room(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait until the window may have room (or the publisher failed or closed)."""
-        waiter = loop.create_future()
-        self._room_waiters.append(waiter)
-        await waiter
-        if self._life.phase is not Phase.RUNNING:
-            self._check_usable()
+    async def _room(self) -> None:
+        """Wait until the window has room (or raise: the publisher failed or closed)."""
+        loop = self._loop
+        assert loop is not None
+        while self._box.room <= 0:
+            waiter = loop.create_future()
+            self._room_waiters.append(waiter)
+            await waiter
+            if self._life.phase is not Phase.RUNNING:
+                self._check_usable()
 
     def _handed_over(self, loop: asyncio.AbstractEventLoop) -> None:
         if not self._pump_scheduled:
