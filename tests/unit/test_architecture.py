@@ -42,7 +42,7 @@ def imported_rooms(package: str) -> dict[str, set[str]]:
 @pytest.mark.parametrize(
     ("package", "forbidden"),
     [
-        ("sdk", {"sac.server", "sac.chaos", "sac.checker", "recipes", "bench"} | CLI),
+        ("sdk", {"sac.server", "sac.chaos", "sac.checker", "sac.sim", "recipes", "bench"} | CLI),
         ("sdk/_core", {"pika", "aio_pika", "aiormq", "kazoo", "socket", "asyncio", "ssl"}),
         ("server", {"sac.sdk", "sac.chaos", "recipes", "bench"}),
         # The pipeline reads histories, not code, and runs on a Spark cluster with only its
@@ -50,6 +50,11 @@ def imported_rooms(package: str) -> dict[str, set[str]]:
         ("checker", {"sac.sdk", "sac.server", "sac.chaos", "recipes", "bench", "pika"} | CLI),
         # The suite is a library the CLI, recipes and benchmarks use, not the other way.
         ("chaos", {"recipes", "bench", "tests"} | CLI),
+        # The simulation is pure and deterministic: no I/O, no threads, no wall clock.
+        ("sim", {"pika", "aio_pika", "aiormq", "kazoo", "socket", "asyncio", "ssl", "threading",
+                 "concurrent", "multiprocessing", "subprocess", "selectors", "select", "time",
+                 "datetime", "sac.server", "sac.chaos", "sac.checker", "recipes", "bench",
+                 "tests"} | CLI),
     ],
 )
 def test_forbidden_imports(package: str, forbidden: set[str]) -> None:
@@ -69,3 +74,22 @@ def test_rooms_are_seen_through_every_spelling() -> None:
     assert "sac.chaos" not in CLI  # the suite, not a command
     face = imported_rooms("sdk")["sdk/__init__.py"]
     assert face == {"sac.sdk"}  # its relative imports, resolved
+
+
+def test_sim_uses_only_the_pure_parts_of_the_sdk() -> None:
+    """The simulator may build on the SDK's pure core, its dedup stores and its errors,
+    never on its faces (which do I/O)."""
+    allowed = ("sac.sdk._core", "sac.sdk.dedup", "sac.sdk._errors")
+    used = set()
+    for path in (ROOT / "sim").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                    and node.module.startswith("sac.sdk")):
+                used.add((node.module, tuple(a.name for a in node.names)))
+    assert used, "the simulator's imports of the SDK were not seen"
+    for module, names in sorted(used):
+        if module == "sac.sdk":
+            assert all(name.endswith(("Error", "Unavailable", "Epoch", "Store"))
+                       for name in names), names
+        else:
+            assert module.startswith(allowed), module
