@@ -13,7 +13,9 @@ A delivery is taken here only when its method, header and body frames are all in
 back to back on one channel, and look exactly as AMQP 0-9-1 says; anything unusual (another
 channel's frame in between, a malformed frame) is left to pika, which has the error handling
 for it. Values are decoded as pika decodes them (a short string that is not UTF-8 stays bytes,
-tables go through ``pika.data.decode_table``), and a differential test holds the two together.
+tables go through ``pika.data.decode_table``), and a differential test holds the two together
+(``tests/unit/test_wire_deliveries.py``). Pure: bytes in, callbacks out; the connection that
+feeds it is ``pika_hooks.BatchedAsyncioConnection``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any
 
 from pika.data import decode_table
 
+from .frames import FRAME_HEAD as _FRAME_HEAD
+
 DeliveryCallback = Callable[
     [int, bool, Any, Any, Any, Any, Any, Any, Any, bytes], None
 ]
@@ -31,7 +35,6 @@ DeliveryCallback = Callable[
 correlation_id, message_id, timestamp, body)``; strings as pika gives them (``str``, or
 ``bytes`` when not UTF-8), ``headers`` a dict or None, ``timestamp`` an int or None."""
 
-_FRAME_HEAD = struct.Struct(">BHI")  # type, channel, payload size
 _HEAD_SIZE = 7
 _OVERHEAD = 8  # head and frame-end octet
 _FRAME_END = 0xCE

@@ -9,7 +9,7 @@ import pytest
 from pika.spec import Basic, BasicProperties
 
 from sdk import ConfigurationError
-from sdk._transport import encode_header, encode_id, encode_publish
+from sdk._wire.frames import encode_header, encode_id, encode_publish
 
 
 def frame(kind: int, channel: int, payload: bytes) -> bytes:
