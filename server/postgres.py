@@ -232,11 +232,11 @@ class LocalPostgres:
     @classmethod
     def attach(cls, name: str = "pg", home: Path | str | None = None) -> LocalPostgres:
         """The server ``name`` as recorded by an earlier ``up``; NotRunningError if none."""
-        pg = cls(name=name, home=home)
-        state = read_json(pg.dir / "postgres.json")
+        probe = cls(name=name, home=home)
+        state = read_json(probe.dir / "postgres.json")
         if state is None:
-            raise NotRunningError(f"PostgreSQL {name!r} is not running (no state in {pg.dir})")
-        pg._port = int(state["port"])
+            raise NotRunningError(f"PostgreSQL {name!r} is not running (no state in {probe.dir})")
+        pg = cls(name=name, home=home, port=int(state["port"]))
         pg._bin = Path(state["bin_dir"])
         return pg
 

@@ -87,12 +87,11 @@ class LocalZooKeeper:
 
     @classmethod
     def attach(cls, name: str = "zk", home: Path | str | None = None) -> LocalZooKeeper:
-        zk = cls(name=name, home=home)
-        state = read_json(zk.dir / "zookeeper.json")
+        probe = cls(name=name, home=home)
+        state = read_json(probe.dir / "zookeeper.json")
         if state is None:
-            raise NotRunningError(f"ZooKeeper {name!r} is not running (no state in {zk.dir})")
-        zk._port = int(state["port"])
-        return zk
+            raise NotRunningError(f"ZooKeeper {name!r} is not running (no state in {probe.dir})")
+        return cls(name=name, home=home, port=int(state["port"]))
 
     def __repr__(self) -> str:
         return f"LocalZooKeeper(dir={self.dir}, port={self._port})"

@@ -83,7 +83,7 @@ class InboundDeliveries:
         self._to_pika = to_pika
         self._frame_max = max(frame_max, 4096)
         self._consumers: dict[tuple[int, str], DeliveryCallback] = {}
-        self._channels: dict[int, int] = {}  # channel -> number of registered consumers
+        self._on_channel: dict[int, int] = {}  # channel -> number of registered consumers
         self._rest = bytearray()
         self._need = 0  # bytes ``_rest`` must hold before anything can be decoded
         self.bytes = 0
@@ -96,16 +96,16 @@ class InboundDeliveries:
     def register(self, channel: int, consumer_tag: str, callback: DeliveryCallback) -> None:
         key = (channel, consumer_tag)
         if key not in self._consumers:
-            self._channels[channel] = self._channels.get(channel, 0) + 1
+            self._on_channel[channel] = self._on_channel.get(channel, 0) + 1
         self._consumers[key] = callback
 
     def unregister(self, channel: int, consumer_tag: str) -> None:
         if self._consumers.pop((channel, consumer_tag), None) is not None:
-            left = self._channels[channel] - 1
+            left = self._on_channel[channel] - 1
             if left:
-                self._channels[channel] = left
+                self._on_channel[channel] = left
             else:
-                del self._channels[channel]
+                del self._on_channel[channel]
 
     def forget_channel(self, channel: int) -> None:
         for key in [k for k in self._consumers if k[0] == channel]:
@@ -125,7 +125,7 @@ class InboundDeliveries:
         size = len(data)
         pos = 0
         passed = 0  # where the frames not yet handed to pika begin
-        channels = self._channels
+        channels = self._on_channel
         while True:
             if size - pos < _HEAD_SIZE:
                 need = pos + _HEAD_SIZE

@@ -902,7 +902,7 @@ def test_registering_a_key_twice_then_unregistering_it_once_forgets_it() -> None
     assert len(harness.calls) == 1
     harness.inbound.unregister(1, "a")
     assert not harness.inbound.active
-    assert harness.inbound._channels == {}  # the count is the point
+    assert harness.inbound._on_channel == {}  # the count is the point
 
 
 def test_active_while_a_frame_is_half_read() -> None:
