@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from server import LocalCluster, ServerError
-from server.rabbitmq import NETWORKS, PARTITION_HANDLING
+from server._rabbitmq_config import NETWORKS, PARTITION_HANDLING
 
 
 def _add_name(parser: argparse.ArgumentParser) -> None:

@@ -603,6 +603,8 @@ class LocalPostgres:
         state = read_json(self.dir / "postgres.json") or {}
         running = self.is_running()
         return {
+            "name": self.name,
+            "dir": str(self.dir),
             "port": self._port,
             "pid": self._pid(),
             "running": running,
@@ -613,6 +615,7 @@ class LocalPostgres:
             "data_dir": str(self.data_dir),
             "socket_dir": str(self.socket_dir) if self.socket_dir else None,
             "log": str(self.log_file),
+            "logs": [str(p) for p in self.log_files()],
             "credentials_file": str(self.credentials_file),
         }
 

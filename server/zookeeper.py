@@ -223,10 +223,16 @@ class LocalZooKeeper:
             raise NotRunningError(f"ZooKeeper in {self.dir} is not running")
 
     def kill(self) -> None:
+        """SIGKILL the server, as a crash would; its data and state stay (``down()`` cleans
+        up)."""
         pid = self._pid()
         if pid is None or not _proc.is_ours(pid, self.dir):
             raise NotRunningError(f"ZooKeeper in {self.dir} is not running")
-        _proc.terminate([pid], grace=0.0)
+        _proc.kill_all(sorted({pid, *_proc.find_marked(self.dir)}), "ZooKeeper")
+
+    def log_files(self) -> list[Path]:
+        """ZooKeeper's log, then what the JVM printed: those that exist."""
+        return [f for f in (self.log_file, self.dir / "console.log") if f.exists()]
 
     def status(self) -> dict[str, Any]:
         pid = self._pid()
@@ -237,11 +243,14 @@ class LocalZooKeeper:
                 if line.startswith("Mode:"):
                     mode = line.split(":", 1)[1].strip()
         return {
+            "name": self.name,
+            "dir": str(self.dir),
             "port": self._port,
             "pid": pid,
             "running": self.is_running(),
             "mode": mode,
             "log": str(self.log_file),
+            "logs": [str(p) for p in self.log_files()],
         }
 
     def __enter__(self) -> Self:
