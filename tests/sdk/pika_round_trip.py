@@ -18,10 +18,10 @@ from typing import Any
 import pika
 import pika.exceptions
 
-from sdk import ConnectionSettings, QueueSettings
-from sdk._transport import Link, LinkLost, open_link
-from sdk._wire import pika_hooks
-from sdk._wire.frames import encode_header, encode_id, encode_publish
+from sac.sdk import ConnectionSettings, QueueSettings
+from sac.sdk._transport import Link, LinkLost, open_link
+from sac.sdk._wire import pika_hooks
+from sac.sdk._wire.frames import encode_header, encode_id, encode_publish
 
 STEP = 10.0  # seconds any one step may take
 BODIES = {"small": b"hello", "large": bytes(range(256)) * 1200}  # 300 kB: several frames

@@ -22,7 +22,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from server import LocalCluster
+from sac.server import LocalCluster
 
 ROOT = Path(__file__).parents[2]
 INDEX_TIMEOUT = 120.0

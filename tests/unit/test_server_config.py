@@ -6,8 +6,8 @@ import stat
 import subprocess
 from pathlib import Path
 
-from server import ClusterSpec, Credentials, Node
-from server._rabbitmq_config import (
+from sac.server import ClusterSpec, Credentials, Node
+from sac.server._rabbitmq_config import (
     COOKIE,
     SECRET,
     advanced_config,
@@ -15,7 +15,7 @@ from server._rabbitmq_config import (
     enabled_plugins,
     rabbitmq_conf,
 )
-from server._tls import make_certificates, openssl_steps, server_extensions
+from sac.server._tls import make_certificates, openssl_steps, server_extensions
 
 CREDS = Credentials(user="sac-demo", password="pw-not-for-you")
 

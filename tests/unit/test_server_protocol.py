@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from server import (
+from sac.server import (
     LocalCluster,
     LocalPostgres,
     LocalServer,

@@ -12,12 +12,12 @@ from typing import Any
 import attrs
 import pytest
 
-import sdk
-from sdk import ConfigurationError, ConnectionSettings, QueueSettings
-from sdk._core.backoff import Backoff
-from sdk._core.poison import MessageIdFrom
-from sdk._settings import ConsumerSettings, PublisherSettings
-from sdk.dedup._store import Retention
+from sac import sdk
+from sac.sdk import ConfigurationError, ConnectionSettings, QueueSettings
+from sac.sdk._core.backoff import Backoff
+from sac.sdk._core.poison import MessageIdFrom
+from sac.sdk._settings import ConsumerSettings, PublisherSettings
+from sac.sdk.dedup._store import Retention
 
 CONN = ConnectionSettings("amqp://app:pw@localhost/")
 QUEUE = QueueSettings("orders")
@@ -67,11 +67,11 @@ BAD: dict[tuple[type, str], Any] = {
 
 def validated_fields() -> set[tuple[type, str]]:
     """(class, field) of every attrs field with a validator in the SDK."""
-    for module in pkgutil.walk_packages(sdk.__path__, "sdk."):
+    for module in pkgutil.walk_packages(sdk.__path__, "sac.sdk."):
         importlib.import_module(module.name)
     found = set()
     for cls in _attrs_classes(object):
-        if cls.__module__.startswith("sdk"):
+        if cls.__module__.startswith("sac.sdk"):
             found |= {(cls, f.name) for f in attrs.fields(cls) if f.validator is not None}
     return found
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pika
 import pytest
 
-from sdk._wire.pika_hooks import HOOKS, Hook, require
+from sac.sdk._wire.pika_hooks import HOOKS, Hook, require
 
 
 class Base:
