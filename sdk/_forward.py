@@ -121,7 +121,7 @@ class Forwarder:
         if current is None or channel is not current:
             return
         self._channel = None
-        self.link.conn.sac_inbound.forget_channel(current.channel_number)
+        self.link.forget_channel(current)
         lost = LinkLost(self.link.node, f"forwarding channel closed: {describe(exc)}")
         for fut in self._waiting.values():
             if not fut.done():

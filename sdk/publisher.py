@@ -58,14 +58,8 @@ from ._history import HistoryRecorder
 from ._loop_thread import LoopThread, to_concurrent
 from ._recovery import Recovering
 from ._settings import PublisherSettings
-from ._transport import (
-    Link,
-    LinkLost,
-    encode_header,
-    encode_id,
-    encode_publish,
-    refused_exchange,
-)
+from ._transport import Link, LinkLost, refused_exchange
+from ._wire.frames import encode_header, encode_id, encode_publish
 
 _Extra = tuple[dict[str, Any] | None, str | None, str | None]
 """headers, content type, correlation id: kept to encode a retransmission's properties."""

@@ -96,6 +96,7 @@ from .._errors import (
     Unconfirmed,
 )
 from .backoff import Backoff
+from .checks import at_least, flag, kind, positive
 from .confirms import ConfirmWindow, InFlight
 from .congestion import SendLimit
 from .lifecycle import Lifecycle, Phase
@@ -127,12 +128,12 @@ class Entry(InFlight[P], Generic[P, W]):
 class OutboxPolicy:
     """The publisher settings the machine decides with (see ``PublisherSettings``)."""
 
-    window: int = attrs.field(validator=attrs.validators.ge(1))
-    nack_backoff: Backoff
-    throttle_on_nack: bool = True
-    nack_stall_timeout: float = attrs.field(default=2.0, validator=attrs.validators.gt(0))
-    blocked_timeout: float = attrs.field(default=60.0, validator=attrs.validators.gt(0))
-    confirm_timeout: float = attrs.field(default=60.0, validator=attrs.validators.gt(0))
+    window: int = attrs.field(validator=at_least(1))
+    nack_backoff: Backoff = attrs.field(validator=kind(Backoff))
+    throttle_on_nack: bool = attrs.field(default=True, validator=flag)
+    nack_stall_timeout: float = attrs.field(default=2.0, validator=positive)
+    blocked_timeout: float = attrs.field(default=60.0, validator=positive)
+    confirm_timeout: float = attrs.field(default=60.0, validator=positive)
 
 
 # ------------------------------------------------------------------------------- actions
