@@ -123,6 +123,7 @@ class _Parking:
 class ConsumerClient(Shell):
     def __init__(self, name: str, settings: ConsumerSettings, store: SimStore, effect: Effect,
                  rng: random.Random, *, restart_after: float = 1.0,
+                 effect_time: tuple[float, float] = (0.002, 0.02),
                  store_retry: Backoff = STORE_RETRY,
                  machine: type[ConsumerMachine[Delivery]] = ConsumerMachine,
                  inbox: type[Inbox] = Inbox) -> None:
@@ -131,6 +132,7 @@ class ConsumerClient(Shell):
         self.store = store
         self.effect = effect
         self.restart_after = restart_after
+        self.effect_time = effect_time
         self.store_retry = store_retry
         self._machine_type = machine
         self._inbox_type = inbox
@@ -373,7 +375,13 @@ class ConsumerClient(Shell):
         except (StaleEpoch, StoreUnavailable) as exc:
             self._ran(now, 0, None, exc)
         else:
-            work.at = now + delay + self.store.call_latency()
+            work.at = now + delay + self._try_time(run)
+
+    def _try_time(self, run: Run[Delivery]) -> float:
+        """One try of a run: its effects, then the store's commit."""
+        low, high = self.effect_time
+        effects = sum(self.rng.uniform(low, high) for _ in run.deliveries)
+        return effects + self.store.call_latency()
 
     def _ran(self, now: float, done: int, failed: Exception | None,
              refused: SacError | None) -> None:
@@ -450,7 +458,7 @@ class ConsumerClient(Shell):
                 if self.up:
                     self.send(1, BasicReject(action.tag, action.requeue))
             elif isinstance(action, Run):
-                self._work = _Work(action, now + self.store.call_latency())
+                self._work = _Work(action, now + self._try_time(action))
             elif isinstance(action, Wake):
                 self._dispatch_at = now
             elif isinstance(action, RoleChanged):

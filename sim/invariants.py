@@ -169,3 +169,13 @@ def retransmitted_with_mark(sent: Sequence[Sent], settled: Sequence[Settled],
                             f"never sent again, nor its caller told")
         later[s.message_id] += 1
     return problems
+
+
+def no_protocol_errors(world: World) -> list[str]:
+    """The broker never had to close a channel or connection over what a client sent (an
+    unknown delivery tag, a second ack, a consumer tag reused): the engines speak AMQP
+    correctly under every fault."""
+    return [f"the broker closed {e.get('conn')}'s "
+            f"{'channel ' + str(e.get('channel')) if e.kind == 'channel_error' else 'connection'}"
+            f" at t={e.t:.4f}: {e.get('text')}"
+            for e in world.trace.of("channel_error", "connection_error")]

@@ -4,7 +4,7 @@ A dumb translator, as ``sdk.publisher.AsyncPublisher`` is a shell: confirms, nac
 and ``connection.blocked`` become the outbox's events; its actions become ``basic.publish``
 frames (a message sent again carries ``x-sac-retransmit`` = how many times it went out
 before, as the real shell writes it), timers and a recycled link. The application on top
-has message ``i`` to publish from ``i * every`` on, hands each over as soon as the window
+has message ``i`` to publish from ``release[i]`` on, hands each over as soon as the window
 has room for it, and closes once it handed over the last.
 
 What the checker reads: ``outcomes`` (the outbox's own account: confirmed and failed ids),
@@ -62,7 +62,7 @@ def declare(shell: Shell, queue: QueueSettings) -> None:
 
 
 class PublisherClient(Shell):
-    def __init__(self, name: str, settings: PublisherSettings, count: int, every: float,
+    def __init__(self, name: str, settings: PublisherSettings, release: Sequence[float],
                  rng: random.Random, *, outbox: type[Outbox[bytes, None]] = Outbox) -> None:
         super().__init__(name, settings.connection, rng)
         if settings.queue is None:
@@ -77,9 +77,9 @@ class PublisherClient(Shell):
             blocked_timeout=settings.connection.blocked_timeout,
             confirm_timeout=settings.confirm_timeout,
         ), rng=rng.random)
-        self.ids = [f"{name}-{i:04d}" for i in range(count)]
+        self.release = sorted(release)
+        self.ids = [f"{name}-{i:04d}" for i in range(len(self.release))]
         self.accepted = 0
-        self.every = every
         self.outcomes = Outcomes()
         self.wire: list[Sent] = []
         self.heard: list[Settled] = []
@@ -166,7 +166,7 @@ class PublisherClient(Shell):
         waits for room)."""
         if self.accepted >= len(self.ids) or self.box.room <= 0 or self.finished:
             return None
-        return self.accepted * self.every
+        return self.release[self.accepted]
 
     # ------------------------------------------------------------------ carrying out
 
@@ -177,7 +177,7 @@ class PublisherClient(Shell):
             return
         room = 0
         while (room < box.room and self.accepted + room < len(self.ids)
-               and (self.accepted + room) * self.every <= now):
+               and self.release[self.accepted + room] <= now):
             room += 1
         if room > 0:
             key = self.queue.name

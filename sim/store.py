@@ -57,6 +57,7 @@ class SimStore(Store):
         self.ambiguous = ambiguous
         self.inner = MemoryStore()
         self.down_until = -math.inf
+        self.down_since = -math.inf
         self.slow_until = -math.inf
         self.slow_latency = 0.0
         self.ledger: list[LedgerEntry] = []
@@ -64,6 +65,8 @@ class SimStore(Store):
     # ------------------------------------------------------------------ faults
 
     def fail_for(self, duration: float) -> None:
+        if not self.is_down():
+            self.down_since = self.events.now
         self.down_until = max(self.down_until, self.events.now + duration)
         self.trace.record("store_down", until=self.down_until)
 
@@ -120,13 +123,27 @@ class SimStore(Store):
 
     @contextlib.contextmanager
     def batch(self, queue: str, epoch: int, consumer: str | None = None) -> Iterator[Batch]:
-        self._check()
+        """A transaction, which completes now. One that was under way when the store went
+        down (within one call's latency) is ambiguous, as in ``commit_later``: it fails,
+        and was applied or not, drawn at random."""
+        applied = False
+        if self.is_down():
+            slowest = self.latency[1] + (self.slow_latency if self.events.now < self.slow_until
+                                         else 0.0)
+            in_flight = self.events.now - self.down_since <= slowest
+            applied = in_flight and self.rng.random() < self.ambiguous
+            if not applied:
+                self._check()
         with self.inner.batch(queue, epoch, consumer) as batch:
             yield batch
-            self._check()
             for message_id, tx in batch.transactions:
                 tx.on_commit(functools.partial(self._record, queue, message_id, epoch,
                                                consumer))
+        if applied:
+            self.trace.record("commit_failed", queue=queue, ids=tuple(
+                m for m, _ in batch.transactions), applied=True)
+            raise StoreUnavailable(f"{self.description} went down during the commit "
+                                   f"(simulated; applied)")
 
     def purge(self, retention: Retention, now: float | None = None) -> int:
         self._check()

@@ -37,6 +37,7 @@ from .faults import Space
 from .invariants import (
     broker_violations,
     no_ack_before_commit,
+    no_protocol_errors,
     nothing_confirmed_lost,
     one_consumer_per_epoch,
     one_effect_per_id,
@@ -46,7 +47,7 @@ from .publisher import PublisherClient
 from .store import SimStore
 from .world import World
 
-QUEUE = QueueSettings("q", delivery_limit=6)
+QUEUE = QueueSettings("q", delivery_limit=3)
 NODES = 3
 HEARTBEAT = 1
 
@@ -96,8 +97,9 @@ class Effects:
 
 @attrs.define
 class EnginesWorkload:
-    messages: int = 24
-    window: int = 8
+    messages: int = 40
+    burst_count: int = 4
+    window: int = 10
     consumers: int = 3
     horizon: float = 4.0
     settle: float = 120.0
@@ -112,6 +114,13 @@ class EnginesWorkload:
                            horizon=self.horizon, max_faults=self.max_faults, store=True,
                            heartbeat=float(HEARTBEAT), clients=names)
 
+    def bursts(self, rng: random.Random) -> list[float]:
+        """When the application has each message: in a few bursts over the horizon, so
+        that faults meet both a busy and an idle queue."""
+        starts = [rng.uniform(0.0, self.horizon) for _ in range(self.burst_count)]
+        return [round(rng.choice(starts) + rng.uniform(0.0, 0.02), 4)
+                for _ in range(self.messages)]
+
     def build(self, world: World) -> Callable[[], list[str]]:
         engines = self.engines
         if engines.store is not None:
@@ -123,8 +132,8 @@ class EnginesWorkload:
             reconnect=Backoff(initial=0.05, maximum=0.5, max_attempts=None, max_elapsed=30.0))
         publisher = engines.publisher(
             "pub", PublisherSettings(conn, window=self.window, queue=QUEUE, close_timeout=60.0),
-            self.messages, self.horizon / self.messages, random.Random(streams.getrandbits(64)),
-            outbox=engines.outbox)
+            self.bursts(random.Random(streams.getrandbits(64))),
+            random.Random(streams.getrandbits(64)), outbox=engines.outbox)
         effects = Effects(random.Random(streams.getrandbits(64)), publisher.ids)
         settings = ConsumerSettings(
             conn, QUEUE, prefetch=10, ack_batch=4, stop_timeout=5.0,
@@ -154,6 +163,7 @@ class EnginesWorkload:
                 *one_effect_per_id(world),
                 *one_consumer_per_epoch(world),
                 *broker_violations(world),
+                *no_protocol_errors(world),
             ]
             return problems + at_rest(world, publisher, consumers)
 

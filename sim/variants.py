@@ -1,0 +1,89 @@
+"""Deliberately broken engines, to show that the simulator can fail: each is the real
+engine with one decision taken away, as a small subclass here (never in ``sdk/``), and
+each must be caught by an invariant within a budget of schedules
+(``tests/sim/test_variants.py``). ``sac sim --variant NAME`` runs one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from sac.sdk._core.acks import Ack
+from sac.sdk._core.consuming import Action, Actions, ConsumerMachine, Run
+from sac.sdk._core.outbox import Entry, Outbox
+from sac.sdk._delivery import Delivery
+from sac.sdk.dedup._store import Batch
+
+from .publisher import PublisherClient
+from .store import SimStore
+from .workload import REAL, Engines
+
+
+class NoRetransmit(Outbox[bytes, None]):
+    """After a lost link, what was unconfirmed is forgotten: never sent again, its caller
+    never told."""
+
+    def _lose_window(self) -> None:
+        self._window.channel_lost()
+
+
+class NoMark(PublisherClient):
+    """A message sent again goes out without ``x-sac-retransmit``, so a consumer's inbox
+    does not know it may be a copy."""
+
+    def mark(self, entry: Entry[bytes, None]) -> int | None:
+        return None
+
+
+class LostNackRetry(Outbox[bytes, None]):
+    """A nacked message is dropped instead of waiting for its retry (its caller never
+    told)."""
+
+    def _retry_nacked(self, entry: Entry[bytes, None], now: float, actions: list[Any]) -> None:
+        self._held -= 1
+
+
+class AckOnDispatch(ConsumerMachine[Delivery]):
+    """Acks a batch when it hands it to the worker, before the inbox committed it."""
+
+    def dispatch(self, now: float) -> Actions[Delivery]:
+        actions: list[Action[Delivery]] = list(super().dispatch(now))
+        runs = [a for a in actions if isinstance(a, Run)]
+        if runs:
+            last = runs[-1].deliveries[-1].delivery_tag
+            actions.insert(0, Ack(last, True, len(runs[-1].deliveries)))
+        return actions
+
+
+class StaleGeneration(ConsumerMachine[Delivery]):
+    """A lost channel does not end its runs: their deliveries are acked on the next
+    channel, where their tags name other messages."""
+
+    def channel_lost(self, now: float) -> Sequence[Action[Delivery]]:
+        actions = super().channel_lost(now)
+        self.generation -= 1
+        return actions
+
+
+class Unfenced(SimStore):
+    """The store checks no epoch: a replaced consumer's batch commits (under the epoch of
+    the day)."""
+
+    @contextlib.contextmanager
+    def batch(self, queue: str, epoch: int, consumer: str | None = None) -> Iterator[Batch]:
+        with super().batch(queue, self.inner.current_epoch(queue), consumer) as batch:
+            yield batch
+
+
+VARIANTS: dict[str, Engines] = {
+    "real": REAL,
+    "no-retransmit": Engines(outbox=NoRetransmit),
+    "no-mark": Engines(publisher=NoMark),
+    "lost-nack-retry": Engines(outbox=LostNackRetry),
+    "ack-before-commit": Engines(machine=AckOnDispatch),
+    "stale-generation-ack": Engines(machine=StaleGeneration),
+    "no-fencing": Engines(store=Unfenced),
+}
+"""Name -> the engines a run uses (``real``: the SDK's own)."""
