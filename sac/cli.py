@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_name(cmd)
         cmd.set_defaults(func=_node_action(action))
 
-    from sac import audit, chaos_commands, check, dlq, proxy
+    from sac import audit, chaos_commands, check, dlq, proxy, sim_command
 
     chaos_commands.add_demo_parser(commands)
     chaos_commands.add_parser(commands)
@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_parser(commands)
     dlq.add_parser(commands)
     proxy.add_parser(commands)
+    sim_command.add_parser(commands)
     return parser
 
 

@@ -57,6 +57,13 @@ class AckOnDispatch(ConsumerMachine[Delivery]):
         return actions
 
 
+class NoIdleFlush(ConsumerMachine[Delivery]):
+    """Acks only full batches: an idle consumer sits on the acks of what it finished."""
+
+    def _free(self) -> Actions[Delivery]:
+        return super()._free() if self.waiting else ()
+
+
 class StaleGeneration(ConsumerMachine[Delivery]):
     """A lost channel does not end its runs: their deliveries are acked on the next
     channel, where their tags name other messages."""
@@ -77,13 +84,23 @@ class Unfenced(SimStore):
             yield batch
 
 
+def _broken(description: str, **engines: Any) -> Engines:
+    return Engines(description=description, **engines)
+
+
 VARIANTS: dict[str, Engines] = {
     "real": REAL,
-    "no-retransmit": Engines(outbox=NoRetransmit),
-    "no-mark": Engines(publisher=NoMark),
-    "lost-nack-retry": Engines(outbox=LostNackRetry),
-    "ack-before-commit": Engines(machine=AckOnDispatch),
-    "stale-generation-ack": Engines(machine=StaleGeneration),
-    "no-fencing": Engines(store=Unfenced),
+    "no-retransmit": _broken("what was unconfirmed when a link was lost is forgotten",
+                             outbox=NoRetransmit),
+    "no-mark": _broken("a message sent again lacks x-sac-retransmit", publisher=NoMark),
+    "lost-nack-retry": _broken("a nacked message is dropped, not retried",
+                               outbox=LostNackRetry),
+    "ack-before-commit": _broken("a batch is acked when handed to the inbox",
+                                 machine=AckOnDispatch),
+    "no-idle-flush": _broken("acks go out only in full batches, never when idle",
+                             machine=NoIdleFlush),
+    "stale-generation-ack": _broken("a lost channel's runs are acked on the next channel",
+                                    machine=StaleGeneration),
+    "no-fencing": _broken("the store checks no epoch", store=Unfenced),
 }
 """Name -> the engines a run uses (``real``: the SDK's own)."""

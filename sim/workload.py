@@ -63,6 +63,7 @@ class Engines:
     inbox: type[Inbox] = Inbox
     store: type[SimStore] | None = None
     """Replaces the world's store (keeping its random stream)."""
+    description: str = "the SDK's own engines"
 
 
 REAL = Engines()
@@ -173,10 +174,15 @@ class EnginesWorkload:
 def at_rest(world: World, publisher: PublisherClient,
             consumers: list[ConsumerClient]) -> list[str]:
     """Every wait was bounded: the run came to rest before its deadline, the publisher
-    finished, every consumer is up with nothing in hand."""
+    finished, the queue drained, every consumer is up with nothing in hand."""
     problems = []
     if world.events.busy():
         problems.append(f"the run did not come to rest by t={world.events.now:.1f}")
+    queue = world.broker.queues.get(QUEUE.name)
+    if queue is not None and queue.holding():
+        ids = sorted(str(m.properties.message_id) for m in queue.holding())
+        problems.append(f"{QUEUE.name} still holds {queue.ready()} ready and "
+                        f"{queue.unacked()} unacked message(s) at the end: {', '.join(ids)}")
     if not publisher.finished:
         problems.append(f"the publisher did not finish: {publisher.box.outstanding} "
                         f"outstanding, phase {publisher.box.lifecycle.phase.value}")
