@@ -25,6 +25,7 @@ from ._core.checks import flag as _flag
 from ._core.checks import kind as _kind
 from ._core.checks import optional as _optional
 from ._core.checks import positive as _positive
+from ._core.outbox import OutboxPolicy
 from ._core.poison import MessageIdFrom, worst_case
 from ._errors import ConfigurationError
 
@@ -323,6 +324,18 @@ class PublisherSettings:
     max_message_size: int = attrs.field(default=DEFAULT_MAX_MESSAGE_SIZE, validator=_at_least(1))
     queue: QueueSettings | None = None
     """Declared (or checked) on every connect, so that messages are routable from the start."""
+
+    def outbox_policy(self) -> OutboxPolicy:
+        """What the outbox decides with: the one place a publisher (either face, or the
+        simulator) turns these settings into its engine's policy."""
+        return OutboxPolicy(
+            window=self.window,
+            nack_backoff=self.nack_backoff,
+            throttle_on_nack=self.throttle_on_nack,
+            nack_stall_timeout=self.nack_stall_timeout,
+            blocked_timeout=self.connection.blocked_timeout,
+            confirm_timeout=self.confirm_timeout,
+        )
 
 
 HANDLER_RETRY = Backoff(initial=0.5, maximum=8.0, max_attempts=4, max_elapsed=60.0)

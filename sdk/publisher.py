@@ -41,7 +41,6 @@ from ._core.outbox import (
     Failed,
     Nacked,
     Outbox,
-    OutboxPolicy,
     Recycle,
     Returned,
     Send,
@@ -159,14 +158,7 @@ class AsyncPublisher(Recovering):
     ) -> None:
         super().__init__(settings.connection, recorder)
         self.settings = settings
-        self._box: Outbox[_Frames, _Waiter] = Outbox(OutboxPolicy(
-            window=settings.window,
-            nack_backoff=settings.nack_backoff,
-            throttle_on_nack=settings.throttle_on_nack,
-            nack_stall_timeout=settings.nack_stall_timeout,
-            blocked_timeout=settings.connection.blocked_timeout,
-            confirm_timeout=settings.confirm_timeout,
-        ))
+        self._box: Outbox[_Frames, _Waiter] = Outbox(settings.outbox_policy())
         self._life: Lifecycle = self._box.lifecycle
         self._methods: dict[tuple[str, str], bytes] = {}
         self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()

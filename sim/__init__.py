@@ -11,6 +11,12 @@ a run is a function of its seed and its workload::
 The broker's rules (``queue``, ``sac``, ``confirms``, ``connections``) are RabbitMQ 3.10's,
 checked against a real cluster by ``tests/sim/test_model_honesty.py``; ``world`` gives them
 a network and faults; ``harness`` says what a client under test implements.
+
+``sac sim`` drives the SDK's real engines here: ``publisher`` (the outbox) and ``consumer``
+(the consumer machine with an ``Inbox`` over the simulated store), dumb translators over
+``shell`` (what pika and the SDK's recovery do); ``workload`` runs them under random
+schedules and checks ``invariants``; ``campaign`` runs many seeds and shrinks the first
+failure; ``variants`` are deliberately broken engines the invariants must catch.
 """
 
 if __name__ != "sac.sim":  # one name per module: a second would load a second copy

@@ -8,8 +8,9 @@ the actions to carry out: open a connection, send a method, close a socket, call
 store. Heartbeats are the transport's business, not the client's: the world sends them for
 every open link unless a fault silences it.
 
-The SDK's engines (``sdk/_core``) plug in through an adapter implementing ``Client``; the
-only client here is the scripted one the model's own tests use (``sim.script``).
+The SDK's engines (``sdk/_core``) plug in through adapters implementing ``Client``
+(``sim.publisher``, ``sim.consumer``, over the transport twin ``sim.shell``); the scripted
+client of the model's own tests is ``sim.script``.
 """
 
 from __future__ import annotations

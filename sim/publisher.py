@@ -24,7 +24,6 @@ from sac.sdk._core.outbox import (
     Closed,
     Entry,
     Outbox,
-    OutboxPolicy,
     Outcomes,
     Recycle,
     Send,
@@ -69,14 +68,7 @@ class PublisherClient(Shell):
             raise ValueError("the simulated publisher needs settings.queue")
         self.settings = settings
         self.queue: QueueSettings = settings.queue
-        self.box: Outbox[bytes, None] = outbox(OutboxPolicy(
-            window=settings.window,
-            nack_backoff=settings.nack_backoff,
-            throttle_on_nack=settings.throttle_on_nack,
-            nack_stall_timeout=settings.nack_stall_timeout,
-            blocked_timeout=settings.connection.blocked_timeout,
-            confirm_timeout=settings.confirm_timeout,
-        ), rng=rng.random)
+        self.box: Outbox[bytes, None] = outbox(settings.outbox_policy(), rng=rng.random)
         self.release = sorted(release)
         self.ids = [f"{name}-{i:04d}" for i in range(len(self.release))]
         self.accepted = 0

@@ -3,13 +3,10 @@ faults it claims to meet, exact replay, and each invariant shown able to fail.""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from sac.sim.campaign import campaign, replay, run_one
 from sac.sim.consumer import ConsumerClient
@@ -21,16 +18,6 @@ from sac.sim.world import World
 FAST_RUN = 3000
 """Schedules in ``make test``'s campaign (about 20 s here); ``sac sim --schedules 100000``
 is the long one."""
-
-
-@pytest.fixture(autouse=True)
-def quiet_inbox() -> Iterator[None]:
-    """The inbox logs each store retry: thousands in a campaign."""
-    logger = logging.getLogger("sac.dedup")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    yield
-    logger.setLevel(level)
 
 
 def test_the_real_engines_pass_a_fast_campaign() -> None:

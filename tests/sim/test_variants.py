@@ -4,9 +4,6 @@ by the invariant it breaks within its budget of schedules, while the real engine
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-
 import pytest
 
 from sac.sim.campaign import campaign
@@ -25,15 +22,6 @@ CAUGHT_BY = {
     "stale-generation-ack": "unknown delivery tag",
     "no-fencing": "committed by 2 consumers",
 }
-
-
-@pytest.fixture(autouse=True)
-def quiet_inbox() -> Iterator[None]:
-    logger = logging.getLogger("sac.dedup")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    yield
-    logger.setLevel(level)
 
 
 def test_every_variant_is_named_here() -> None:

@@ -429,3 +429,14 @@ def test_delivery_repr_shows_the_body_size_not_the_body() -> None:
     assert "77" not in text
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         delivery.redelivered = True  # type: ignore[misc]
+
+
+def test_the_outbox_policy_carries_the_publisher_settings() -> None:
+    nacks = Backoff(initial=0.2, maximum=2.0)
+    connection = ConnectionSettings.from_url(URL, blocked_timeout=7.0)
+    policy = PublisherSettings(connection, window=17, nack_backoff=nacks,
+                               throttle_on_nack=False, nack_stall_timeout=3.0,
+                               confirm_timeout=9.0).outbox_policy()
+    assert attrs.asdict(policy, recurse=False) == {
+        "window": 17, "nack_backoff": nacks, "throttle_on_nack": False,
+        "nack_stall_timeout": 3.0, "blocked_timeout": 7.0, "confirm_timeout": 9.0}
