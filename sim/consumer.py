@@ -68,7 +68,7 @@ from .methods import (
     Properties,
 )
 from .publisher import declare
-from .shell import Shell
+from .shell import Shell, earliest
 from .store import SimStore
 
 Effect = Callable[[Delivery, Transaction], None]
@@ -328,11 +328,9 @@ class ConsumerClient(Shell):
         self._exited(now)
 
     def due(self) -> float | None:
-        times = [t for t in (self._dispatch_at, self.machine.deadline, self.stop_by,
-                             None if self._work is None else self._work.at,
-                             None if self._parking is None else self._parking.at)
-                 if t is not None]
-        return min(times) if times else None
+        return earliest(self._dispatch_at, self.machine.deadline, self.stop_by,
+                        None if self._work is None else self._work.at,
+                        None if self._parking is None else self._parking.at)
 
     def busy(self) -> bool:
         return self.due() is not None

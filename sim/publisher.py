@@ -49,7 +49,7 @@ from .methods import (
     QueueDeclare,
     QueueDeclareOk,
 )
-from .shell import Shell
+from .shell import Shell, earliest
 
 
 def declare(shell: Shell, queue: QueueSettings) -> None:
@@ -142,8 +142,7 @@ class PublisherClient(Shell):
         self.finished = True
 
     def due(self) -> float | None:
-        times = [t for t in (self._timer, self._release()) if t is not None]
-        return min(times) if times else None
+        return earliest(self._timer, self._release())
 
     def work(self, now: float) -> None:
         if self._timer is not None and now >= self._timer:

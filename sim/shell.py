@@ -33,6 +33,15 @@ MISSED_HEARTBEATS = 2
 """A link heard from for this many heartbeat intervals is dead (pika's checker)."""
 
 
+def earliest(*times: float | None) -> float | None:
+    """The earliest of the times that are set."""
+    best = None
+    for t in times:
+        if t is not None and (best is None or t < best):
+            best = t
+    return best
+
+
 class Shell:
     """Keeps one link up for an engine. Entry points (``start``, ``receive``, ``tick``)
     collect the actions of one call in ``out``."""
@@ -183,10 +192,8 @@ class Shell:
         return self.out
 
     def next_tick(self) -> float | None:
-        times = [t for t in (self._connect_at, self.due()) if t is not None]
-        if self.link is not None:
-            times.append(self._heard + MISSED_HEARTBEATS * self.heartbeat)
-        return min(times) if times else None
+        check = None if self.link is None else self._heard + MISSED_HEARTBEATS * self.heartbeat
+        return earliest(self._connect_at, self.due(), check)
 
     def idle(self) -> bool:
         """Only the heartbeat check is pending: not work (``World`` may go idle)."""
