@@ -35,6 +35,9 @@ def add_parser(commands: Any) -> None:
     sim.add_argument("--variant", default="real",
                      help="the engines: real (default) or a deliberately broken variant "
                           "(`--variant list` names them)")
+    sim.add_argument("--flagged-copies", action="store_true",
+                     help="also check that every copy a consumer gets is flagged as one "
+                          "(redelivered, counted or marked): the SDK fails it today")
     sim.add_argument("--tail", type=int, default=60,
                      help="trace lines --replay prints (default: 60)")
     sim.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -65,15 +68,18 @@ def run_sim(args: argparse.Namespace) -> int:
         raise ValueError(f"unknown variant {args.variant!r}; one of {', '.join(VARIANTS)}")
     if args.schedules < 1:
         raise ValueError(f"--schedules must be at least 1, got {args.schedules}")
-    workload = EnginesWorkload(engines=VARIANTS[args.variant])
+    workload = EnginesWorkload(engines=VARIANTS[args.variant],
+                               flagged_copies=args.flagged_copies)
     with _quiet_inbox():
         if args.replay is not None:
             return _replay(args, workload)
         return _campaign(args, workload)
 
 
-def _replay_command(seed: int, variant: str) -> str:
-    extra = "" if variant == "real" else f" --variant {variant}"
+def _replay_command(seed: int, args: argparse.Namespace) -> str:
+    extra = "" if args.variant == "real" else f" --variant {args.variant}"
+    if args.flagged_copies:
+        extra += " --flagged-copies"
     return f"sac sim --replay {seed}{extra}"
 
 
@@ -111,7 +117,7 @@ def _campaign(args: argparse.Namespace, workload: Any) -> int:
             "schedule": [repr(f) for f in found.outcome.schedule],
             "shrunk": [repr(f) for f in found.shrunk],
             "shrunk_violation": list(found.shrunk_violations),
-            "replay": _replay_command(seed, args.variant),
+            "replay": _replay_command(seed, args),
         })
     if args.json:
         print(json.dumps(report, indent=2))
@@ -129,7 +135,7 @@ def _campaign(args: argparse.Namespace, workload: Any) -> int:
     for line in found.shrunk_violations:
         print(f"  - {line}")
     print("  " + describe(found.shrunk).replace("\n", "\n  "))
-    print(f"\nreplay: {_replay_command(found.outcome.seed, args.variant)}")
+    print(f"\nreplay: {_replay_command(found.outcome.seed, args)}")
     return 1
 
 

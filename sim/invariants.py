@@ -179,3 +179,26 @@ def no_protocol_errors(world: World) -> list[str]:
             f"{'channel ' + str(e.get('channel')) if e.kind == 'channel_error' else 'connection'}"
             f" at t={e.t:.4f}: {e.get('text')}"
             for e in world.trace.of("channel_error", "connection_error")]
+
+
+def copies_are_flagged(world: World, queue: str, mark: str) -> list[str]:
+    """A message id delivered again is flagged as a possible copy (``redelivered``, an
+    ``x-delivery-count``, or the publisher's ``mark`` header): what an inbox's default
+    lookup policy relies on to look it up."""
+    delivered: set[str] = set()
+    problems = []
+    for entry in world.trace.of("deliver"):
+        if entry.get("queue") != queue:
+            continue
+        message = world.broker.committed.get(entry.get("uid"))
+        if message is None or message.properties.message_id is None:
+            continue
+        mid = message.properties.message_id
+        flagged = (entry.get("redelivered") or entry.get("count")
+                   or message.properties.header(mark) is not None)
+        if mid in delivered and not flagged:
+            problems.append(f"{mid} was delivered again to {entry.get('conn')} at "
+                            f"t={entry.t:.4f} without a flag (uid {entry.get('uid')}): an "
+                            f"inbox would not look it up")
+        delivered.add(mid)
+    return problems

@@ -47,3 +47,9 @@ def test_replay_prints_the_trace_tail_and_the_same_run_each_time(
 def test_a_bad_variant_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sim", "--variant", "nope"]) == 2
     assert "unknown variant 'nope'" in capsys.readouterr().err
+
+
+def test_the_flagged_copies_check_is_opt_in(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "--replay", "1625", "--tail", "0"]) == 0
+    assert main(["sim", "--replay", "1625", "--tail", "0", "--flagged-copies"]) == 1
+    assert "without a flag" in capsys.readouterr().out
