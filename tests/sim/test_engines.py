@@ -78,7 +78,8 @@ def test_the_runs_meet_the_faults_and_paths_they_claim() -> None:
     for what in ("retransmitted", "nacked", "publisher reconnects", "halted: fenced",
                  "halted: store-unavailable", "became active", "redelivered", "blocked",
                  "server_cancel", "heartbeat_timeout", "publish_lost", "dead_letter",
-                 "store_down", "store_slow", "effect_committed", "parked"):
+                 "store_down", "store_slow", "effect_committed", "parked",
+                 "client_closed_socket", "wire_tripped", "commit_failed"):
         assert seen[what] > 0, (what, seen)
     assert seen["consumer processes"] > 3 * 500  # stopped, killed, halted: started again
 
