@@ -50,6 +50,7 @@ from sac.sdk.dedup.inbox import STORE_RETRY
 
 from .harness import Action as WorldAction
 from .harness import Event, Restart, Stop
+from .invariants import Span
 from .methods import (
     BasicAck,
     BasicCancel,
@@ -139,6 +140,12 @@ class ConsumerClient(Shell):
         self.lives = 0
         self.roles: list[RoleSeen] = []
         self.halts: list[Halted] = []
+        self.spans: list[Span] = []
+        """Every run the worker had in hand (``sim.invariants.clean_handovers``)."""
+        self.graceful_stops: list[tuple[str, float]] = []
+        self.taken_away: list[tuple[str, float]] = []
+        """(process, when) of each lost link or server cancel: the broker took the queue
+        away, whatever the process was doing."""
         self.now = 0.0
         self.alive = False
         self.restart_at: float | None = None
@@ -161,6 +168,8 @@ class ConsumerClient(Shell):
         self._tags = 0
         self.stopping = False
         self.cancel_pending = False
+        self.finished = False
+        """The stop's ``finish`` was carried out."""
         self.stop_by: float | None = None
         self.restart_wanted = False
         self.failure: BaseException | None = None
@@ -193,8 +202,10 @@ class ConsumerClient(Shell):
                 self.restart_wanted = False
                 if event.kill:
                     self._kill(now)
-                else:
+                elif not self.stopping:
+                    self.graceful_stops.append((self.process, now))
                     self._stop(now)
+                    self._settle(now)
             else:
                 self.restart_at = None  # stopped already: stays down until told
             return self.out
@@ -237,11 +248,14 @@ class ConsumerClient(Shell):
         self._begin(now)
 
     def _stop(self, now: float) -> None:
-        """A graceful stop, as ``ConsumerEngine.stop``: cancel, let the run in hand finish
-        (bounded by ``stop_timeout``), ack what is done, close."""
+        """A graceful stop, as ``ConsumerEngine.stop``: let the run in hand finish, then
+        ``finish`` (acks, the cancel) and wait for the cancel's answer, each wait bounded by
+        ``stop_timeout``; then close. Whether the machine cancels at ``stop`` or at
+        ``finish`` is its decision: a cancel under way is waited for either way."""
         if self.stopping:
             return
         self.stopping = True
+        self.finished = False
         self.stop_by = now + self.settings.stop_timeout
         self.recover = False
         self._carry_out(now, self.machine.stop(now))
@@ -261,14 +275,22 @@ class ConsumerClient(Shell):
         self.restart_at = now + self.restart_after if self.restart_wanted else None
 
     def _settle(self, now: float) -> None:
-        """After every event: a stop goes on once the cancel is answered and nothing is in
-        hand, or when its time is up."""
+        """After every event: a stop goes on once nothing is in hand and no cancel is
+        unanswered, or when its time is up."""
         if not self.stopping or not self.alive or self.closing:
             return
-        quiet = not self.cancel_pending and not self.machine.busy
-        if quiet or (self.stop_by is not None and now >= self.stop_by):
+        late = self.stop_by is not None and now >= self.stop_by
+        if not self.finished:
+            if (self.cancel_pending or self.machine.busy) and not late:
+                return
+            self.finished = True
+            self.stop_by = now + self.settings.stop_timeout
             self._carry_out(now, self.machine.finish(now))
-            self.close(now)
+            if self.cancel_pending:
+                return
+        elif self.cancel_pending and not late:
+            return
+        self.close(now)
 
     # ------------------------------------------------------------------ the shell's hooks
 
@@ -297,6 +319,7 @@ class ConsumerClient(Shell):
                 self._carry_out(now, self.machine.subscribed(now))
         elif isinstance(method, BasicCancel):
             if method.consumer_tag == self.tag:
+                self.taken_away.append((self.process, now))
                 self._carry_out(now, self.machine.server_cancel(now))
         elif isinstance(method, BasicCancelOk):
             self.cancel_pending = False
@@ -313,6 +336,7 @@ class ConsumerClient(Shell):
                         correlation_id=props.correlation_id, delivery_tag=method.delivery_tag)
 
     def dropped(self, now: float, why: str) -> None:
+        self.taken_away.append((self.process, now))
         self.cancel_pending = False
         self._park_link = None
         parking, self._parking = self._parking, None
@@ -384,6 +408,8 @@ class ConsumerClient(Shell):
     def _ran(self, now: float, done: int, failed: Exception | None,
              refused: SacError | None) -> None:
         self._work = None
+        span = self.spans[-1]
+        self.spans[-1] = Span(span.process, span.start, now)
         if refused is None:
             actions = self.machine.ran(done, failed, now)
         else:
@@ -457,6 +483,7 @@ class ConsumerClient(Shell):
                     self.send(1, BasicReject(action.tag, action.requeue))
             elif isinstance(action, Run):
                 self._work = _Work(action, now + self._try_time(action))
+                self.spans.append(Span(self.process, now, None))
             elif isinstance(action, Wake):
                 self._dispatch_at = now
             elif isinstance(action, RoleChanged):

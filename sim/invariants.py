@@ -202,3 +202,40 @@ def copies_are_flagged(world: World, queue: str, mark: str) -> list[str]:
                             f"inbox would not look it up")
         delivered.add(mid)
     return problems
+
+
+@attrs.frozen
+class Span:
+    """A consumer process's worker had a run in hand from ``start`` to ``end`` (None: the
+    process died with it)."""
+
+    process: str
+    start: float
+    end: float | None
+
+
+def clean_handovers(world: World, client: str, stops: Sequence[tuple[str, float]],
+                    spans: Sequence[Span], losses: Sequence[tuple[str, float]]) -> list[str]:
+    """A consumer that stops gracefully hands the queue over cleanly: the broker makes
+    another consumer active only once the stopping one's last run ended (unless the broker
+    took the queue away meanwhile, a lost link or a server cancel: then fencing is what
+    keeps the two apart). ``stops``: (process, when) of each graceful stop of ``client``;
+    ``losses``: (process, when) of each time the queue was taken away from it."""
+    problems = []
+    for process, began in stops:
+        mine = [s for s in spans if s.process == process]
+        if any(s.end is None for s in mine):
+            continue
+        ends = [s.end for s in mine if s.end is not None and s.end > began]
+        if not ends:
+            continue
+        until = max(ends)
+        if any(p == process and began <= t <= until for p, t in losses):
+            continue
+        for entry in world.trace.of("active"):
+            conn = str(entry.get("conn"))
+            if began <= entry.t < until and not conn.startswith(client + "#"):
+                problems.append(f"{conn} became active at t={entry.t:.4f} while {process}, "
+                                f"stopping since t={began:.4f}, still ran a batch until "
+                                f"t={until:.4f}")
+    return problems

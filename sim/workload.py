@@ -36,6 +36,7 @@ from .consumer import ConsumerClient
 from .faults import Space
 from .invariants import (
     broker_violations,
+    clean_handovers,
     copies_are_flagged,
     no_ack_before_commit,
     no_protocol_errors,
@@ -173,6 +174,9 @@ class EnginesWorkload:
                 *(copies_are_flagged(world, QUEUE.name, RETRANSMIT_HEADER)
                   if self.flagged_copies else ()),
             ]
+            for c in consumers:
+                problems += clean_handovers(world, c.name, c.graceful_stops, c.spans,
+                                            c.taken_away)
             return problems + at_rest(world, publisher, consumers)
 
         return check

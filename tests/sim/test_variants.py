@@ -19,6 +19,7 @@ CAUGHT_BY = {
     "lost-nack-retry": "was nacked on",
     "ack-before-commit": "before its effect was committed",
     "no-idle-flush": "done but unacked",
+    "cancel-at-stop": "became active at",
     "stale-generation-ack": "unknown delivery tag",
     "no-fencing": "committed by 2 consumers",
 }
