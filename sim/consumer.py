@@ -13,6 +13,7 @@ channel of its own and reports the confirm, as ``sdk._forward`` does.
 
 from __future__ import annotations
 
+import collections
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,6 +24,7 @@ from sac.sdk._core.acks import Ack, Reject
 from sac.sdk._core.backoff import Backoff
 from sac.sdk._core.consuming import (
     Action,
+    Admission,
     Cancel,
     ConsumerMachine,
     Halt,
@@ -174,6 +176,9 @@ class ConsumerClient(Shell):
         self.restart_wanted = False
         self.failure: BaseException | None = None
         self._work: _Work | None = None
+        self._handed: collections.deque[Run[Delivery]] = collections.deque()
+        """Runs handed to the worker, not begun (the machine may pipeline them)."""
+        self._admission = Admission()
         self._dispatch_at: float | None = None
         self._parking: _Parking | None = None
         self._park_link: str | None = None
@@ -407,15 +412,28 @@ class ConsumerClient(Shell):
 
     def _ran(self, now: float, done: int, failed: Exception | None,
              refused: SacError | None) -> None:
-        self._work = None
+        """The run in hand ended: the worker notes it (``Admission``) and reports it, then
+        takes the next run it admits, as ``sdk._consumer_engine``'s workers do."""
+        work, self._work = self._work, None
+        assert work is not None
+        run = work.run
         span = self.spans[-1]
         self.spans[-1] = Span(span.process, span.start, now)
+        self._admission.ran(run, done)
         if refused is None:
-            actions = self.machine.ran(done, failed, now)
+            actions = self.machine.ran(run, done, failed, now)
         else:
-            actions = self.machine.commit_failed(refused, now,
+            actions = self.machine.commit_failed(run, refused, now,
                                                  fenced=isinstance(refused, StaleEpoch))
         self._carry_out(now, actions)
+        self._next_run(now)
+
+    def _next_run(self, now: float) -> None:
+        while self._work is None and self._handed:
+            run = self._handed.popleft()
+            if self._admission.admits(run):
+                self._work = _Work(run, now + self._try_time(run))
+                self.spans.append(Span(self.process, now, None))
 
     # ------------------------------------------------------------------ parking
 
@@ -482,8 +500,8 @@ class ConsumerClient(Shell):
                 if self.up:
                     self.send(1, BasicReject(action.tag, action.requeue))
             elif isinstance(action, Run):
-                self._work = _Work(action, now + self._try_time(action))
-                self.spans.append(Span(self.process, now, None))
+                self._handed.append(action)
+                self._next_run(now)
             elif isinstance(action, Wake):
                 self._dispatch_at = now
             elif isinstance(action, RoleChanged):
