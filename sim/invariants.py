@@ -218,19 +218,21 @@ def clean_handovers(world: World, client: str, stops: Sequence[tuple[str, float]
                     spans: Sequence[Span], losses: Sequence[tuple[str, float]]) -> list[str]:
     """A consumer that stops gracefully hands the queue over cleanly: the broker makes
     another consumer active only once the stopping one's last run ended (unless the broker
-    took the queue away meanwhile, a lost link or a server cancel: then fencing is what
-    keeps the two apart). ``stops``: (process, when) of each graceful stop of ``client``;
-    ``losses``: (process, when) of each time the queue was taken away from it."""
+    took the queue away while that run was in hand, a lost link or a server cancel: then
+    fencing is what keeps the two apart). ``stops``: (process, when) of each graceful stop
+    of ``client``; ``losses``: (process, when) of each time the queue was taken away from
+    it."""
     problems = []
     for process, began in stops:
         mine = [s for s in spans if s.process == process]
         if any(s.end is None for s in mine):
             continue
-        ends = [s.end for s in mine if s.end is not None and s.end > began]
-        if not ends:
+        late = [s for s in mine if s.end is not None and s.end > began]
+        if not late:
             continue
-        until = max(ends)
-        if any(p == process and began <= t <= until for p, t in losses):
+        since = min(s.start for s in late)  # the runs still in hand when the stop began
+        until = max(s.end for s in late if s.end is not None)
+        if any(p == process and since <= t <= until for p, t in losses):
             continue
         for entry in world.trace.of("active"):
             conn = str(entry.get("conn"))
