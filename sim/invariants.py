@@ -215,13 +215,14 @@ class Span:
 
 
 def clean_handovers(world: World, client: str, stops: Sequence[tuple[str, float]],
-                    spans: Sequence[Span], losses: Sequence[tuple[str, float]]) -> list[str]:
+                    spans: Sequence[Span], losses: Sequence[tuple[str, float]],
+                    activations: Sequence[tuple[str, float]]) -> list[str]:
     """A consumer that stops gracefully hands the queue over cleanly: the broker makes
     another consumer active only once the stopping one's last run ended (unless the broker
-    took the queue away while that run was in hand, a lost link or a server cancel: then
+    took the queue away since it last became active, a lost link or a server cancel: then
     fencing is what keeps the two apart). ``stops``: (process, when) of each graceful stop
     of ``client``; ``losses``: (process, when) of each time the queue was taken away from
-    it."""
+    it; ``activations``: (process, when) of each time it became active."""
     problems = []
     for process, began in stops:
         mine = [s for s in spans if s.process == process]
@@ -230,8 +231,10 @@ def clean_handovers(world: World, client: str, stops: Sequence[tuple[str, float]
         late = [s for s in mine if s.end is not None and s.end > began]
         if not late:
             continue
-        since = min(s.start for s in late)  # the runs still in hand when the stop began
         until = max(s.end for s in late if s.end is not None)
+        # Since it last became active: a server cancel before the stop already handed the
+        # queue over, whatever the process went on running.
+        since = max((t for p, t in activations if p == process and t <= began), default=0.0)
         if any(p == process and since <= t <= until for p, t in losses):
             continue
         for entry in world.trace.of("active"):

@@ -175,8 +175,9 @@ class EnginesWorkload:
                   if self.flagged_copies else ()),
             ]
             for c in consumers:
+                became = [(r.process, r.t) for r in c.roles if r.new == "active"]
                 problems += clean_handovers(world, c.name, c.graceful_stops, c.spans,
-                                            c.taken_away)
+                                            c.taken_away, became)
             return problems + at_rest(world, publisher, consumers)
 
         return check
