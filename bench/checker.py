@@ -97,12 +97,12 @@ def one(engine: str, run: Path) -> None:
     began = time.perf_counter()
     startup = 0.0
     if engine == "python":
-        from checker.python_engine import check_runs
+        from sac.checker.python_engine import check_runs
 
         [verdict] = check_runs([run])
     else:
-        from checker.spark_engine import check_runs as spark_check
-        from checker.spark_engine import spark_session
+        from sac.checker.spark_engine import check_runs as spark_check
+        from sac.checker.spark_engine import spark_session
 
         spark = spark_session(None)
         startup = time.perf_counter() - began
@@ -117,7 +117,7 @@ def one(engine: str, run: Path) -> None:
 
 def ensure_run(data: Path, size: int, seed: int) -> Path:
     """A clean generated run of ``size`` events (made once, then reused)."""
-    from checker.generate import generate_run
+    from sac.checker.generate import generate_run
 
     path = data / f"run-{size}-{seed}"
     if not (path / "run.json").exists():

@@ -35,7 +35,7 @@ from typing import Any
 
 import pika
 
-from sdk import (
+from sac.sdk import (
     RETRANSMIT_HEADER,
     AsyncConsumer,
     ConnectionSettings,
@@ -46,8 +46,8 @@ from sdk import (
     PublisherSettings,
     QueueSettings,
 )
-from sdk.dedup import Inbox, LookupPolicy, MemoryStore, PostgresStore, SQLiteStore, Store
-from server import LocalCluster, LocalPostgres
+from sac.sdk.dedup import Inbox, LookupPolicy, MemoryStore, PostgresStore, SQLiteStore, Store
+from sac.server import LocalCluster, LocalPostgres
 
 STORES = ("memory", "sqlite", "postgres")
 POLICIES = {"default": LookupPolicy.DEFAULT, "always": LookupPolicy.ALWAYS,

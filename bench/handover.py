@@ -67,10 +67,10 @@ from typing import Any, Literal, cast
 import attrs
 import pika
 
-from chaos._process import ActorProcess
-from chaos.actors import ConsumerActor, Face
-from chaos.errors import ChaosError
-from sdk import (
+from sac.chaos._process import ActorProcess
+from sac.chaos.actors import ConsumerActor, Face
+from sac.chaos.errors import ChaosError
+from sac.sdk import (
     AsyncConsumer,
     ConnectionSettings,
     Consumer,
@@ -83,7 +83,7 @@ from sdk import (
     SacError,
     Unconfirmed,
 )
-from server import LocalCluster
+from sac.server import LocalCluster
 
 from ._report import conditions, positive_int, save
 
@@ -759,7 +759,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "repeat": args.repeat,
         "statistic": "median/min/max of handover_s over the runs of a scenario and face",
         "placement": {"publisher": "node 1 (queue leader)", "A": "node 2", "B": "node 3"},
-        "a_runner": {"graceful": "in process", "other": "chaos.actors.consumer"},
+        "a_runner": {"graceful": "in process", "other": "sac.chaos.actors.consumer"},
         **conditions(overview, len(cluster.nodes), load_before),
         "summary": summary,
         "runs": [asdict(r) for r in results],

@@ -47,8 +47,8 @@ from typing import Any
 
 import pika
 
-from sdk import ConnectionSettings, Publisher, PublisherSettings, QueueSettings, SacError
-from server import LocalCluster
+from sac.sdk import ConnectionSettings, Publisher, PublisherSettings, QueueSettings, SacError
+from sac.server import LocalCluster
 
 from ._report import conditions, positive_int, save, sdk_revision
 

@@ -2,8 +2,8 @@
 AMQP client libraries, all in the same run.
 
 The raw variants do not import the SDK. Each one uses the plain library the way a competent user
-of that library would. The SDK variants use the public API of ``sdk`` as an application would. So
-each SDK number can be read as "this much slower or more CPU-hungry than the raw client it sits
+of that library would. The SDK variants use the public API of ``sac.sdk`` as an application would.
+So each SDK number can be read as "this much slower or more CPU-hungry than the raw client it sits
 on", measured on the same machine in the same minutes.
 
 Publisher variants (256-byte persistent messages, publisher confirms, at most ``--window``
@@ -24,14 +24,14 @@ publish to the last confirm):
     the protocol layer under aio-pika on its own (``basic_publish`` per message in a task). It
     shows how much of aio-pika's cost is aio-pika and how much is aiormq.
 ``sdk-async-publish``
-    ``sdk.AsyncPublisher`` with ``window=--window``: ``await send()`` for every message (it waits
-    only for room in the window), then ``gather`` of the returned futures: the plain
+    ``sac.sdk.AsyncPublisher`` with ``window=--window``: ``await send()`` for every message (it
+    waits only for room in the window), then ``gather`` of the returned futures: the plain
     per-message API, a future per message.
 ``sdk-async-publish-many``
-    ``sdk.AsyncPublisher.publish_many`` of all the messages: the asyncio face's bulk API, what
+    ``sac.sdk.AsyncPublisher.publish_many`` of all the messages: the asyncio face's bulk API, what
     an application with many messages at hand would call (no future per message).
 ``sdk-blocking-publish``
-    ``sdk.Publisher.publish_many`` of all the messages: the blocking face, pipelined, on its
+    ``sac.sdk.Publisher.publish_many`` of all the messages: the blocking face, pipelined, on its
     private loop thread (the same bulk path as ``sdk-async-publish-many``).
 
 Consumer variants (each drains a fresh quorum queue pre-filled with ``--messages`` messages by the
@@ -48,10 +48,10 @@ messages; prefetch 1000; timed from the first delivery until every ack is known 
 ``pika-asyncio-consume``
     pika's callback API on ``AsyncioConnection``, ``multiple=True`` every 100 messages.
 ``sdk-async-consume``
-    ``sdk.AsyncConsumer`` with an ``async def`` handler that counts; ``prefetch=1000``,
+    ``sac.sdk.AsyncConsumer`` with an ``async def`` handler that counts; ``prefetch=1000``,
     ``ack_batch=100``.
 ``sdk-blocking-consume``
-    ``sdk.Consumer`` with a plain handler that counts, ``run()`` in a thread of its own;
+    ``sac.sdk.Consumer`` with a plain handler that counts, ``run()`` in a thread of its own;
     ``prefetch=1000``, ``ack_batch=100``.
 
 The raw consumers end their timed part with a passive ``queue.declare`` after the last ack: one
@@ -114,7 +114,7 @@ import pika.spec
 from pika.adapters.asyncio_connection import AsyncioConnection
 from pika.adapters.blocking_connection import BlockingChannel
 
-from server import LocalCluster
+from sac.server import LocalCluster
 
 from ._report import positive_int, save, sdk_revision
 
@@ -123,7 +123,7 @@ if TYPE_CHECKING:
 
     from aio_pika.abc import AbstractIncomingMessage
 
-    from sdk import AsyncPublisher, ConnectionSettings, ConsumerSettings, Delivery
+    from sac.sdk import AsyncPublisher, ConnectionSettings, ConsumerSettings, Delivery
 
 MESSAGE_SIZE = 256
 PREFETCH = 1000
@@ -604,7 +604,7 @@ def aio_pika_consume(job: Job) -> Measurement:
 
 
 def _sdk_connection(job: Job) -> ConnectionSettings:
-    from sdk import ConnectionSettings
+    from sac.sdk import ConnectionSettings
 
     return ConnectionSettings(urls=job.urls or (job.url,))
 
@@ -620,7 +620,7 @@ def _sdk_async_publishing(
 ) -> Measurement:
     """Times ``publish(publisher)`` on a started ``AsyncPublisher``: the two asyncio
     variants differ only in that call."""
-    from sdk import AsyncPublisher, PublisherSettings, QueueSettings
+    from sac.sdk import AsyncPublisher, PublisherSettings, QueueSettings
 
     settings = PublisherSettings(
         _sdk_connection(job), window=job.window, queue=QueueSettings(job.queue)
@@ -659,7 +659,7 @@ def sdk_async_publish_many(job: Job) -> Measurement:
 
 
 def sdk_blocking_publish(job: Job) -> Measurement:
-    from sdk import Publisher, PublisherSettings, QueueSettings
+    from sac.sdk import Publisher, PublisherSettings, QueueSettings
 
     settings = PublisherSettings(
         _sdk_connection(job), window=job.window, queue=QueueSettings(job.queue)
@@ -681,7 +681,7 @@ def sdk_blocking_publish(job: Job) -> Measurement:
 
 
 def _sdk_consumer_settings(job: Job) -> ConsumerSettings:
-    from sdk import ConsumerSettings, QueueSettings
+    from sac.sdk import ConsumerSettings, QueueSettings
 
     return ConsumerSettings(
         _sdk_connection(job),
@@ -692,7 +692,7 @@ def _sdk_consumer_settings(job: Job) -> ConsumerSettings:
 
 
 def sdk_async_consume(job: Job) -> Measurement:
-    from sdk import AsyncConsumer
+    from sac.sdk import AsyncConsumer
 
     async def main() -> Measurement:
         watch = Stopwatch()
@@ -732,7 +732,7 @@ def sdk_async_consume(job: Job) -> Measurement:
 
 
 def sdk_blocking_consume(job: Job) -> Measurement:
-    from sdk import Consumer
+    from sac.sdk import Consumer
 
     watch = Stopwatch()
     received = 0
@@ -874,7 +874,7 @@ def _admin(url: str) -> Iterator[BlockingChannel]:
 
 def declare_queue(url: str, queue: str) -> None:
     """As the SDK declares it from a default ``QueueSettings``: its parking queue, then it."""
-    from sdk import QueueSettings
+    from sac.sdk import QueueSettings
 
     settings = QueueSettings(queue)
     parking = settings.parking()

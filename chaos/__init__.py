@@ -1,7 +1,7 @@
 """The chaos suite: faults injected while SDK publishers and single-active consumers work,
 each run judged by the checker from the history every actor recorded.
 
-    from chaos import RunSettings, run
+    from sac.chaos import RunSettings, run
     result = run(RunSettings("consumer-freeze", seed=2), cluster, Path("runs"),
                  postgres=postgres)
     result.outcome   # "pass", "caught" (a weakened run whose anomaly was found), "FAIL", "ERROR"
@@ -14,24 +14,29 @@ nodes of a netns cluster), ``faults`` (the nemesis, driven through toxiproxy-pyt
 
 from __future__ import annotations
 
+if __name__ != "sac.chaos":  # one name per module: a second would load a second copy
+    raise ImportError(
+        f"import sac.chaos, not {__name__}: chaos/ is the package sac.chaos", name=__name__
+    )
+
 import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from chaos.campaign import Row, carry_out, plan, row, table
-    from chaos.errors import ActorFailed, ChaosError, ChaosTimeout, UnknownScenario
-    from chaos.runner import RunResult, Scenario, run
-    from chaos.scenarios import SCENARIOS
-    from chaos.settings import WEAKENINGS, RunSettings, Weakening
-    from chaos.world import World
+    from sac.chaos.campaign import Row, carry_out, plan, row, table
+    from sac.chaos.errors import ActorFailed, ChaosError, ChaosTimeout, UnknownScenario
+    from sac.chaos.runner import RunResult, Scenario, run
+    from sac.chaos.scenarios import SCENARIOS
+    from sac.chaos.settings import WEAKENINGS, RunSettings, Weakening
+    from sac.chaos.world import World
 
 _HOMES = {
-    "chaos.campaign": ("Row", "carry_out", "plan", "row", "table"),
-    "chaos.errors": ("ActorFailed", "ChaosError", "ChaosTimeout", "UnknownScenario"),
-    "chaos.runner": ("RunResult", "Scenario", "run"),
-    "chaos.scenarios": ("SCENARIOS",),
-    "chaos.settings": ("WEAKENINGS", "RunSettings", "Weakening"),
-    "chaos.world": ("World",),
+    "sac.chaos.campaign": ("Row", "carry_out", "plan", "row", "table"),
+    "sac.chaos.errors": ("ActorFailed", "ChaosError", "ChaosTimeout", "UnknownScenario"),
+    "sac.chaos.runner": ("RunResult", "Scenario", "run"),
+    "sac.chaos.scenarios": ("SCENARIOS",),
+    "sac.chaos.settings": ("WEAKENINGS", "RunSettings", "Weakening"),
+    "sac.chaos.world": ("World",),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -40,7 +45,7 @@ def __getattr__(name: str) -> Any:
     """The face loads its modules on first use: an actor process or ``sac proxy serve``
     imports a room of the package without paying for the runner's imports."""
     if name not in _HOME:
-        raise AttributeError(f"module 'chaos' has no attribute {name!r}")
+        raise AttributeError(f"module 'sac.chaos' has no attribute {name!r}")
     return getattr(importlib.import_module(_HOME[name]), name)
 
 

@@ -22,10 +22,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Self
 
-from chaos.errors import ActorFailed, ChaosTimeout
+from sac.chaos.errors import ActorFailed, ChaosTimeout
 
 if TYPE_CHECKING:
-    from chaos.actors import ConsumerActor, PublisherActor
+    from sac.chaos.actors import ConsumerActor, PublisherActor
 
 Message = dict[str, Any]
 

@@ -14,7 +14,7 @@ frames are, for faults at a given step of the protocol that the Toxiproxy API ca
   ``resets`` lists what was reset, in order, so a test can show that its fault happened.
 
 Everything else (latency, cuts, resets at a moment, timeouts) goes through the fault proxy
-(``chaos.faults.FaultProxy``), which a real Toxiproxy can replace.
+(``sac.chaos.faults.FaultProxy``), which a real Toxiproxy can replace.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import threading
 from types import TracebackType
 from typing import Self
 
-from chaos.errors import ChaosTimeout
+from sac.chaos.errors import ChaosTimeout
 
 STEPS: dict[str, tuple[int, int] | None] = {
     "connect": None,  # the TCP connection itself, reset as soon as it is accepted

@@ -14,10 +14,10 @@ from typing import Any
 
 import attrs
 
-from chaos.runner import RunResult, run
-from chaos.scenarios import SCENARIOS
-from chaos.settings import RunSettings
-from server import LocalCluster, LocalPostgres
+from sac.chaos.runner import RunResult, run
+from sac.chaos.scenarios import SCENARIOS
+from sac.chaos.settings import RunSettings
+from sac.server import LocalCluster, LocalPostgres
 
 COLUMNS = ("scenario", "seed", "config", "messages", "lost", "duplicated", "concurrent",
            "recovery", "verdict")

@@ -3,8 +3,8 @@
 
 Network faults go through ``toxiproxy-python`` only, so a run works unchanged against a real
 Toxiproxy: with ``TOXIPROXY_URL`` set (``http://host:8474``) that server is used, otherwise
-our own (``chaos.proxy``) runs in this process. Process faults are signals to actor processes;
-node faults go through ``server.LocalCluster``.
+our own (``sac.chaos.proxy``) runs in this process. Process faults are signals to actor processes;
+node faults go through ``sac.server.LocalCluster``.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 from toxiproxy import Toxiproxy
 from toxiproxy.proxy import Proxy
 
-from chaos.errors import ChaosError
-from chaos.proxy import ProxyThread
-from sdk import HistoryRecorder
+from sac.chaos.errors import ChaosError
+from sac.chaos.proxy import ProxyThread
+from sac.sdk import HistoryRecorder
 
 
 class FaultProxy:

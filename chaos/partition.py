@@ -3,7 +3,7 @@
 A TCP proxy sits between clients and nodes; it cannot cut the Erlang distribution links
 between nodes. Here every node runs in a network namespace of its own
 (``LocalCluster(network="netns")``), and a table of ours (``inet sac_partition``) in each
-namespace drops what a grudge says (``chaos._grudge``): symmetric cuts, one-way cuts, rings.
+namespace drops what a grudge says (``sac.chaos._grudge``): symmetric cuts, one-way cuts, rings.
 Clients on the host (the bridge's .254 address) are never cut.
 
 Example::
@@ -22,7 +22,7 @@ from typing import Any, Self
 
 import attrs
 
-from chaos._grudge import (
+from sac.chaos._grudge import (
     TABLE,
     Grudge,
     bridge,
@@ -34,7 +34,7 @@ from chaos._grudge import (
     one_way,
     scripts,
 )
-from server import CommandError, LocalCluster, NetnsPlan, require_tool, run_in_namespace
+from sac.server import CommandError, LocalCluster, NetnsPlan, require_tool, run_in_namespace
 
 __all__ = [
     "Grudge",

@@ -20,12 +20,12 @@ from typing import Any, Literal
 
 import attrs
 
-from chaos.actors import Sink
-from chaos.errors import ChaosError, UnknownScenario
-from chaos.faults import FaultProxy
-from chaos.settings import ANOMALIES, RunSettings, Weakening
-from chaos.world import World
-from server import LocalCluster, LocalPostgres
+from sac.chaos.actors import Sink
+from sac.chaos.errors import ChaosError, UnknownScenario
+from sac.chaos.faults import FaultProxy
+from sac.chaos.settings import ANOMALIES, RunSettings, Weakening
+from sac.chaos.world import World
+from sac.server import LocalCluster, LocalPostgres
 
 
 @attrs.frozen
@@ -87,7 +87,7 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
         postgres: LocalPostgres | None = None, scenarios: dict[str, Scenario] | None = None,
         check: str = "python", toxiproxy_url: str | None = None) -> RunResult:
     """Carry out one run and check it; see the module's docstring."""
-    from chaos.scenarios import SCENARIOS
+    from sac.chaos.scenarios import SCENARIOS
 
     table = SCENARIOS if scenarios is None else scenarios
     if settings.scenario not in table:
@@ -120,7 +120,7 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
     if store == "postgres":
         if postgres is None:
             raise ChaosError(f"scenario {scenario.name} runs on PostgreSQL: start one "
-                             "(server.LocalPostgres) and pass it")
+                             "(sac.server.LocalPostgres) and pass it")
         sink = Sink(postgres.create_database(f"chaos_{uuid.uuid4().hex[:10]}"))
     else:
         sink = Sink(f"sqlite:{run_dir / 'sink.db'}")
@@ -187,7 +187,7 @@ def _drain(world: World) -> None:
 
 def _check(run_dir: Path, engine: str) -> dict[str, Any]:
     if engine == "python":
-        from checker.python_engine import check_run
+        from sac.checker.python_engine import check_run
 
         verdict = check_run(run_dir)
     else:

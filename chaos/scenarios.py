@@ -13,12 +13,12 @@ import signal
 import time
 from collections.abc import Callable
 
-from chaos._process import ActorProcess
-from chaos.partition import Grudge, isolate, majorities_ring, one_way
-from chaos.runner import Body, Scenario
-from chaos.world import World, toxic
-from sdk import QueueSettings
-from server import LocalCluster, amqp_ready
+from sac.chaos._process import ActorProcess
+from sac.chaos.partition import Grudge, isolate, majorities_ring, one_way
+from sac.chaos.runner import Body, Scenario
+from sac.chaos.world import World, toxic
+from sac.sdk import QueueSettings
+from sac.server import LocalCluster, amqp_ready
 
 EFFECT_WAIT_S = 30.0
 

@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 import attrs
 
-from chaos.actors import Face
-from chaos.errors import ChaosError
+from sac.chaos.actors import Face
+from sac.chaos.errors import ChaosError
 
 Weakening = Literal["dedup-off", "redelivered-only", "fencing-off"]
 WEAKENINGS: tuple[Weakening, ...] = ("dedup-off", "redelivered-only", "fencing-off")

@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from chaos._process import ActorProcess
-from chaos.actors import ConsumerActor, PublisherActor, Sink
-from chaos.errors import ChaosError, ChaosTimeout
-from chaos.faults import FaultProxy, Nemesis
-from chaos.partition import Grudge, Partitions
-from chaos.settings import CONSUMER_STOP_S, REPAIR_AFTER_S, RunSettings
-from server import LocalCluster, Node, ServerError, amqp_ready
+from sac.chaos._process import ActorProcess
+from sac.chaos.actors import ConsumerActor, PublisherActor, Sink
+from sac.chaos.errors import ChaosError, ChaosTimeout
+from sac.chaos.faults import FaultProxy, Nemesis
+from sac.chaos.partition import Grudge, Partitions
+from sac.chaos.settings import CONSUMER_STOP_S, REPAIR_AFTER_S, RunSettings
+from sac.server import LocalCluster, Node, ServerError, amqp_ready
 
 
 class World:

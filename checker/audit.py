@@ -4,7 +4,7 @@ handover gaps, over a production fleet's histories (``SPEC.md``, "sac audit").
 A production history is what the SDK's ``HistoryRecorder`` writes in every process: the
 events of ``shared/HISTORY.md`` without a nemesis, cut at an arbitrary moment, and often
 without ``effects.jsonl``. The committed effects come from the inbox table in PostgreSQL
-(``checker.inbox``) or, without one, from the ``commit`` events. Everything up to the
+(``sac.checker.inbox``) or, without one, from the ``commit`` events. Everything up to the
 per-row figures is DataFrame operations (``audit_rules``, reusing the verdict's rules); the
 driver collects only what an audit row shows (counts, at most ``ID_CAP`` ids per list, the
 handover gaps' median and maximum, the first malformed lines), never an event or an effect.
@@ -27,12 +27,12 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from checker import audit_rules as arules
-from checker import spark_rules as rules
-from checker import spec
-from checker.errors import InputError
-from checker.inbox import InboxSource
-from checker.spark_read import History, read_history
+from sac.checker import audit_rules as arules
+from sac.checker import spark_rules as rules
+from sac.checker import spec
+from sac.checker.errors import InputError
+from sac.checker.inbox import InboxSource
+from sac.checker.spark_read import History, read_history
 
 ID_CAP = 100
 """Ids listed per anomaly and row (and malformed lines listed); ``more`` counts the rest."""

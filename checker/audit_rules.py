@@ -4,7 +4,7 @@ An audit reads one history (a fleet's event files, ``spark_read.read_history``),
 frame carries ``run`` 0 and the verdict's rules in ``spark_rules`` (first publishes,
 processing intervals, islands, the concurrency sweep, handovers) apply unchanged; what is new
 here is where an effect's queue comes from, the settle window, and placing every figure in a
-(queue, UTC day) row. Nothing here collects: ``checker.audit`` collects the per-row figures
+(queue, UTC day) row. Nothing here collects: ``sac.checker.audit`` collects the per-row figures
 and the capped id lists that these frames end in.
 
 Each per-id figure has one home row, so a row's figures add up: publisher-side figures
@@ -18,8 +18,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from checker import spark_rules as rules
-from checker import spec
+from sac.checker import spark_rules as rules
+from sac.checker import spec
 
 SECONDS_PER_DAY = 86_400
 ROW = ("queue", "day")

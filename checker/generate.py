@@ -27,7 +27,7 @@ Memory stays bounded whatever the size: every line goes to its file as soon as n
 event of that actor can still come (a heap ordered by time, flushed up to the current publish
 time, so each file is in time order as a real actor's would be).
 
-    python -m checker.generate runs/big --events 10000000 --seed 7 --queues 4 --consumers 8
+    python -m sac.checker.generate runs/big --events 10000000 --seed 7 --queues 4 --consumers 8
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from checker import spec
+from sac.checker import spec
 
 INJECTIONS = (
     "lost",
@@ -582,7 +582,7 @@ def _concurrent(sim: _Simulation, q: _Queue, i: int, msg: str, arrival: float) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m checker.generate", description="Write synthetic run directories."
+        prog="python -m sac.checker.generate", description="Write synthetic run directories."
     )
     parser.add_argument("dir", type=Path, help="the run directory (with --runs: their parent)")
     parser.add_argument("--events", type=int, default=10_000)

@@ -4,7 +4,7 @@ A fleet's consumers commit each message's effect together with a row of the inbo
 (``sac_dedup_records``, written by the SDK's ``PostgresStore``), so in production that table is
 the ground truth that ``effects.jsonl`` is in a chaos run. Spark reads it through its JDBC
 source with Debian's driver jar (``spark_engine.POSTGRESQL_JDBC_JAR``), on the executors: the
-driver sees the table's schema, never its rows. The pipeline imports nothing from ``sdk``, so
+driver sees the table's schema, never its rows. The pipeline imports nothing from ``sac.sdk``, so
 the table's shape is restated here (``COLUMNS``).
 
 Errors. A JDBC failure (no route, a refused login, a missing table or column, no driver jar)
@@ -25,7 +25,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from checker.errors import InputError
+from sac.checker.errors import InputError
 
 DEFAULT_TABLE = "sac_dedup_records"
 COLUMNS = ("queue", "message_id", "consumer", "committed_at")

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from checker import spec
-from checker.runs import Effect, Event, Findings, Run, open_run, read_effects, read_events
+from sac.checker import spec
+from sac.checker.runs import Effect, Event, Findings, Run, open_run, read_effects, read_events
 
 ENGINE = "python"
 

@@ -7,7 +7,7 @@ and the anomalies with their offending message ids, the timeline of consumers pe
 latency histogram.
 
 This module turns verdicts (``checker/SPEC.md``) into plain values for the template; the
-figures are ``checker.plots``; the layout is ``templates/report.html``. A verdict that lacks a
+figures are ``sac.checker.plots``; the layout is ``templates/report.html``. A verdict that lacks a
 field the report shows is an error, never a blank: the report is how people judge a run.
 
 Example::

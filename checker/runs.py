@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TypeGuard
 
-from checker import spec
-from checker.errors import InputError
+from sac.checker import spec
+from sac.checker.errors import InputError
 
 Event = dict[str, Any]
 """A parsed event line whose required fields are present with the right JSON types; its

@@ -31,10 +31,10 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from checker import spark_rules as rules
-from checker import spec
-from checker.spark_positions import in_order
-from checker.spark_read import Inputs, open_runs, read_inputs
+from sac.checker import spark_rules as rules
+from sac.checker import spec
+from sac.checker.spark_positions import in_order
+from sac.checker.spark_read import Inputs, open_runs, read_inputs
 
 ENGINE = "spark"
 
@@ -79,7 +79,7 @@ def check_runs(spark: SparkSession, paths: list[Path]) -> list[Verdict]:
     """The verdicts of the run directories ``paths``, in their order, computed in one set of
     Spark jobs for all of them.
 
-    Raises ``checker.errors.InputError`` (before any job) when a directory is missing or its
+    Raises ``sac.checker.errors.InputError`` (before any job) when a directory is missing or its
     ``run.json`` cannot be trusted, as the reference engine does.
     """
     runs = open_runs(paths)

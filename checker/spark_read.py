@@ -3,7 +3,7 @@
 All runs' files are read in **one** text scan, each line tagged with its run (an integer
 index into the list of runs) from its file path, so a month of histories is one job, not one
 job per run. The driver only lists files and reads each small ``run.json`` (with the reference
-engine's own ``checker.runs.open_run``, so both engines accept and refuse the same settings);
+engine's own ``sac.checker.runs.open_run``, so both engines accept and refuse the same settings);
 it never sees an event.
 
 Each line is parsed once with ``try_parse_json`` into a ``VARIANT`` (whole lines only: see
@@ -36,10 +36,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from checker import spec
-from checker.errors import InputError
-from checker.runs import Run, event_files, open_run
-from checker.spark_positions import positions
+from sac.checker import spec
+from sac.checker.errors import InputError
+from sac.checker.runs import Run, event_files, open_run
+from sac.checker.spark_positions import positions
 
 EVENT = "event"
 EFFECT = "effect"
@@ -257,7 +257,7 @@ def _scan(spark: SparkSession, paths: list[str]) -> DataFrame:
     """
     if not paths:
         return spark.createDataFrame([], _LINE_SCHEMA)
-    # Hidden names (. or _) are never in ``paths`` (checker.runs.event_files); Spark skips them.
+    # Hidden names (. or _) are never in ``paths`` (sac.checker.runs.event_files); Spark skips them.
     raw = spark.read.text([_no_glob(path) for path in sorted(set(paths))]).select(
         "value",
         F.col("_metadata.file_path").alias("uri"),

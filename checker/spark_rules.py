@@ -20,8 +20,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from checker import spec
-from checker.spark_positions import positions
+from sac.checker import spec
+from sac.checker.spark_positions import positions
 
 _EARLIER = (Window.unboundedPreceding, -1)
 _SO_FAR = (Window.unboundedPreceding, Window.currentRow)

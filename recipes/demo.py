@@ -19,7 +19,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from sdk import (
+from sac.sdk import (
     ConnectionSettings,
     Consumer,
     ConsumerSettings,
@@ -29,7 +29,7 @@ from sdk import (
     QueueSettings,
     Role,
 )
-from server import LocalCluster
+from sac.server import LocalCluster
 
 
 class DemoConsumer:

@@ -1,1 +1,9 @@
-"""The ``sac`` command line. The SDK is ``sdk``; servers are ``server``."""
+"""sac: exactly one consumer working on a RabbitMQ queue, nothing lost or done twice.
+
+The one name the project installs. ``sac.sdk`` is what applications import; ``sac.server``
+starts local servers, ``sac.chaos`` is the chaos suite, ``sac.checker`` the data pipeline, and
+the rest of this package is the ``sac`` command line. The repository keeps each subpackage in
+a folder of its own (``sdk/``, ``server/``...), linked here, so its files have one path in git
+and one import name. Nothing is imported here: ``import sac.checker`` on a Spark executor, or
+``import sac.sdk`` in an application, loads only that subpackage.
+"""

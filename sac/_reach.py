@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 import urllib.parse
 
-from checker.errors import InputError
+from sac.checker.errors import InputError
 
 DEFAULT_MASTER_PORT = 7077
 TIMEOUT_S = 5.0

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from checker.errors import InputError
+from sac.checker.errors import InputError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -30,7 +30,7 @@ def session(master: str | None, log: Path, app: str) -> tuple[SparkSession, bool
     from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
 
-    from checker.spark_engine import spark_session
+    from sac.checker.spark_engine import spark_session
 
     active = SparkSession.getActiveSession()
     if active is not None:

@@ -1,6 +1,6 @@
 """``sac audit PATH... [--inbox-jdbc URL [--inbox-user U] [--inbox-password-env VAR]
 [--inbox-table T]] [--single-active QUEUE...] [--settle SECONDS] [--master URL] [--out DIR]``:
-a production fleet's histories audited per queue and UTC day (``checker.audit``).
+a production fleet's histories audited per queue and UTC day (``sac.checker.audit``).
 
 Writes ``audit.json`` in ``--out`` and prints one table line per queue and day, those with
 an anomaly first. Exit status: 0 clean, 1 some anomaly (or a malformed line), 2 the input
@@ -23,14 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from checker.errors import CheckerError, InputError
 from sac._oneline import one_line
 from sac._reach import check_master, check_tcp
 from sac._spark import session
+from sac.checker.errors import CheckerError, InputError
 
 if TYPE_CHECKING:
 
-    from checker.audit import AuditResult
+    from sac.checker.audit import AuditResult
 
 SHOWN = 5
 """Ids printed per anomaly on a table line; ``audit.json`` lists up to 100."""
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     if args.master is not None:
         check_master(args.master)
     args.out.mkdir(parents=True, exist_ok=True)
-    from checker.audit import audit
+    from sac.checker.audit import audit
 
     spark, owned = session(args.master, args.out / SPARK_LOG, app="sac-audit")
     try:
@@ -122,8 +122,8 @@ def _inbox(args: argparse.Namespace) -> dict[str, str] | None:
         if given:
             raise InputError(f"{', '.join(given)} needs --inbox-jdbc")
         return None
-    from checker.inbox import PACKAGE, InboxSource
-    from checker.spark_engine import POSTGRESQL_JDBC_JAR
+    from sac.checker.inbox import PACKAGE, InboxSource
+    from sac.checker.spark_engine import POSTGRESQL_JDBC_JAR
 
     if not POSTGRESQL_JDBC_JAR.is_file():
         raise InputError(f"--inbox-jdbc needs the PostgreSQL JDBC driver {POSTGRESQL_JDBC_JAR}: "

@@ -14,9 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from checker.errors import CheckerError, InputError
 from sac._oneline import one_line
 from sac._reach import check_master
+from sac.checker.errors import CheckerError, InputError
 
 ANOMALIES = ("lost", "duplicated", "unexpected", "concurrent", "malformed")
 SHOWN = 10  # offending ids printed per anomaly; the report lists them all
@@ -65,14 +65,14 @@ def check_and_report(runs: list[Path], engine: str, master: str | None, out: Pat
         raise InputError("--master needs --engine spark")
     out.mkdir(parents=True, exist_ok=True)
     if engine == "python":
-        from checker.python_engine import check_runs
+        from sac.checker.python_engine import check_runs
 
         verdicts = check_runs(runs)
     else:
         if master is not None:
             check_master(master)
-        from checker.spark_engine import check_runs as spark_check
         from sac._spark import session
+        from sac.checker.spark_engine import check_runs as spark_check
 
         spark, owned = session(master, out / SPARK_LOG, app="sac-check")
         try:
@@ -80,8 +80,8 @@ def check_and_report(runs: list[Path], engine: str, master: str | None, out: Pat
         finally:
             if owned:
                 spark.stop()
-    from checker.python_engine import summarize
-    from checker.report import render_report
+    from sac.checker.python_engine import summarize
+    from sac.checker.report import render_report
 
     for path, verdict in zip(runs, verdicts, strict=True):
         (path / "verdict.json").write_text(json.dumps(verdict, indent=2, sort_keys=True))

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from server import LocalCluster, ServerError
-from server.rabbitmq import NETWORKS, PARTITION_HANDLING
+from sac.server import LocalCluster, ServerError
+from sac.server.rabbitmq import NETWORKS, PARTITION_HANDLING
 
 
 def _add_name(parser: argparse.ArgumentParser) -> None:
@@ -123,10 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
         _add_name(cmd)
         cmd.set_defaults(func=_node_action(action))
 
-    from sac import audit, chaos, check, dlq, proxy
+    from sac import audit, chaos_commands, check, dlq, proxy
 
-    chaos.add_demo_parser(commands)
-    chaos.add_parser(commands)
+    chaos_commands.add_demo_parser(commands)
+    chaos_commands.add_parser(commands)
     check.add_parser(commands)
     audit.add_parser(commands)
     dlq.add_parser(commands)

@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from sac._oneline import one_line
-from sdk import (
+from sac.sdk import (
     ConnectionSettings,
     ParkedMessage,
     QueueSettings,
@@ -62,7 +62,7 @@ def _connection(args: argparse.Namespace) -> ConnectionSettings:
     if args.cluster is not None:
         from pathlib import Path
 
-        from server import LocalCluster
+        from sac.server import LocalCluster
 
         home = Path(args.home) if args.home else None
         cluster = LocalCluster.attach(args.cluster, home=home)

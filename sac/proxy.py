@@ -19,7 +19,7 @@ def add_parser(commands: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from chaos.proxy import is_loopback, serve
+    from sac.chaos.proxy import is_loopback, serve
 
     if not is_loopback(args.host):
         raise ValueError(f"the fault proxy listens on loopback only, not {args.host!r}")

@@ -5,7 +5,7 @@ set -euo pipefail
 
 # chromium renders checker/'s report headless (its test screenshots it);
 # libpostgresql-jdbc-java lets Spark read the dedup ledgers in PostgreSQL over JDBC;
-# iproute2 and nftables build netns clusters and cut links between their nodes (chaos.partition).
+# iproute2 and nftables build netns clusters and cut links between their nodes (sac.chaos.partition).
 packages=(rabbitmq-server zookeeper default-jre-headless openssl postgresql chromium
           libpostgresql-jdbc-java iproute2 nftables)
 python_ok=1

@@ -4,12 +4,17 @@ Everything an application needs is exported here; the modules behind it are priv
 
 Example::
 
-    from sdk import ConnectionSettings, PublisherSettings, QueueSettings, Publisher
+    from sac.sdk import ConnectionSettings, PublisherSettings, QueueSettings, Publisher
 
     conn = ConnectionSettings.from_env()      # SAC_AMQP_URLS=amqp://...,amqp://...
     with Publisher(PublisherSettings(conn, queue=QueueSettings("orders"))) as pub:
         pub.publish(b"order 1")
 """
+
+if __name__ != "sac.sdk":  # one name per module: a second would load a second copy
+    raise ImportError(
+        f"import sac.sdk, not {__name__}: sdk/ is the package sac.sdk", name=__name__
+    )
 
 from ._core.backoff import Backoff
 from ._core.ids import new_message_id
@@ -24,6 +29,7 @@ from ._errors import (
     ConfirmTimeout,
     ConnectError,
     ConsumerError,
+    LifecycleError,
     MessageNacked,
     MessageReturned,
     MessageTooLarge,
@@ -85,6 +91,7 @@ __all__ = [
     "HistoryRecorder",
     "Inbox",
     "InboxStats",
+    "LifecycleError",
     "LookupPolicy",
     "MemoryStore",
     "MessageIdFrom",

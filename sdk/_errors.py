@@ -1,6 +1,6 @@
 """The SDK's one exception tree.
 
-Every error raised by ``sdk`` derives from ``SacError``; errors of the AMQP library underneath
+Every error raised by ``sac.sdk`` derives from ``SacError``; errors of the AMQP library underneath
 are translated in one place (the transport) with ``raise ... from exc``, so callers never need
 to import pika. All of them survive pickling (Spark and worker processes carry them), which is
 why every constructor passes all its arguments on to ``Exception.__init__``::
@@ -20,14 +20,15 @@ why every constructor passes all its arguments on to ``Exception.__init__``::
     │   ├── BlockedTimeout                    connection.blocked outlasted its timeout
     │   └── Unconfirmed                       close() left messages unconfirmed
     ├── ConsumerError
-    │   ├── StaleEpoch                        a fenced consumer tried to commit (sdk.dedup)
+    │   ├── StaleEpoch                        a fenced consumer tried to commit (sac.sdk.dedup)
     │   ├── MissingMessageId                  an inbox got a message without a message id
     │   ├── Poison                            raised by a handler: park this message now
     │   └── ParkingFailed                     a failed message could not be parked
-    ├── StoreError                            a dedup store cannot be used (sdk.dedup)
+    ├── StoreError                            a dedup store cannot be used (sac.sdk.dedup)
     │   ├── StoreUnavailable                  cannot open or reach it (path, DSN)
     │   └── SchemaMismatch                    its tables are from another SDK version
-    └── ClosedError                           use after close()
+    └── LifecycleError                        used out of order (start twice, before start)
+        └── ClosedError                       use after close()
 """
 
 from __future__ import annotations
@@ -232,5 +233,9 @@ class SchemaMismatch(StoreError):
         )
 
 
-class ClosedError(SacError):
+class LifecycleError(SacError):
+    """A client was used out of order: started twice, or used before ``start()``."""
+
+
+class ClosedError(LifecycleError):
     """The publisher or consumer was used after ``close()``."""

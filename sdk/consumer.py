@@ -21,7 +21,7 @@ What they do for you:
 - the consumer knows whether it is the active one: from its first delivery on;
 - ``stop()`` hands over gracefully: cancel, let the running handler finish and ack, then
   close, so the broker requeues what was prefetched but not started, for the next consumer;
-- given an ``sdk.dedup.Inbox`` instead of a handler, each message's effect commits once, with
+- given an ``sac.sdk.dedup.Inbox`` instead of a handler, each message's effect commits once, with
   its dedup record, before the ack; a consumer that was replaced (fenced by a newer epoch)
   stops without acking, and ``wait()``/``run()`` raise ``StaleEpoch``.
 

@@ -10,7 +10,7 @@ effect was committed after all is not done twice.
 
 Example::
 
-    from sdk import ConnectionSettings, parked_messages, replay_parked
+    from sac.sdk import ConnectionSettings, parked_messages, replay_parked
 
     conn = ConnectionSettings.from_env()
     for message in parked_messages(conn, "orders"):

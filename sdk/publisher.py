@@ -15,7 +15,7 @@ with ``redelivered`` false, so the consumer's dedup must look it up).
 
 A nack (a quorum queue electing a leader, a full ``reject-publish`` queue) narrows how many
 messages are in flight, down to one probe at a time, paced by ``nack_backoff``; acks widen it
-again (``sdk._core.congestion``, ``PublisherSettings.throttle_on_nack``). So an election costs
+again (``sac.sdk._core.congestion``, ``PublisherSettings.throttle_on_nack``). So an election costs
 a few nacks, not one per message of the window on every retry.
 """
 
@@ -546,7 +546,7 @@ class AsyncPublisher(Recovering):
         self._after_settle()
 
     def _throttle(self) -> None:
-        """After a nack: fewer messages in flight (see ``sdk._core.congestion``); when a
+        """After a nack: fewer messages in flight (see ``sac.sdk._core.congestion``); when a
         lone probe was nacked, nothing more goes out until the pause it returns is over."""
         pause = self._limit.nacked(len(self._window))
         if pause is not None:

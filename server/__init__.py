@@ -6,6 +6,11 @@ Debian's ``zookeeper``; ``LocalPostgres`` Debian's ``postgresql``; ``LocalSpark`
 Spark master and worker from the pip ``pyspark`` package. Nothing here knows about the SDK.
 """
 
+if __name__ != "sac.server":  # one name per module: a second would load a second copy
+    raise ImportError(
+        f"import sac.server, not {__name__}: server/ is the package sac.server", name=__name__
+    )
+
 from ._errors import (
     AlreadyRunningError,
     CommandError,

@@ -1,4 +1,4 @@
-"""Errors raised by ``server``.
+"""Errors raised by ``sac.server``.
 
 Every error says what went wrong and what to read or do next, so that an operator who sees
 only the message can act on it::

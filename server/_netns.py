@@ -3,7 +3,7 @@
 Why: a TCP proxy sits between a client and a node, but it cannot cut the Erlang distribution
 links *between* nodes, and partitions are where single-active consumption gets interesting.
 With every node in a network namespace of its own, a packet filter inside a namespace cuts
-exactly the links we choose, one way or both (see ``chaos.partition``).
+exactly the links we choose, one way or both (see ``sac.chaos.partition``).
 
 The layout of a cluster named ``<c>`` with N nodes::
 

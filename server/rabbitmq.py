@@ -7,7 +7,7 @@ Erlang cookie and its own CLI distribution ports, so several clusters run side b
 
 Two networks: ``loopback`` (the default) runs every node on 127.0.0.1; ``netns`` (root only)
 runs node i in a network namespace of its own at 198.18.X.i, joined by a bridge, so that the
-links between nodes can be cut (``chaos.partition``). See ``server/_netns.py``.
+links between nodes can be cut (``sac.chaos.partition``). See ``server/_netns.py``.
 
 Example::
 

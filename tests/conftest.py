@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from server import LocalCluster, LocalPostgres, LocalSpark, LocalZooKeeper
+from sac.server import LocalCluster, LocalPostgres, LocalSpark, LocalZooKeeper
 
 LOG_TAIL_LINES = 40
 _servers_key = pytest.StashKey[list[object]]()

@@ -2,13 +2,13 @@
 of its own so the nemesis can freeze or kill it, and the sink they write their effects to.
 
 A process is described by a frozen settings class (``PublisherActor``, ``ConsumerActor``) and
-started as ``python -m chaos.actors.publisher|consumer '<settings as JSON>'``: one definition
+started as ``python -m sac.chaos.actors.publisher|consumer '<settings as JSON>'``: one definition
 of what an actor takes, used by the runner, the tests and the benchmarks alike. Each process
 records its history (``events/<actor>.jsonl``, ``shared/HISTORY.md``) through the SDK's own
 recorder and tells the runner what it needs to steer the run as JSON lines on stdout:
 ``{"event": "role", "role": "active", "monotonic": ...}``, ``{"event": "in_effect", "msg": ...}``,
 ``{"event": "paused", "at": ..., "msg": ...}`` and ``{"event": "done", ...}``; it takes
-commands on stdin (``freeze``, ``continue``: ``chaos/actors/consumer.py``). ``chaos._process``
+commands on stdin (``freeze``, ``continue``: ``chaos/actors/consumer.py``). ``sac.chaos._process``
 starts and drives such a process.
 """
 
@@ -24,7 +24,7 @@ from typing import Any, Literal, Self
 
 import attrs
 
-from chaos.actors._sink import Sink
+from sac.chaos.actors._sink import Sink
 
 Dedup = Literal["inbox", "off", "redelivered-only"]
 DEDUP_MODES: tuple[Dedup, ...] = ("inbox", "off", "redelivered-only")
@@ -80,7 +80,7 @@ class _Actor:
 
     def argv(self) -> list[str]:
         module = "publisher" if isinstance(self, PublisherActor) else "consumer"
-        return [sys.executable, "-m", f"chaos.actors.{module}", self.to_json()]
+        return [sys.executable, "-m", f"sac.chaos.actors.{module}", self.to_json()]
 
 
 @attrs.frozen

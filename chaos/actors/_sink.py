@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sdk import PostgresStore, SQLiteStore, Store, Transaction
+from sac.sdk import PostgresStore, SQLiteStore, Store, Transaction
 
 TABLE = "chaos_effects"
 SCHEMA = f"CREATE TABLE IF NOT EXISTS {TABLE} (msg TEXT NOT NULL, actor TEXT NOT NULL, " \

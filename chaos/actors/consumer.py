@@ -1,4 +1,4 @@
-"""A consumer process: ``python -m chaos.actors.consumer '<ConsumerActor as JSON>'``.
+"""A consumer process: ``python -m sac.chaos.actors.consumer '<ConsumerActor as JSON>'``.
 
 A single-active consumer of either SDK face whose effect writes one row to the run's sink,
 through the inbox's transaction (``dedup="inbox"``) or on its own (the weakened modes). It
@@ -34,9 +34,9 @@ from typing import Any
 
 import attrs
 
-from chaos.actors import ConsumerActor, end_with_runner, say
-from chaos.actors._sink import holding_locks
-from sdk import (
+from sac.chaos.actors import ConsumerActor, end_with_runner, say
+from sac.chaos.actors._sink import holding_locks
+from sac.sdk import (
     AsyncConsumer,
     ConnectionSettings,
     Consumer,

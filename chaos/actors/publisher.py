@@ -1,4 +1,4 @@
-"""A publisher process: ``python -m chaos.actors.publisher '<PublisherActor as JSON>'``.
+"""A publisher process: ``python -m sac.chaos.actors.publisher '<PublisherActor as JSON>'``.
 
 Publishes at a steady rate through the SDK's blocking ``Publisher`` (confirms, a window,
 retransmission after a lost connection, nacks retried), recording its history. The pacing
@@ -17,8 +17,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from chaos.actors import PublisherActor, end_with_runner, say
-from sdk import (
+from sac.chaos.actors import PublisherActor, end_with_runner, say
+from sac.sdk import (
     ConnectionSettings,
     HistoryRecorder,
     Publisher,

@@ -5,9 +5,9 @@ process on loopback, driven by any Toxiproxy client (``toxiproxy-python``).
 ...     Toxiproxy().update_api_consumer("127.0.0.1", proxy.port)
 """
 
-from chaos.proxy._api import VERSION, Api
-from chaos.proxy._model import TOXIC_TYPES, ApiError, ProxySpec, Toxic, is_loopback
-from chaos.proxy._server import ApiServer, ProxyThread, serve, start
+from sac.chaos.proxy._api import VERSION, Api
+from sac.chaos.proxy._model import TOXIC_TYPES, ApiError, ProxySpec, Toxic, is_loopback
+from sac.chaos.proxy._server import ApiServer, ProxyThread, serve, start
 
 __all__ = [
     "TOXIC_TYPES",

@@ -11,9 +11,9 @@ import json
 import random
 from typing import Any
 
-from chaos.proxy._model import ApiError, ProxySpec, parse_proxy, parse_toxic, update_proxy
-from chaos.proxy._model import update_toxic as apply_toxic_update
-from chaos.proxy._relay import Proxy
+from sac.chaos.proxy._model import ApiError, ProxySpec, parse_proxy, parse_toxic, update_proxy
+from sac.chaos.proxy._model import update_toxic as apply_toxic_update
+from sac.chaos.proxy._relay import Proxy
 
 VERSION = "2.9.0-sac"
 

@@ -16,8 +16,8 @@ import socket
 import struct
 from collections.abc import Callable
 
-from chaos.proxy._model import ProxySpec, Toxic, split_address
-from chaos.proxy._pacing import bandwidth_plan, draws_toxic, latency_delay, slice_sizes
+from sac.chaos.proxy._model import ProxySpec, Toxic, split_address
+from sac.chaos.proxy._pacing import bandwidth_plan, draws_toxic, latency_delay, slice_sizes
 
 READ_SIZE = 32 * 1024
 PIPELINE = 64

@@ -12,9 +12,9 @@ import threading
 from types import TracebackType
 from typing import Self
 
-from chaos.proxy._api import Api
-from chaos.proxy._http import HttpError, read_request, render_response
-from chaos.proxy._model import ApiError, is_loopback
+from sac.chaos.proxy._api import Api
+from sac.chaos.proxy._http import HttpError, read_request, render_response
+from sac.chaos.proxy._model import ApiError, is_loopback
 
 
 class ApiServer:

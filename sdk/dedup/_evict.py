@@ -1,5 +1,5 @@
 """The I/O half of evicting a frozen holder of a SQLite store's write lock: read ``/proc``,
-and kill when ``sdk._core.lock_holder.judge`` says so. Linux only; elsewhere nothing is
+and kill when ``sac.sdk._core.lock_holder.judge`` says so. Linux only; elsewhere nothing is
 found and nothing is killed (the store then waits as it always did)."""
 
 from __future__ import annotations

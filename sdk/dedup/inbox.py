@@ -40,6 +40,7 @@ from typing import Any
 import attrs
 
 from .._core.backoff import Backoff
+from .._core.retry import Interrupted, Retry
 from .._delivery import Delivery
 from .._errors import MissingMessageId, StaleEpoch, StoreUnavailable
 from .._history import HistoryRecorder
@@ -116,6 +117,11 @@ class Inbox:
         if not isinstance(store_retry, Backoff):
             raise TypeError(f"store_retry must be a Backoff, got {store_retry!r}")
         self.store_retry = store_retry
+        self._interrupted = threading.Event()
+        # The wait between tries ends early on interrupt(): a stopping consumer does not sit
+        # out a store outage's backoff.
+        self._retry = Retry(store_retry, time.monotonic, self._interrupted.wait,
+                            interrupted=self._interrupted.is_set)
         self.store = store
         self.effect = effect
         self.policy = policy
@@ -129,7 +135,6 @@ class Inbox:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._purger: threading.Thread | None = None
         self._closing = threading.Event()
-        self._interrupted = threading.Event()
         self._committed = self._dup_lookup = self._dup_commit = 0
         self._lookups = self._claims = self._stale = self._retries = 0
 
@@ -233,30 +238,36 @@ class Inbox:
         ack none of it either.
         """
         queue = self._queue()
-        began = time.monotonic()
-        attempt = 0
-        while True:
+
+        def attempt() -> list[Outcome | Exception] | StaleEpoch:
             try:
                 if activation != self._activation:
                     self.activate()
                     self._activation = activation
                 return self._attempt(queue, deliveries)
-            except StaleEpoch:
-                raise
-            except Exception as exc:  # the store failed, not the messages: try again
-                attempt += 1
-                elapsed = time.monotonic() - began
-                delay = (None if self._interrupted.is_set()
-                         else self.store_retry.delay(attempt, elapsed))
-                if delay is None or self._interrupted.wait(delay):
-                    raise StoreUnavailable(
-                        f"dedup store {self.store.description} failed {attempt} time(s) over "
-                        f"{elapsed:.1f} s; {len(deliveries)} message(s) left unacked: "
-                        f"{exc}") from exc
-                self._retries += 1
-                log.warning("committing %d message(s) to %s failed (%s); trying again in "
-                            "%.2f s, the messages stay unacked", len(deliveries),
-                            self.store.description, exc, delay)
+            except StaleEpoch as exc:
+                return exc  # this consumer was replaced: not a store failure to retry
+
+        def retried(_failures: int, delay: float, exc: BaseException) -> None:
+            self._retries += 1
+            log.warning("committing %d message(s) to %s failed (%s); trying again in "
+                        "%.2f s, the messages stay unacked", len(deliveries),
+                        self.store.description, exc, delay)
+
+        def give_up(failures: int, elapsed: float, exc: BaseException) -> BaseException:
+            return StoreUnavailable(
+                f"dedup store {self.store.description} failed {failures} time(s) over "
+                f"{elapsed:.1f} s; {len(deliveries)} message(s) left unacked: {exc}")
+
+        try:
+            result = self._retry.run(attempt, give_up=give_up, on_retry=retried)
+        except Interrupted as exc:
+            raise StoreUnavailable(
+                f"dedup store {self.store.description} failed and the consumer is stopping; "
+                f"{len(deliveries)} message(s) left unacked: {exc.__cause__}") from exc.__cause__
+        if isinstance(result, StaleEpoch):
+            raise result
+        return result
 
     def _attempt(
         self, queue: str, deliveries: Sequence[Delivery]

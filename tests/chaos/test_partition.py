@@ -17,9 +17,9 @@ import pika
 import pika.exceptions
 import pytest
 
-from chaos.partition import Partitions, isolate, one_way
-from server import LocalCluster, Node, PackageMissingError, ServerError
-from server.rabbitmq import amqp_ready
+from sac.chaos.partition import Partitions, isolate, one_way
+from sac.server import LocalCluster, Node, PackageMissingError, ServerError
+from sac.server.rabbitmq import amqp_ready
 from tests.helpers import wait_until
 
 SAC_ARGS = {"x-queue-type": "quorum", "x-single-active-consumer": True}

@@ -19,9 +19,9 @@ import pytest
 from toxiproxy import Toxiproxy
 from toxiproxy.exceptions import InvalidToxic, NotFound
 
-from chaos.proxy import ApiError, ProxyThread
-from chaos.proxy._model import parse_toxic, update_toxic
-from chaos.proxy._pacing import bandwidth_plan, latency_delay, slice_sizes
+from sac.chaos.proxy import ApiError, ProxyThread
+from sac.chaos.proxy._model import parse_toxic, update_toxic
+from sac.chaos.proxy._pacing import bandwidth_plan, latency_delay, slice_sizes
 from sac.cli import build_parser
 
 WAIT = 5.0  # seconds any single wait may take before the test fails

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from chaos.errors import ChaosError
-from chaos.runner import run
-from chaos.scenarios import SCENARIOS
-from chaos.settings import ANOMALIES, RunSettings
-from server import LocalCluster, LocalPostgres
+from sac.chaos.errors import ChaosError
+from sac.chaos.runner import run
+from sac.chaos.scenarios import SCENARIOS
+from sac.chaos.settings import ANOMALIES, RunSettings
+from sac.server import LocalCluster, LocalPostgres
 
 MESSAGES = 200
 
@@ -93,7 +93,7 @@ def _actors_of(run_root: Path) -> list[int]:
                 cmdline = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if b"chaos.actors" in cmdline and str(run_root).encode() in cmdline:
+            if b"sac.chaos.actors" in cmdline and str(run_root).encode() in cmdline:
                 pids.append(int(entry.name))
     return pids
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from checker.spark_engine import spark_session
+from sac.checker.spark_engine import spark_session
 
 
 @pytest.fixture(scope="session")

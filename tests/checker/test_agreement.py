@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from checker import python_engine, spark_engine, spec
-from checker.generate import INJECTIONS, generate_run
+from sac.checker import python_engine, spark_engine, spec
+from sac.checker.generate import INJECTIONS, generate_run
 
 SHAPES: dict[str, dict[str, Any]] = {
     "clean-1q": {"seed": 1},

@@ -24,15 +24,15 @@ import psycopg
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from checker import audit as audit_module
-from checker import audit_rules, python_engine, spark_rules
-from checker.audit import AuditResult, audit
-from checker.errors import InputError
-from checker.generate import generate_run
-from checker.spark_read import list_history
 from sac import cli
-from sdk.dedup._sql import RECORDS, SCHEMA
-from server import LocalPostgres
+from sac.checker import audit as audit_module
+from sac.checker import audit_rules, python_engine, spark_rules
+from sac.checker.audit import AuditResult, audit
+from sac.checker.errors import InputError
+from sac.checker.generate import generate_run
+from sac.checker.spark_read import list_history
+from sac.sdk.dedup._sql import RECORDS, SCHEMA
+from sac.server import LocalPostgres
 
 ROOT = Path(__file__).parents[2]
 MIDNIGHT = 1_700_006_400.0
@@ -542,7 +542,7 @@ def test_a_missing_jdbc_driver_names_the_package(
     fleet: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
-    monkeypatch.setattr("checker.spark_engine.POSTGRESQL_JDBC_JAR", tmp_path / "postgresql.jar")
+    monkeypatch.setattr("sac.checker.spark_engine.POSTGRESQL_JDBC_JAR", tmp_path / "postgresql.jar")
     status = cli.main(["audit", str(fleet / "events"), "--inbox-jdbc",
                        "jdbc:postgresql://127.0.0.1/x", "--out", str(tmp_path)])
     err = capsys.readouterr().err

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from checker.generate import generate_run
-from server import LocalSpark
-from server.spark import master_json
+from sac.checker.generate import generate_run
+from sac.server import LocalSpark
+from sac.server.spark import master_json
 
 ROOT = Path(__file__).parents[2]
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from checker import spec
-from checker.generate import INJECTED_FILE, generate_run, main
-from checker.python_engine import check_run
+from sac.checker import spec
+from sac.checker.generate import INJECTED_FILE, generate_run, main
+from sac.checker.python_engine import check_run
 
 
 def files_of(path: Path) -> dict[str, bytes]:

@@ -14,8 +14,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checker.generate import INJECTIONS, GeneratedRun, generate_run
-from checker.python_engine import check_run
+from sac.checker.generate import INJECTIONS, GeneratedRun, generate_run
+from sac.checker.python_engine import check_run
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

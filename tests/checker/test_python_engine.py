@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from checker import spec
-from checker.errors import InputError
-from checker.python_engine import check_run, check_runs, latency, summarize
+from sac.checker import spec
+from sac.checker.errors import InputError
+from sac.checker.python_engine import check_run, check_runs, latency, summarize
 
 
 def ev(ts: float, actor: str, kind: str, **fields: Any) -> dict[str, Any]:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from checker import plots
-from checker.report import IDS_SHOWN, render_html, render_report
+from sac.checker import plots
+from sac.checker.report import IDS_SHOWN, render_html, render_report
 
 CHROMIUM = "/usr/bin/chromium"
 T0 = 1_795_355_000.0

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from checker import python_engine
-from checker.errors import InputError
-from checker.spark_engine import check_runs
-from checker.spark_positions import in_order
-from checker.spark_rules import ranked_values
+from sac.checker import python_engine
+from sac.checker.errors import InputError
+from sac.checker.spark_engine import check_runs
+from sac.checker.spark_positions import in_order
+from sac.checker.spark_rules import ranked_values
 from tests.checker.test_agreement import comparable
 
 Line = dict[str, Any] | str

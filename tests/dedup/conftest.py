@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sdk.dedup import MemoryStore, PostgresStore, SQLiteStore, Store
+from sac.sdk.dedup import MemoryStore, PostgresStore, SQLiteStore, Store
 
 if TYPE_CHECKING:
-    from server import LocalPostgres
+    from sac.server import LocalPostgres
 
 STORES = ["memory", "sqlite", "postgres"]
 SQL_STORES = ["sqlite", "postgres"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-from sdk.dedup import PostgresStore, SQLiteStore, Store
+from sac.sdk.dedup import PostgresStore, SQLiteStore, Store
 
 
 def open_store(kind: str, location: str) -> Store:

@@ -1,5 +1,5 @@
 """The application side of the dedup tests: an effect that writes one row per handled message
-through the inbox's transaction into the chaos suite's sink (``chaos.actors.Sink``, the table
+through the inbox's transaction into the chaos suite's sink (``sac.chaos.actors.Sink``, the table
 its consumer actors write), or into a list (memory store), read back as (message id, actor)
 rows. Consumers in this process and consumer actors in their own write the same ledger."""
 
@@ -9,9 +9,9 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 
-from chaos.actors import Sink
-from sdk import Delivery
-from sdk.dedup import PostgresStore, SQLiteStore, Store, Transaction
+from sac.chaos.actors import Sink
+from sac.sdk import Delivery
+from sac.sdk.dedup import PostgresStore, SQLiteStore, Store, Transaction
 
 Before = Callable[[Delivery], None]
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from sdk import RETRANSMIT_HEADER, Delivery, HistoryRecorder, MissingMessageId, StaleEpoch
-from sdk.dedup import Inbox, LookupPolicy, MemoryStore, Outcome, Store, Transaction
+from sac.sdk import RETRANSMIT_HEADER, Delivery, HistoryRecorder, MissingMessageId, StaleEpoch
+from sac.sdk.dedup import Inbox, LookupPolicy, MemoryStore, Outcome, Store, Transaction
 from tests.dedup.conftest import StoreFactory
 from tests.dedup.test_stores import effect_table, effects, write_effect
 
@@ -164,7 +164,7 @@ def test_an_inbox_checks_what_it_is_given() -> None:
 def test_records_are_purged_in_the_background_while_messages_commit(
     make_store: StoreFactory,
 ) -> None:
-    from sdk.dedup import Retention
+    from sac.sdk.dedup import Retention
     from tests.helpers import wait_until
 
     store = make_store()

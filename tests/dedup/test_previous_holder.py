@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sdk import StaleEpoch
-from sdk.dedup import PostgresStore, SQLiteStore
+from sac.sdk import StaleEpoch
+from sac.sdk.dedup import PostgresStore, SQLiteStore
 from tests.dedup.conftest import new_database
 from tests.helpers import Lines, finish
 
 if TYPE_CHECKING:
-    from server import LocalPostgres
+    from sac.server import LocalPostgres
 
 Q = "orders"
 ROOT = Path(__file__).parents[2]

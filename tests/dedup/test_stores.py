@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sdk import SchemaMismatch, StaleEpoch, StoreUnavailable
-from sdk.dedup import SCHEMA_VERSION, MemoryStore, PostgresStore, Retention, SQLiteStore, Store
-from sdk.dedup._store import Duplicate
+from sac.sdk import SchemaMismatch, StaleEpoch, StoreUnavailable
+from sac.sdk.dedup import SCHEMA_VERSION, MemoryStore, PostgresStore, Retention, SQLiteStore, Store
+from sac.sdk.dedup._store import Duplicate
 from tests.dedup.conftest import SQL_STORES, StoreFactory, new_database
 
 if TYPE_CHECKING:
-    from server import LocalPostgres
+    from sac.server import LocalPostgres
 
 Q = "orders"
 
@@ -187,7 +187,7 @@ def test_purge_by_age_and_by_count(store: Store) -> None:
 
 
 def test_retention_settings_are_validated() -> None:
-    from sdk import ConfigurationError
+    from sac.sdk import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="max_age"):
         Retention(max_age=0)

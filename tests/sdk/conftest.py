@@ -10,10 +10,10 @@ import attrs
 import pika
 import pytest
 
-from chaos._process import ActorProcess
-from chaos.actors import ConsumerActor
-from sdk import ConnectionSettings, ConsumerSettings, PublisherSettings, QueueSettings
-from server import LocalCluster
+from sac.chaos._process import ActorProcess
+from sac.chaos.actors import ConsumerActor
+from sac.sdk import ConnectionSettings, ConsumerSettings, PublisherSettings, QueueSettings
+from sac.server import LocalCluster
 from tests.dedup.conftest import make_store, store_kind  # noqa: F401 - fixtures for test_inbox
 from tests.sdk.faces import FACES, ConsumerFace, PublisherFace, make_publisher
 

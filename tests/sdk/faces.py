@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol, TypeVar
 
-from sdk import (
+from sac.sdk import (
     AsyncConsumer,
     AsyncPublisher,
     Consumer,
@@ -24,7 +24,7 @@ from sdk import (
     PublisherStats,
     Role,
 )
-from sdk.dedup import Inbox
+from sac.sdk.dedup import Inbox
 
 T = TypeVar("T")
 FACES = ["blocking", "asyncio"]

@@ -15,9 +15,9 @@ from typing import Any
 import pika
 import pytest
 
-from chaos._process import ActorProcess
-from chaos.actors import ConsumerActor
-from sdk import (
+from sac.chaos._process import ActorProcess
+from sac.chaos.actors import ConsumerActor
+from sac.sdk import (
     ConnectionSettings,
     Consumer,
     ConsumerSettings,
@@ -28,7 +28,7 @@ from sdk import (
     QueueSettings,
     Role,
 )
-from server import LocalCluster
+from sac.server import LocalCluster
 from tests.helpers import wait_until
 from tests.sdk.conftest import close_connection_by_name, consumer_actor, handled
 from tests.sdk.faces import ConsumerFace, PublisherFace

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pika
 import pytest
 
-from sdk import ConnectionSettings, ConsumerSettings, Delivery, QueueSettings
+from sac.sdk import ConnectionSettings, ConsumerSettings, Delivery, QueueSettings
 from tests.helpers import wait_until
 from tests.sdk.faces import ConsumerFace
 

@@ -18,11 +18,11 @@ import attrs
 import pika
 import pytest
 
-from chaos._process import ActorProcess
-from chaos.actors import ConsumerActor
-from chaos.actors.consumer import FENCED
-from chaos.amqp_relay import Relay
-from sdk import (
+from sac.chaos._process import ActorProcess
+from sac.chaos.actors import ConsumerActor
+from sac.chaos.actors.consumer import FENCED
+from sac.chaos.amqp_relay import Relay
+from sac.sdk import (
     Backoff,
     ConnectionSettings,
     ConsumerSettings,
@@ -35,8 +35,8 @@ from sdk import (
     StaleEpoch,
     StoreUnavailable,
 )
-from sdk.dedup import Inbox, PostgresStore, SQLiteStore, Store
-from server import LocalCluster
+from sac.sdk.dedup import Inbox, PostgresStore, SQLiteStore, Store
+from sac.server import LocalCluster
 from tests.dedup.conftest import SQL_STORES, StoreFactory, store_factory
 from tests.dedup.ledger import Ledger, sink_location
 from tests.helpers import wait_until

@@ -14,9 +14,9 @@ import attrs
 import pika
 import pytest
 
-from chaos._process import ActorProcess
-from chaos.actors.consumer import CRASHED
-from sdk import (
+from sac.chaos._process import ActorProcess
+from sac.chaos.actors.consumer import CRASHED
+from sac.sdk import (
     Backoff,
     ConnectionSettings,
     Consumer,
@@ -32,8 +32,8 @@ from sdk import (
     parked_messages,
     replay_parked,
 )
-from sdk.dedup import Inbox, LookupPolicy, SQLiteStore
-from server import LocalCluster
+from sac.sdk.dedup import Inbox, LookupPolicy, SQLiteStore
+from sac.server import LocalCluster
 from tests.dedup.ledger import Ledger
 from tests.helpers import wait_until
 from tests.sdk.conftest import consumer_actor

@@ -15,7 +15,7 @@ import attrs
 import pika
 import pytest
 
-from sdk import (
+from sac.sdk import (
     AuthenticationError,
     Backoff,
     BlockedTimeout,
@@ -32,7 +32,7 @@ from sdk import (
     QueueNotFound,
     QueueSettings,
 )
-from server import LocalCluster
+from sac.server import LocalCluster
 from tests.helpers import wait_until
 from tests.sdk.conftest import close_connection_by_name, drain, queue_leader
 from tests.sdk.faces import PublisherFace

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from chaos.amqp_relay import Relay
-from sdk import (
+from sac.chaos.amqp_relay import Relay
+from sac.sdk import (
     AsyncConsumer,
     AsyncPublisher,
     Backoff,
@@ -28,7 +28,7 @@ from sdk import (
     QueueSettings,
     Role,
 )
-from server import LocalCluster
+from sac.server import LocalCluster
 from tests.helpers import wait_until
 from tests.sdk.conftest import drain
 from tests.sdk.faces import ConsumerFace, PublisherFace

@@ -7,8 +7,14 @@ from collections.abc import Callable
 
 import pytest
 
-from sdk import ConnectError, ConnectionSettings, ConsumerSettings, PublisherSettings, QueueSettings
-from server import LocalCluster
+from sac.sdk import (
+    ConnectError,
+    ConnectionSettings,
+    ConsumerSettings,
+    PublisherSettings,
+    QueueSettings,
+)
+from sac.server import LocalCluster
 from tests.helpers import wait_until
 from tests.sdk.faces import ConsumerFace, PublisherFace
 

@@ -11,8 +11,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from sac.cli import main
-from server import LocalCluster, LocalZooKeeper, _proc
-from server.zookeeper import four_letter
+from sac.server import LocalCluster, LocalZooKeeper, _proc
+from sac.server.zookeeper import four_letter
 from tests.helpers import is_loopback, listening_addresses, wait_until
 
 SAC_ARGS = {"x-queue-type": "quorum", "x-single-active-consumer": True}

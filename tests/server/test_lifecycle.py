@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from server import (
+from sac.server import (
     AlreadyRunningError,
     LocalCluster,
     LocalZooKeeper,
@@ -21,8 +21,8 @@ from server import (
     StartTimeoutError,
     _proc,
 )
-from server._ports import port_is_free
-from server.zookeeper import four_letter
+from sac.server._ports import port_is_free
+from sac.server.zookeeper import four_letter
 
 
 def sac(home: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:

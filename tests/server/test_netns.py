@@ -20,7 +20,7 @@ import pika
 import pytest
 
 from sac.cli import main
-from server import (
+from sac.server import (
     LocalCluster,
     NetnsPlan,
     PackageMissingError,
@@ -28,7 +28,7 @@ from server import (
     _netns,
     _proc,
 )
-from server._ports import port_is_free
+from sac.server._ports import port_is_free
 from tests.helpers import Lines, finish, is_loopback, listening_addresses, wait_until
 
 SAC_ARGS = {"x-queue-type": "quorum", "x-single-active-consumer": True}

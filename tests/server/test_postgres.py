@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from server import (
+from sac.server import (
     AlreadyRunningError,
     LocalPostgres,
     NotRunningError,
@@ -21,8 +21,8 @@ from server import (
     PortBusyError,
     _proc,
 )
-from server._ports import port_is_free
-from server.postgres import RunAs, startup_answer
+from sac.server._ports import port_is_free
+from sac.server.postgres import RunAs, startup_answer
 from tests.helpers import is_loopback, listening_addresses
 
 

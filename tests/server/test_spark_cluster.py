@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from server import (
+from sac.server import (
     AlreadyRunningError,
     LocalSpark,
     PackageMissingError,
@@ -26,8 +26,8 @@ from server import (
     ServerExitedError,
     _proc,
 )
-from server._ports import port_is_free
-from server.spark import PORT_OFFSETS, master_json
+from sac.server._ports import port_is_free
+from sac.server.spark import PORT_OFFSETS, master_json
 from tests.helpers import Lines, finish, is_loopback, listening_addresses
 
 # The driver runs in a process of its own: a SparkContext is one per process, and the engines'

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from chaos.actors import ConsumerActor, Sink
+from sac.chaos.actors import ConsumerActor, Sink
 
 
 def consumer(**options: Any) -> ConsumerActor:
@@ -27,7 +27,7 @@ def test_a_consumer_goes_through_json_unchanged() -> None:
                     crash_on_body="m1", pause_in_effect="*", pause_after_writes=3,
                     pause_after_commit="m-9")
     assert ConsumerActor.from_json(spec.to_json()) == spec
-    assert spec.argv()[1:3] == ["-m", "chaos.actors.consumer"]
+    assert spec.argv()[1:3] == ["-m", "sac.chaos.actors.consumer"]
 
 
 @pytest.mark.parametrize(("options", "match"), [

@@ -8,11 +8,11 @@ from typing import Any
 import attrs
 import pytest
 
-from chaos.campaign import failed, plan, row, table
-from chaos.errors import ChaosError
-from chaos.runner import RunResult
-from chaos.scenarios import SCENARIOS
-from chaos.settings import RunSettings
+from sac.chaos.campaign import failed, plan, row, table
+from sac.chaos.errors import ChaosError
+from sac.chaos.runner import RunResult
+from sac.chaos.scenarios import SCENARIOS
+from sac.chaos.settings import RunSettings
 
 
 def verdict(**counts: int) -> dict[str, Any]:
@@ -71,7 +71,7 @@ def test_settings_are_checked() -> None:
 
 
 def test_the_face_names_every_export() -> None:
-    import chaos
+    from sac import chaos
 
     for name in chaos.__all__:
         assert getattr(chaos, name) is not None

@@ -1,10 +1,10 @@
-"""sdk._core.acks: consumer acks in batches."""
+"""sac.sdk._core.acks: consumer acks in batches."""
 
 from __future__ import annotations
 
 import pytest
 
-from sdk._core.acks import Ack, AckBatcher, Reject
+from sac.sdk._core.acks import Ack, AckBatcher, Reject
 
 
 def test_batch_of_one_acks_each_delivery_singly() -> None:

@@ -1,4 +1,4 @@
-"""sdk._core.attempts: one decision for the attempts of a (re)connect."""
+"""sac.sdk._core.attempts: one decision for the attempts of a (re)connect."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pickle
 
 import pytest
 
-from sdk import ConnectError
-from sdk._core.attempts import Attempts
-from sdk._core.backoff import Backoff
+from sac.sdk import ConnectError
+from sac.sdk._core.attempts import Attempts
+from sac.sdk._core.backoff import Backoff
 
 NODES = ["a:5672", "b:5672", "c:5672"]
 

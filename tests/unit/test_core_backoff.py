@@ -1,4 +1,4 @@
-"""sdk._core.backoff: bounded exponential backoff with full jitter."""
+"""sac.sdk._core.backoff: bounded exponential backoff with full jitter."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 import pytest
 
-from sdk._core.backoff import Backoff
+from sac.sdk._core.backoff import Backoff
 
 
 def test_caps_grow_exponentially_up_to_maximum() -> None:

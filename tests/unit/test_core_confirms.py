@@ -1,10 +1,10 @@
-"""sdk._core.confirms: the publisher's confirm window."""
+"""sac.sdk._core.confirms: the publisher's confirm window."""
 
 from __future__ import annotations
 
 import pytest
 
-from sdk._core.confirms import ConfirmWindow, InFlight
+from sac.sdk._core.confirms import ConfirmWindow, InFlight
 
 
 def _item(seq: int) -> InFlight[str]:

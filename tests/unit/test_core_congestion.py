@@ -1,11 +1,11 @@
-"""sdk._core.congestion: how many messages may be in flight after nacks."""
+"""sac.sdk._core.congestion: how many messages may be in flight after nacks."""
 
 from __future__ import annotations
 
 import pytest
 
-from sdk._core.backoff import Backoff
-from sdk._core.congestion import SendLimit
+from sac.sdk._core.backoff import Backoff
+from sac.sdk._core.congestion import SendLimit
 
 BACKOFF = Backoff(initial=0.05, maximum=1.0, max_attempts=50, max_elapsed=30.0)
 

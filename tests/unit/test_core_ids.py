@@ -1,4 +1,4 @@
-"""sdk._core.ids: strictly increasing UUIDv7 message ids."""
+"""sac.sdk._core.ids: strictly increasing UUIDv7 message ids."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from sdk._core.ids import MessageIds, new_message_id
+from sac.sdk._core.ids import MessageIds, new_message_id
 
 NOW_MS = 1_700_000_000_000
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sdk._core.lock_holder import (
+from sac.sdk._core.lock_holder import (
     ProcessId,
     Stat,
     Verdict,

@@ -1,4 +1,4 @@
-"""sdk._core.poison: what happens to a message whose handler fails.
+"""sac.sdk._core.poison: what happens to a message whose handler fails.
 
 The retry-or-park decision (``after_failure``) and the longest a message can wait in
 retries (``worst_case``); the headers a parked copy carries and the ones its replay sends
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdk._core.backoff import Backoff
-from sdk._core.poison import (
+from sac.sdk._core.backoff import Backoff
+from sac.sdk._core.poison import (
     AT_HEADER,
     ATTEMPTS_HEADER,
     BY_HEADER,

@@ -1,10 +1,10 @@
-"""sdk._core.queues: reading RabbitMQ's "inequivalent arg" texts."""
+"""sac.sdk._core.queues: reading RabbitMQ's "inequivalent arg" texts."""
 
 from __future__ import annotations
 
 import pytest
 
-from sdk._core.queues import Inequivalent, parse_inequivalent
+from sac.sdk._core.queues import Inequivalent, parse_inequivalent
 
 
 @pytest.mark.parametrize(

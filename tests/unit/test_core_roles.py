@@ -1,8 +1,8 @@
-"""sdk._core.roles: stopped / connecting / waiting / active / stopping."""
+"""sac.sdk._core.roles: stopped / connecting / waiting / active / stopping."""
 
 from __future__ import annotations
 
-from sdk._core.roles import Change, Role, RoleTracker
+from sac.sdk._core.roles import Change, Role, RoleTracker
 
 
 def test_starts_stopped() -> None:

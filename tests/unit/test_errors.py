@@ -1,13 +1,14 @@
-"""sdk._errors: one exception tree, every exception picklable."""
+"""sac.sdk._errors: one exception tree, every exception picklable."""
 
 from __future__ import annotations
 
+import importlib
 import pickle
 
 import pytest
 
-from sdk import _errors
-from sdk._errors import (
+from sac.sdk import _errors
+from sac.sdk._errors import (
     AuthenticationError,
     BlockedTimeout,
     ClosedError,
@@ -15,6 +16,7 @@ from sdk._errors import (
     ConfirmTimeout,
     ConnectError,
     ConsumerError,
+    LifecycleError,
     MessageNacked,
     MessageReturned,
     MessageTooLarge,
@@ -62,6 +64,7 @@ EXAMPLES: list[SacError] = [
     StoreError("odd store"),
     StoreUnavailable("cannot open /nope/dedup.db: directory does not exist"),
     SchemaMismatch("sqlite:/tmp/d.db", 0, 1),
+    LifecycleError("this publisher was already started (running)"),
     ClosedError("closed"),
 ]
 
@@ -152,15 +155,14 @@ def _subclasses(cls: type[BaseException]) -> set[type[BaseException]]:
 
 
 def test_every_error_a_user_can_meet_is_exported() -> None:
-    """Users catch what they can import from ``sdk``: every error class anywhere in the SDK
+    """Users catch what they can import from ``sac.sdk``: every error class anywhere in the SDK
     is exported, but the transport's internal ``LinkLost``, which the reconnect logic turns
     into a failed attempt and never lets out (tests/sdk/test_reconnect.py shows it)."""
-    import sdk
-    import sdk.consumer
-    import sdk.dedup
-    import sdk.publisher  # every module that defines errors is loaded
-    from sdk._transport import LinkLost
+    from sac import sdk
+    from sac.sdk._transport import LinkLost
 
-    ours = {c for c in _subclasses(SacError) if c.__module__.startswith("sdk")} | {SacError}
+    for module in ("consumer", "dedup", "publisher"):  # every module that defines errors
+        importlib.import_module(f"sac.sdk.{module}")
+    ours = {c for c in _subclasses(SacError) if c.__module__.startswith("sac.sdk")} | {SacError}
     exported = {getattr(sdk, name) for name in sdk.__all__}
     assert ours - exported == {LinkLost}

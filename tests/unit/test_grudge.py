@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos._grudge import (
+from sac.chaos._grudge import (
     TABLE,
     Grudge,
     bridge,

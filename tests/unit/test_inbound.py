@@ -1,4 +1,4 @@
-"""sdk._inbound decodes deliveries exactly as pika does, and hands pika every other frame.
+"""sac.sdk._inbound decodes deliveries exactly as pika does, and hands pika every other frame.
 
 The fast path bypasses pika's frame objects, so nothing but a comparison keeps the two in
 step: every stream here is built with pika's own marshalling and decoded twice, once by
@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from pika.channel import ContentFrameAssembler
 from pika.spec import Basic, BasicProperties, Channel, Connection
 
-from sdk._inbound import InboundDeliveries
+from sac.sdk._inbound import InboundDeliveries
 
 # Small frames, so that multi-frame bodies stay cheap to generate (4096 is AMQP's minimum).
 FRAME_MAX = 4096

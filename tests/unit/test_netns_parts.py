@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from server import ClusterSpec, LocalCluster, NetnsPlan, PortLayout
-from server._netns import (
+from sac.server import ClusterSpec, LocalCluster, NetnsPlan, PortLayout
+from sac.server._netns import (
     RANGE,
     choose_subnet,
     missing_capabilities,

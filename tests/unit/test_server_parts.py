@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from server import Credentials, LocalCluster, PortBusyError, PortLayout, _proc
-from server._files import write_secret
-from server._ports import BLOCK, allocate_base, check_free, port_is_free
+from sac.server import Credentials, LocalCluster, PortBusyError, PortLayout, _proc
+from sac.server._files import write_secret
+from sac.server._ports import BLOCK, allocate_base, check_free, port_is_free
 
 
 def test_layout_keeps_every_port_inside_its_block() -> None:

@@ -1,4 +1,4 @@
-"""sdk._settings (and the Delivery a handler receives): validation, masking, frozen values."""
+"""sac.sdk._settings (and the Delivery a handler receives): validation, masking, frozen values."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 import attrs
 import pytest
 
-from sdk._core.backoff import Backoff
-from sdk._delivery import RETRANSMIT_HEADER, Delivery, delivery_count
-from sdk._errors import ConfigurationError
-from sdk._settings import (
+from sac.sdk._core.backoff import Backoff
+from sac.sdk._delivery import RETRANSMIT_HEADER, Delivery, delivery_count
+from sac.sdk._errors import ConfigurationError
+from sac.sdk._settings import (
     ConnectionSettings,
     ConsumerSettings,
     PublisherSettings,

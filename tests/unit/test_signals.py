@@ -1,4 +1,5 @@
-"""sdk._signals: SIGTERM/SIGINT start a stop once, then act as before; only in the main thread."""
+"""sac.sdk._signals: SIGTERM/SIGINT start a stop once, then act as before; only in the main
+thread."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from types import FrameType
 
 import pytest
 
-from sdk._signals import stop_on_signals
+from sac.sdk._signals import stop_on_signals
 
 
 @pytest.fixture

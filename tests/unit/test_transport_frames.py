@@ -8,8 +8,8 @@ import pika.frame
 import pytest
 from pika.spec import Basic, BasicProperties
 
-from sdk import ConfigurationError
-from sdk._transport import encode_header, encode_id, encode_publish
+from sac.sdk import ConfigurationError
+from sac.sdk._transport import encode_header, encode_id, encode_publish
 
 
 def frame(kind: int, channel: int, payload: bytes) -> bytes:

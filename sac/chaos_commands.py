@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from chaos.errors import ChaosError
-from checker.errors import CheckerError
 from sac._oneline import one_line
-from server import ServerError
+from sac.chaos.errors import ChaosError
+from sac.checker.errors import CheckerError
+from sac.server import ServerError
 
 FAILURES = (ChaosError, ServerError, CheckerError)
 
@@ -89,7 +89,7 @@ def add_demo_parser(commands: Any) -> None:
 def run_demo(args: argparse.Namespace) -> int:
     """A fresh cluster (a network namespace per node, for the partition), a PostgreSQL, four
     key scenarios each in its real and its weakened configuration, checked on Spark."""
-    from chaos.campaign import plan
+    from sac.chaos.campaign import plan
 
     scenarios = list(DEMO_SCENARIOS)
     if os.geteuid() != 0:
@@ -103,7 +103,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _list(_args: argparse.Namespace) -> int:
-    from chaos.scenarios import SCENARIOS
+    from sac.chaos.scenarios import SCENARIOS
 
     width = max(len(name) for name in SCENARIOS)
     for scenario in SCENARIOS.values():
@@ -116,7 +116,7 @@ def _list(_args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def _servers(cluster_name: str | None, postgres: bool, netns: bool, home: Path | None
              ) -> Iterator[tuple[Any, Any]]:
-    from server import LocalCluster, LocalPostgres
+    from sac.server import LocalCluster, LocalPostgres
 
     with contextlib.ExitStack() as stack:
         if cluster_name is not None:
@@ -134,7 +134,7 @@ def _servers(cluster_name: str | None, postgres: bool, netns: bool, home: Path |
 
 
 def _scenarios(names: str | None) -> list[str]:
-    from chaos.scenarios import SCENARIOS
+    from sac.chaos.scenarios import SCENARIOS
 
     chosen = list(SCENARIOS) if names is None else [n.strip() for n in names.split(",") if n]
     unknown = [n for n in chosen if n not in SCENARIOS]
@@ -146,8 +146,8 @@ def _scenarios(names: str | None) -> list[str]:
 
 @one_line("sac chaos", FAILURES, 2)
 def run_one(args: argparse.Namespace) -> int:
-    from chaos.scenarios import SCENARIOS
-    from chaos.settings import RunSettings
+    from sac.chaos.scenarios import SCENARIOS
+    from sac.chaos.settings import RunSettings
 
     name = _scenarios(args.scenario)[0]
     scenario = SCENARIOS[name]
@@ -158,7 +158,7 @@ def run_one(args: argparse.Namespace) -> int:
 
 @one_line("sac chaos", FAILURES, 2)
 def run_campaign(args: argparse.Namespace) -> int:
-    from chaos.campaign import plan
+    from sac.chaos.campaign import plan
 
     if args.seeds < 1:
         raise ChaosError("--seeds must be at least 1")
@@ -170,8 +170,8 @@ def run_campaign(args: argparse.Namespace) -> int:
 def _carry_out(runs: list[Any], args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from chaos.campaign import carry_out, failed, row, table
-    from chaos.scenarios import SCENARIOS
+    from sac.chaos.campaign import carry_out, failed, row, table
+    from sac.chaos.scenarios import SCENARIOS
     from sac.check import check_and_report
 
     if args.messages < 1 or args.rate <= 0:

@@ -1,0 +1,71 @@
+"""One import name: the SDK's face is pinned, and no module loads under a second name."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sac import sdk
+
+ROOT = Path(__file__).parents[2]
+
+# The face, pinned: a name added or dropped is a decision, made here as well.
+FACE = [
+    "RETRANSMIT_HEADER", "AsyncConsumer", "AsyncPublisher", "AuthenticationError", "Backoff",
+    "BlockedTimeout", "ClosedError", "ConfigurationError", "ConfirmTimeout", "ConnectError",
+    "ConnectionSettings", "Consumer", "ConsumerError", "ConsumerSettings", "ConsumerStats",
+    "Delivery", "HistoryRecorder", "Inbox", "InboxStats", "LifecycleError", "LookupPolicy",
+    "MemoryStore",
+    "MessageIdFrom", "MessageNacked", "MessageReturned", "MessageTooLarge", "MissingMessageId",
+    "ParkedMessage", "ParkingFailed", "Poison", "PostgresStore", "PublishError", "Publisher",
+    "PublisherSettings", "PublisherStats", "QueueError", "QueueMismatch", "QueueNotFound",
+    "QueueSettings", "ReplayError", "Retention", "Role", "SQLiteStore", "SacError",
+    "SchemaMismatch", "StaleEpoch", "Store", "StoreError", "StoreUnavailable", "Transaction",
+    "Unconfirmed", "new_message_id", "parked_messages", "parked_messages_async",
+    "replay_parked", "replay_parked_async",
+]
+
+
+def test_the_face_is_exactly_what_users_import() -> None:
+    """A name added to or dropped from the face is a decision: change FACE with it."""
+    assert sdk.__all__ == FACE
+    for name in sdk.__all__:
+        module = getattr(getattr(sdk, name), "__module__", "sac.sdk")
+        assert module.startswith("sac.sdk"), (name, module)
+
+
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh interpreter with the repository root first on ``sys.path``, as
+    ``python -c`` from a checkout has it."""
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+
+
+@pytest.mark.parametrize("package", ["sdk", "server", "chaos", "checker"])
+def test_a_folder_does_not_import_under_its_own_name(package: str) -> None:
+    done = run_python(f"import {package}.errors" if package == "chaos" else f"import {package}")
+    assert done.returncode == 1
+    assert f"ImportError: import sac.{package}, not {package}:" in done.stderr
+    # and nothing of it stayed loaded under the wrong name
+    done = run_python(
+        f"import sys\ntry:\n    import {package}\nexcept ImportError:\n    pass\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] == {package!r}))"
+    )
+    assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_the_checker_loads_without_the_sdk() -> None:
+    """A Spark executor has the checker and its own dependencies only."""
+    done = run_python(
+        "import pkgutil, sys, sac.checker\n"
+        "for info in pkgutil.walk_packages(sac.checker.__path__, 'sac.checker.'):\n"
+        "    __import__(info.name)\n"
+        "print(sorted({m.split('.')[0] if not m.startswith('sac.') else '.'.join(m.split('.')[:2])"
+        " for m in sys.modules} & {'sac.sdk', 'sac.server', 'sac.chaos', 'sac.cli', 'pika'}))"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
