@@ -21,9 +21,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from sdk._core.acks import Ack, Reject
-from sdk._core.backoff import Backoff
-from sdk._core.consuming import (
+from sac.sdk._core.acks import Ack, Reject
+from sac.sdk._core.backoff import Backoff
+from sac.sdk._core.consuming import (
     CANCEL,
     WAKE,
     Action,
@@ -39,7 +39,7 @@ from sdk._core.consuming import (
     Subscribe,
     Why,
 )
-from sdk._core.roles import Role
+from sac.sdk._core.roles import Role
 
 RETRY = Backoff(initial=1.0, maximum=4.0, max_attempts=3, max_elapsed=100.0)
 RESUBSCRIBE = Backoff(initial=0.5, maximum=2.0, max_attempts=3, max_elapsed=60.0)
