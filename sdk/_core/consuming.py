@@ -386,8 +386,10 @@ class ConsumerMachine(Generic[D]):
         if failing is None or not failing.parking:
             return NONE
         self._failing = None
-        if failing.generation != self.generation or self.stage is Stage.CLOSED:
-            return self._free()  # the channel went first: the broker has it back
+        if failing.generation != self.generation or self.stage is not Stage.RUNNING:
+            # The channel went first (the broker has it back), or stopping: nothing after
+            # it runs, so no later ack covers it.
+            return self._free()
         # On a live channel the message must not be passed over: a later multiple ack
         # would cover it.
         return self._halt(Why.PARKING_FAILED, error, failing.delivery, failing.attempts)
@@ -443,14 +445,15 @@ class ConsumerMachine(Generic[D]):
         return actions
 
     def finish(self, now: float) -> Actions[D]:
-        """The stop goes on: acks for what is done; nothing later is run or acked."""
+        """The stop goes on (or a start failed): acks for what is done; nothing later is
+        run or acked."""
         if self.stage is Stage.CLOSED:
             return NONE
-        if self.stage is not Stage.STOPPING:
-            self.stop(now)
         self.stage = Stage.CLOSED
+        self._waiting.clear()
         self._run = None
         self._failing = None
+        self._resubscribing = None
         return self._acks.flush()
 
     def closed(self, now: float) -> Actions[D]:

@@ -104,7 +104,7 @@ def test_a_run_takes_at_most_a_batch_and_the_rest_follows_in_order() -> None:
 def test_idle_flushes_acks_below_the_batch() -> None:
     m = running(machine(batch=10))
     m.deliver(Msg(1))
-    [run] = m.dispatch(0.0)
+    m.dispatch(0.0)
     assert m.ran(1, None, 0.0) == [Ack(1, multiple=False)]
     assert m.unacked_done == 0
 
@@ -167,6 +167,7 @@ def test_a_message_that_keeps_failing_is_parked_then_acked() -> None:
     actions = m.ran(0, ValueError("1"), now)
     for attempts in (2, 3, 4):
         [retry] = m.tick(actions[-1].at)
+        assert retry.attempt == attempts
         now = actions[-1].at
         actions = m.ran(0, ValueError(str(attempts)), now)
     [park] = actions
@@ -185,7 +186,8 @@ def test_a_permanent_failure_is_parked_at_once() -> None:
     m.deliver(Msg(1))
     m.dispatch(0.0)
     [park] = m.ran(0, Permanent("no id"), 0.0)
-    assert isinstance(park, Park) and park.attempts == 1
+    assert isinstance(park, Park)
+    assert park.attempts == 1
 
 
 def test_without_a_parking_queue_it_is_rejected_into_the_dead_letter_exchange() -> None:
@@ -243,6 +245,7 @@ def test_a_fenced_commit_halts_and_acks_nothing_of_its_run() -> None:
     m.dispatch(0.0)
     [ack, run] = m.ran(2, None, 0.0)
     assert ack == Ack(2, multiple=True)
+    assert tags(run) == [3, 4]
     error = RuntimeError("stale epoch")
     assert m.commit_failed(error, 1.0, fenced=True) == [Halt(Why.FENCED, error)]
     assert m.unacked_done == 0
@@ -301,10 +304,10 @@ def test_a_server_cancel_flushes_then_resubscribes_with_backoff() -> None:
 def test_resubscribing_gives_up_when_the_backoff_is_spent() -> None:
     m = running(machine())
     actions = m.server_cancel(0.0)
-    for _ in range(2):
-        [subscribe] = m.tick(actions[-1].at)
+    for attempt in (1, 2):
+        assert m.tick(actions[-1].at) == [Subscribe(attempt)]
         actions = m.subscribe_failed(actions[-1].at, RuntimeError("no queue"))
-    [subscribe] = m.tick(actions[-1].at)
+    assert m.tick(actions[-1].at) == [Subscribe(3)]
     error = RuntimeError("still no queue")
     [halt] = m.subscribe_failed(10.0, error)
     assert halt == Halt(Why.NOT_RESUBSCRIBED, error, attempts=3)
@@ -426,7 +429,8 @@ class Channel(RuleBasedStateMachine):
                 self.last_ack[self.gen] = action.tag
             elif isinstance(action, Reject):
                 key = (self.gen, action.tag)
-                assert key in self.failed_for_good and not action.requeue
+                assert key in self.failed_for_good
+                assert not action.requeue
                 assert key not in self.acked | self.rejected
                 self.rejected.add(key)
             elif isinstance(action, Park):
@@ -484,7 +488,8 @@ class Channel(RuleBasedStateMachine):
         self.apply(self.m.dispatch(self.now))
 
     def run_ends(self, data: st.DataObject) -> None:
-        assert self.m is not None and self.run is not None
+        assert self.m is not None
+        assert self.run is not None
         run, gen = self.run, self.run_gen
         self.run = None
         size = len(run.deliveries)
@@ -502,7 +507,8 @@ class Channel(RuleBasedStateMachine):
         self.apply(self.m.commit_failed(RuntimeError("refused"), self.now, fenced=fenced))
 
     def park_ends(self, data: st.DataObject) -> None:
-        assert self.m is not None and self.parking is not None
+        assert self.m is not None
+        assert self.parking is not None
         key = (self.gen, self.parking.delivery_tag)
         self.parking = None
         if data.draw(st.booleans(), "parked"):
