@@ -23,7 +23,8 @@ Events (methods; each returns the actions to carry out, usually none)
 ``commit_failed(error, now, fenced=...)``
     the inbox refused the whole ``Run``: fenced (``StaleEpoch``: a newer consumer holds the
     queue), else the store stayed unavailable past the inbox's own bounded retry. Nothing of
-    the run committed.
+    the run committed; the consumer halts (even if the run's channel is gone: it was
+    replaced, or the store is gone), unless stopping anyway.
 ``parked(now)`` / ``park_failed(now, error)``
     the parking queue confirmed the copy / did not take it (refused, timed out, or the link
     went: after ``channel_lost`` that is no error, the broker has the original back).
@@ -362,13 +363,12 @@ class ConsumerMachine(Generic[D]):
         if run is None:
             return NONE
         self._run = None
-        self._failing = None
-        if run.generation != self.generation or self.stage is Stage.CLOSED:
-            return self._free()
-        if fenced:
-            return self._halt(Why.FENCED, error)
+        if run.generation == self.generation:
+            self._failing = None
+        # Whatever channel the run came on: a fenced consumer was replaced, and a store
+        # that stays unavailable fails every run after this one too.
         if self.stage is Stage.RUNNING:
-            return self._halt(Why.STORE_UNAVAILABLE, error)
+            return self._halt(Why.FENCED if fenced else Why.STORE_UNAVAILABLE, error)
         return self._free()  # stopping anyway: left unacked, not an error
 
     def parked(self, now: float) -> Actions[D]:

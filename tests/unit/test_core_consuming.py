@@ -252,6 +252,20 @@ def test_a_fenced_commit_halts_and_acks_nothing_of_its_run() -> None:
     assert m.finish(2.0) == []
 
 
+def test_a_run_fenced_after_its_channel_was_lost_still_halts() -> None:
+    """The broker dropped a consumer stuck in its effect and handed the queue over; when the
+    effect ends, its commit is refused: this consumer was replaced, whatever channel it has
+    by now."""
+    m = running(machine())
+    m.deliver(Msg(1))
+    m.dispatch(0.0)
+    m.channel_lost(1.0)
+    m.subscribed(2.0)
+    error = RuntimeError("stale epoch")
+    assert m.commit_failed(error, 3.0, fenced=True) == [Halt(Why.FENCED, error)]
+    assert m.stage is Stage.HALTED
+
+
 def test_a_store_failure_halts_unless_stopping() -> None:
     m = running(machine())
     m.deliver(Msg(1))
