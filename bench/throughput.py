@@ -69,10 +69,10 @@ Differences that are the SDK's real behaviour, benched as they are:
   ``x-single-active-consumer: true``). The bench declares every queue, for raw and SDK variants
   alike, with exactly these arguments before the run, so the SDK's declaration is a no-op and the
   work on the broker's side is the same;
-- the SDK consumer decodes its deliveries itself (``sdk/_inbound.py``; pika decodes every other
-  frame), builds a ``Delivery`` per message and hands it to the handler through a queue (the
-  async face: one worker task; the blocking face: the caller's thread, with acks sent back to
-  the loop thread in batches of ``ack_batch``).
+- the SDK consumer decodes its deliveries itself (``sdk/_wire/deliveries.py``; pika decodes
+  every other frame), builds a ``Delivery`` per message and hands it to the handler through a
+  queue (the async face: one worker task; the blocking face: the caller's thread, with acks
+  sent back to the loop thread in batches of ``ack_batch``).
 
 Every variant runs in its own fresh process (``multiprocessing`` "spawn"), one after another. So
 no variant shares an event loop, imported modules or GC state with another, and none competes with

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sac.server import LocalCluster, ServerError
-from sac.server.rabbitmq import NETWORKS, PARTITION_HANDLING
+from sac.server._rabbitmq_config import NETWORKS, PARTITION_HANDLING
 
 
 def _add_name(parser: argparse.ArgumentParser) -> None:

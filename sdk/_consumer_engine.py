@@ -227,7 +227,7 @@ class ConsumerEngine(Recovering):
             tag = self._consumer_tag
             # From here pika rejects (requeues) what still arrives for the tag, as it does
             # for any consumer it cancels.
-            link.conn.sac_inbound.unregister(channel.channel_number, tag)
+            link.release_deliveries(tag)
             try:
                 await asyncio.wait_for(link.rpc(
                     lambda cb: channel.basic_cancel(tag, callback=cb), "basic.cancel"), wait)
@@ -534,7 +534,7 @@ class ConsumerEngine(Recovering):
     def _on_message(
         self, channel: Any, method: Basic.Deliver, props: BasicProperties, body: bytes
     ) -> None:
-        """A delivery that pika decoded (the fast path in ``sdk/_inbound.py`` takes the
+        """A delivery that pika decoded (the fast path in ``sdk/_wire/deliveries.py`` takes the
         usual ones): the same handling."""
         rare = other_properties(props)
         self._take(method.delivery_tag, method.redelivered, method.exchange,
@@ -577,7 +577,7 @@ class ConsumerEngine(Recovering):
         self._record("cancelled", queue=self.settings.queue.name, by="server")
         link = self._link
         if link is not None and link.channel is not None and self._consumer_tag is not None:
-            link.conn.sac_inbound.unregister(link.channel.channel_number, self._consumer_tag)
+            link.release_deliveries(self._consumer_tag)
         self._consumer_tag = None
         if self._opening and not self.life.shutting_down:
             # Cancelled while a (re)connect sets this link up: that attempt failed, and the
@@ -626,14 +626,13 @@ class ConsumerEngine(Recovering):
         tag = f"{name}-{next(_tags)}-{id(self):x}"
         arguments = {"x-cancel-on-ha-failover": True} if queue.type == "classic" else None
         # Deliveries to this tag are decoded by our own fast path, pika's for the rest.
-        inbound = link.conn.sac_inbound
-        inbound.register(channel.channel_number, tag, self._take)
+        link.take_deliveries(tag, self._take)
         try:
             await link.rpc(lambda cb: channel.basic_consume(
                 queue.name, self._on_message, consumer_tag=tag, arguments=arguments,
                 callback=cb), "basic.consume")
         except BaseException:
-            inbound.unregister(channel.channel_number, tag)
+            link.release_deliveries(tag)
             raise
         self._consumer_tag = tag
         self._record("subscribed", queue=queue.name, by="client")

@@ -11,14 +11,16 @@ why every constructor passes all its arguments on to ``Exception.__init__``::
     │   └── AuthenticationError               the broker refused the credentials
     ├── QueueError
     │   ├── QueueNotFound                     passive check of a queue that does not exist
-    │   └── QueueMismatch                     the queue exists with other arguments
+    │   ├── QueueMismatch                     the queue exists with other arguments
+    │   └── ReplayError                       a parked message could not be sent back
     ├── PublishError                          a message could not be published safely
     │   ├── MessageNacked                     the broker nacked it, retries exhausted
     │   ├── MessageReturned                   unroutable with mandatory on
     │   ├── MessageTooLarge                   over the broker's max message size
     │   ├── ConfirmTimeout                    no confirm within the timeout
-    │   ├── BlockedTimeout                    connection.blocked outlasted its timeout
-    │   └── Unconfirmed                       close() left messages unconfirmed
+    │   └── BlockedTimeout                    connection.blocked outlasted its timeout
+    ├── Unconfirmed                           close() left messages unconfirmed (their ids)
+    ├── LinkLost                              internal: a connection or channel went away
     ├── ConsumerError
     │   ├── StaleEpoch                        a fenced consumer tried to commit (sac.sdk.dedup)
     │   ├── MissingMessageId                  an inbox got a message without a message id

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from pika.channel import Channel
 from pika.spec import BasicProperties
 
 from ._core.backoff import Backoff
+from ._core.retry import Retry
 from ._transport import Link, LinkLost, describe
 
 log = logging.getLogger("sac.forward")
@@ -30,6 +32,10 @@ class Refused(Exception):
     """The broker did not take the copy (unroutable, or nacked past ``NACK_RETRY``)."""
 
 
+class _Nacked(Exception):
+    """The broker nacked the copy (a quorum queue electing a leader): worth another try."""
+
+
 class Forwarder:
     """A confirm-mode channel of its own on ``link`` (the link's main channel stays as it
     is), one message at a time."""
@@ -37,6 +43,7 @@ class Forwarder:
     def __init__(self, link: Link, retry: Backoff = NACK_RETRY) -> None:
         self.link = link
         self.retry = retry
+        self._retry = Retry(retry, time.monotonic, asyncio.sleep)
         self._channel: Channel | None = None
         self._seq = 0
         self._waiting: dict[int, asyncio.Future[bool]] = {}
@@ -63,21 +70,21 @@ class Forwarder:
         """Publish through the default exchange to the queue ``routing_key``; return once
         the broker confirmed it. ``Refused`` if it will not take it, ``LinkLost`` if the
         link died first (then nobody knows: the caller leaves the original unacked)."""
+
+        async def attempt() -> None:
+            if not await self._send_once(routing_key, body, properties):
+                raise _Nacked()
+
+        def retrying(_failures: int, delay: float, _nack: BaseException) -> None:
+            log.warning("the broker nacked a message for %r; sending it again in %.2f s",
+                        routing_key, delay)
+
+        def give_up(failures: int, elapsed: float, _nack: BaseException) -> BaseException:
+            return Refused(f"the broker nacked it {failures} time(s) over {elapsed:.1f} s")
+
         async with self._lock:
-            loop = asyncio.get_running_loop()
-            began = loop.time()
-            attempt = 0
-            while True:
-                if await self._send_once(routing_key, body, properties):
-                    return
-                attempt += 1
-                delay = self.retry.delay(attempt, loop.time() - began)
-                if delay is None:
-                    raise Refused(f"the broker nacked it {attempt} time(s) over "
-                                  f"{loop.time() - began:.1f} s")
-                log.warning("the broker nacked a message for %r; sending it again in %.2f s",
-                            routing_key, delay)
-                await asyncio.sleep(delay)
+            await self._retry.run_async(attempt, retry_on=_Nacked, give_up=give_up,
+                                        on_retry=retrying)
 
     async def _send_once(self, routing_key: str, body: bytes, props: BasicProperties) -> bool:
         channel = await self._open()
@@ -114,7 +121,7 @@ class Forwarder:
         if current is None or channel is not current:
             return
         self._channel = None
-        self.link.conn.sac_inbound.forget_channel(current.channel_number)
+        self.link.forget_channel(current)
         lost = LinkLost(self.link.node, f"forwarding channel closed: {describe(exc)}")
         for fut in self._waiting.values():
             if not fut.done():

@@ -20,6 +20,11 @@ from typing import Any, Literal
 import attrs
 
 from ._core.backoff import Backoff
+from ._core.checks import at_least as _at_least
+from ._core.checks import flag as _flag
+from ._core.checks import kind as _kind
+from ._core.checks import optional as _optional
+from ._core.checks import positive as _positive
 from ._core.poison import MessageIdFrom, worst_case
 from ._errors import ConfigurationError
 
@@ -87,34 +92,6 @@ def _urls(value: str | Sequence[str]) -> tuple[str, ...]:
     return urls
 
 
-def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ConfigurationError(f"{attribute.name} must be a positive number, got {value!r}")
-
-
-def _at_least(minimum: int) -> Any:
-    def check(_inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ConfigurationError(
-                f"{attribute.name} must be an integer >= {minimum}, got {value!r}"
-            )
-
-    return check
-
-
-def _flag(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ConfigurationError(f"{attribute.name} must be True or False, got {value!r}")
-
-
-def _optional(check: Any) -> Any:
-    def run(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value is not None:
-            check(inst, attribute, value)
-
-    return run
-
-
 @attrs.frozen
 class ConnectionSettings:
     """How to reach the cluster: one URL per node, tried in order, round-robin on failure."""
@@ -126,7 +103,7 @@ class ConnectionSettings:
     connect_timeout: float = attrs.field(default=5.0, validator=_positive)
     blocked_timeout: float = attrs.field(default=60.0, validator=_positive)
     """How long publishing may stay paused by ``connection.blocked`` before it raises."""
-    reconnect: Backoff = attrs.field(factory=Backoff)
+    reconnect: Backoff = attrs.field(factory=Backoff, validator=_kind(Backoff))
     name: str | None = None
     """Shown as the connection name in the management UI."""
     ca_file: str | None = None
@@ -324,7 +301,8 @@ class PublisherSettings:
     """At most this many messages unconfirmed at once."""
     mandatory: bool = True
     nack_backoff: Backoff = attrs.field(
-        factory=lambda: Backoff(initial=0.05, maximum=1.0, max_attempts=50, max_elapsed=30.0)
+        factory=lambda: Backoff(initial=0.05, maximum=1.0, max_attempts=50, max_elapsed=30.0),
+        validator=_kind(Backoff),
     )
     """A nacked message is sent again under this policy (a quorum queue nacks while it
     elects a leader, for up to a few seconds); then its publish fails with MessageNacked."""

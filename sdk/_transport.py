@@ -6,8 +6,11 @@ of aio-pika's client CPU per published message (issue 3 measured 19 µs against 
 the speed target (90% of raw pika) rules out anything slower on the hot path. The blocking face
 runs the same code on a private loop in a background thread (``sdk/_loop_thread.py``), so both
 faces share every decision, and heartbeats keep flowing while a blocking handler runs. On the
-two hot paths pika's per-frame objects are bypassed: published frames are encoded here, and
-deliveries to our consumers are decoded by ``sdk/_inbound.py``; pika keeps every other frame.
+two hot paths pika's per-frame objects are bypassed: published frames are encoded by
+``sdk/_wire/frames.py``, and deliveries to our consumers are decoded by
+``sdk/_wire/deliveries.py``; pika keeps every other frame. The connection that does it is in
+``sdk/_wire/pika_hooks.py``, the one module that touches pika's internals. Consumers register
+their deliveries here, through ``Link``, never on the connection itself.
 
 A ``Link`` lives and dies as a whole: when its connection or channel closes, every pending
 operation fails with ``LinkLost`` and the owner (publisher or consumer) decides what to do.
@@ -19,7 +22,6 @@ import asyncio
 import contextlib
 import re
 import ssl
-import struct
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
@@ -31,11 +33,7 @@ from pika.adapters.utils.connection_workflow import (
     AMQPConnectionWorkflowFailed,
     AMQPConnectorException,
 )
-from pika.adapters.utils.io_services_utils import (
-    _AsyncPlaintextTransport as _PlaintextTransport,
-)
 from pika.channel import Channel
-from pika.spec import Basic, BasicProperties
 
 from ._core.queues import parse_inequivalent
 from ._errors import (
@@ -46,8 +44,9 @@ from ._errors import (
     QueueNotFound,
     SacError,
 )
-from ._inbound import InboundDeliveries
 from ._settings import ConnectionSettings, QueueSettings, mask_url
+from ._wire.deliveries import DeliveryCallback
+from ._wire.pika_hooks import BatchedAsyncioConnection, PublishFrames
 
 
 class LinkLost(SacError):
@@ -139,211 +138,6 @@ def _translate_open_error(url: str, exc: BaseException) -> SacError:
     return ConnectError(f"{node}: {describe(exc)}")
 
 
-class BatchedAsyncioConnection(AsyncioConnection):  # type: ignore[misc]
-    """pika's asyncio connection, writing all frames of one loop iteration at once.
-
-    pika hands every frame to the socket on its own: three ``send`` calls per published
-    message (method, header, body), which cost more client CPU than everything else on the
-    hot path. Collecting what one event-loop iteration produces and writing it with one call
-    keeps the frame order and delays nothing beyond the current iteration. ``PublishFrames``
-    adds its frames to the same list, so they stay in order with pika's own.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._sac_pending: list[bytes] = []
-        # Frames are never larger than pika's maximum, whatever is negotiated.
-        self.sac_inbound = InboundDeliveries(self._sac_to_pika, pika.spec.FRAME_MAX_SIZE)
-        super().__init__(*args, **kwargs)
-
-    def _on_data_available(self, data_in: bytes) -> None:
-        inbound = self.sac_inbound
-        if not inbound.active:
-            super()._on_data_available(data_in)
-            return
-        held: bytes = getattr(self, "_frame_buffer")  # noqa: B009 - pika leaves it untyped
-        if held:
-            # The first bytes since a consumer registered: pika may hold the start of a
-            # frame, which is ours to complete now.
-            data_in = held + data_in
-            self._frame_buffer = b""
-        inbound.feed(data_in)
-        # What pika would have counted for the frames it did not see (heartbeat checks).
-        self.bytes_received += inbound.bytes
-        self.frames_received += inbound.frames
-        inbound.bytes = inbound.frames = 0
-
-    def _sac_to_pika(self, frames: bytes) -> None:
-        super()._on_data_available(frames)
-
-    def _adapter_emit_data(self, data: bytes) -> None:
-        if not self._sac_pending:
-            asyncio.get_running_loop().call_soon(self._sac_flush)
-        self._sac_pending.append(data)
-
-    def _sac_flush(self) -> None:
-        if not self._sac_pending:
-            return
-        data = b"".join(self._sac_pending)
-        self._sac_pending.clear()
-        transport = self._transport
-        if transport is None:
-            return
-        if (
-            type(transport) is _PlaintextTransport
-            and transport._state == transport._STATE_ACTIVE
-            and not transport.get_write_buffer_size()
-        ):
-            # pika's transport only ever sends from a writability callback: two epoll_ctl
-            # calls and one more loop iteration per write. A socket with nothing queued is
-            # almost always writable: try at once, as asyncio's own transports do, and leave
-            # whatever did not fit (or any error, which pika then meets itself and handles
-            # its way) to pika's buffered path. Plain TCP only: TLS keeps pika's path.
-            try:
-                sent = transport._sock.send(data)
-            except OSError:
-                sent = 0
-            if sent >= len(data):
-                return
-            data = data[sent:]
-        super()._adapter_emit_data(data)
-
-    def _adapter_disconnect_stream(self) -> None:
-        self._sac_flush()
-        super()._adapter_disconnect_stream()
-
-
-# ---------------------------------------------------------------- publishing without pika's
-# per-message frame objects. pika builds a Basic.Publish, a Method, a Header and a Body frame
-# object and marshals each of them for every message: about 5 µs, a third of the client CPU
-# of a confirmed publish. The same bytes come from a cached method frame and two struct packs.
-
-_FRAME_END = b"\xce"
-_FRAME_HEAD = struct.Struct(">BHI")  # type, channel, payload size
-_BODY_HEAD = struct.Struct(">BBHI")  # the header frame's end, then the body frame's head
-_PUBLISH_INDEX = struct.pack(">I", Basic.Publish.INDEX)
-_HEADER_HEAD = struct.Struct(">HxxQ")  # class id, weight, body size
-# The properties of almost every message: delivery_mode=2 and a message id, nothing else.
-_PERSISTENT_WITH_ID = struct.Struct(">HxxQHBB")  # ... flags, delivery mode, id length
-_PERSISTENT_WITH_ID_FLAGS = BasicProperties.FLAG_DELIVERY_MODE | BasicProperties.FLAG_MESSAGE_ID
-_PERSISTENT = 2
-_METHOD_CACHE = 1024  # Basic.Publish frames kept per channel, one per exchange and routing key
-
-
-def encode_publish(exchange: str, routing_key: str, mandatory: bool) -> bytes:
-    """The payload of a Basic.Publish method frame (channel independent).
-
-    Raises ``ConfigurationError`` for a name AMQP cannot carry (over 255 bytes).
-    """
-    try:
-        pieces = Basic.Publish(
-            exchange=exchange, routing_key=routing_key, mandatory=mandatory
-        ).encode()
-    except pika.exceptions.ShortStringTooLong:
-        raise ConfigurationError(
-            f"exchange {exchange[:64]!r} or routing key {routing_key[:64]!r} is over "
-            "255 bytes (UTF-8), the most AMQP allows"
-        ) from None
-    return _PUBLISH_INDEX + b"".join(pieces)
-
-
-def encode_id(message_id: str) -> bytes:
-    """A message id as it goes on the wire; ``ConfigurationError`` if AMQP cannot carry it."""
-    raw = message_id.encode()
-    if len(raw) > 255:
-        raise ConfigurationError(
-            f"message id {message_id[:64]!r}... is {len(raw)} bytes (UTF-8): AMQP allows 255"
-        )
-    return raw
-
-
-def encode_header(
-    body_size: int,
-    message_id: bytes,
-    headers: dict[str, Any] | None = None,
-    content_type: str | None = None,
-    correlation_id: str | None = None,
-) -> bytes:
-    """The payload of a persistent message's content header frame.
-
-    Without headers, content type or correlation id (the common case) this is one struct
-    pack; otherwise pika's own encoder runs, here, so that what it refuses is refused to the
-    caller (``ConfigurationError``) instead of failing later on the loop.
-    """
-    if headers is None and content_type is None and correlation_id is None:
-        return (
-            _PERSISTENT_WITH_ID.pack(
-                BasicProperties.INDEX, body_size, _PERSISTENT_WITH_ID_FLAGS, _PERSISTENT,
-                len(message_id),
-            )
-            + message_id
-        )
-    props = BasicProperties(
-        delivery_mode=_PERSISTENT,
-        message_id=message_id.decode(),
-        headers=headers,
-        content_type=content_type,
-        correlation_id=correlation_id,
-    )
-    try:
-        pieces = props.encode()
-    except (pika.exceptions.AMQPError, AssertionError, TypeError, ValueError) as exc:
-        raise ConfigurationError(f"message properties cannot be encoded: {exc!r}") from None
-    return _HEADER_HEAD.pack(BasicProperties.INDEX, body_size) + b"".join(pieces)
-
-
-class PublishFrames:
-    """Writes Basic.Publish, content header and body frames for one channel straight into
-    its connection's batched output, in the order of the calls (and of pika's own frames).
-
-    The caller checks ``ready`` first: pika's ``basic_publish`` would refuse a channel that
-    is not open, and so does this.
-    """
-
-    def __init__(self, conn: BatchedAsyncioConnection, channel: Channel) -> None:
-        self._conn = conn
-        self._channel = channel
-        self._number: int = channel.channel_number
-        self._pending = conn._sac_pending
-        self._flush = conn._sac_flush
-        self._body_max: int = conn._body_max_length
-        self._methods: dict[bytes, bytes] = {}
-
-    @property
-    def ready(self) -> bool:
-        return bool(self._channel.is_open) and not self._conn.is_closed
-
-    def write(self, method: bytes, header: bytes, body: bytes) -> None:
-        """One message: ``method`` from ``encode_publish``, ``header`` from ``encode_header``
-        (whose body size must be ``len(body)``)."""
-        number = self._number
-        frame = self._methods.get(method)
-        if frame is None:
-            frame = _FRAME_HEAD.pack(1, number, len(method)) + method + _FRAME_END
-            if len(self._methods) >= _METHOD_CACHE:  # routing keys may be unbounded
-                self._methods.clear()
-            self._methods[method] = frame
-        pending = self._pending
-        if not pending:
-            asyncio.get_running_loop().call_soon(self._flush)
-        size = len(body)
-        conn = self._conn
-        if 0 < size <= self._body_max:  # the hot path: one body frame
-            pending += (frame, _FRAME_HEAD.pack(2, number, len(header)), header,
-                        _BODY_HEAD.pack(0xCE, 3, number, size), body, _FRAME_END)
-            conn.frames_sent += 3
-            conn.bytes_sent += len(frame) + len(header) + size + 16
-            return
-        pending += (frame, _FRAME_HEAD.pack(2, number, len(header)), header, _FRAME_END)
-        conn.frames_sent += 2
-        conn.bytes_sent += len(frame) + len(header) + 8
-        view = memoryview(body)
-        for start in range(0, size, self._body_max):  # none for an empty body, as pika
-            chunk = bytes(view[start:start + self._body_max])
-            pending += (_FRAME_HEAD.pack(3, number, len(chunk)), chunk, _FRAME_END)
-            conn.frames_sent += 1
-            conn.bytes_sent += len(chunk) + 8
-
-
 class Link:
     """One open connection and its one channel."""
 
@@ -386,9 +180,7 @@ class Link:
                 error = pika.exceptions.AMQPHeartbeatTimeout(
                     f"nothing received from {self.node} for {now - state['since']:.1f} s"
                 )
-                # The same private call pika's own heartbeat checker makes: drop the socket
-                # at once, without a close handshake that a black hole would never answer.
-                self.conn._terminate_stream(error)
+                self.conn.sac_drop(error)
                 return
             self._watchdog = loop.call_later(period, check)
 
@@ -425,13 +217,30 @@ class Link:
             self.conn.close()
 
     def _channel_closed(self, channel: Channel, exc: BaseException) -> None:
-        self.conn.sac_inbound.forget_channel(channel.channel_number)
+        self.forget_channel(channel)
         reason = LinkLost(self.node, f"channel closed: {describe(exc)}")
         reason.__cause__ = exc
         self._fail(reason)
         # A channel closed by the broker leaves the connection useless to us: close it too.
         if self.conn.is_open and not self.closing:
             self.conn.close()
+
+    def take_deliveries(self, consumer_tag: str, callback: DeliveryCallback) -> None:
+        """Deliveries to ``consumer_tag`` on this link's channel are decoded by the SDK's fast
+        path (``sdk/_wire/deliveries.py``) and given to ``callback``; pika decodes the rest
+        (and hands them to the callback given to ``basic_consume``)."""
+        channel = self._require_channel()
+        self.conn.sac_inbound.register(channel.channel_number, consumer_tag, callback)
+
+    def release_deliveries(self, consumer_tag: str) -> None:
+        """From here pika takes what arrives for ``consumer_tag`` (and rejects, requeued,
+        what arrives for a tag it cancelled)."""
+        if self.channel is not None:
+            self.conn.sac_inbound.unregister(self.channel.channel_number, consumer_tag)
+
+    def forget_channel(self, channel: Channel) -> None:
+        """A channel of this connection closed: nothing registered on it is taken any more."""
+        self.conn.sac_inbound.forget_channel(channel.channel_number)
 
     def future(self) -> asyncio.Future[Any]:
         """A future that fails with ``LinkLost`` if the link dies first."""

@@ -22,10 +22,8 @@ a few nacks, not one per message of the window on every retry.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import collections
 import concurrent.futures
-import contextlib
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
@@ -33,19 +31,26 @@ from typing import Any, Self
 import attrs
 from pika.spec import Basic, BasicProperties
 
-from ._core.confirms import ConfirmWindow, InFlight
-from ._core.congestion import SendLimit
 from ._core.ids import new_message_id
+from ._core.lifecycle import Lifecycle, Phase
+from ._core.outbox import (
+    Action,
+    Closed,
+    Confirmed,
+    Entry,
+    Failed,
+    Nacked,
+    Outbox,
+    OutboxPolicy,
+    Recycle,
+    Returned,
+    Send,
+    SetTimer,
+)
 from ._delivery import RETRANSMIT_HEADER
 from ._errors import (
-    BlockedTimeout,
-    ClosedError,
     ConfigurationError,
-    ConfirmTimeout,
-    MessageNacked,
-    MessageReturned,
     MessageTooLarge,
-    PublishError,
     SacError,
     Unconfirmed,
 )
@@ -53,17 +58,15 @@ from ._history import HistoryRecorder
 from ._loop_thread import LoopThread, to_concurrent
 from ._recovery import Recovering
 from ._settings import PublisherSettings
-from ._transport import (
-    Link,
-    LinkLost,
-    encode_header,
-    encode_id,
-    encode_publish,
-    refused_exchange,
-)
+from ._transport import Link, LinkLost, refused_exchange
+from ._wire.frames import encode_header, encode_id, encode_publish
 
 _Extra = tuple[dict[str, Any] | None, str | None, str | None]
 """headers, content type, correlation id: kept to encode a retransmission's properties."""
+_Frames = tuple[bytes, bytes, bytes, _Extra | None]
+"""What the outbox carries for each message: the Basic.Publish and content-header payloads,
+encoded once when it is handed over, the body, and the options a retransmission's header
+needs again."""
 _METHOD_CACHE = 1024  # encoded Basic.Publish methods kept, one per exchange and routing key
 
 
@@ -86,52 +89,20 @@ class _Batch:
             self.done.set_result(None)
 
 
-@attrs.define(slots=True)
-class _Outgoing:
-    """One accepted message, its frames' payloads encoded once (``method``: Basic.Publish,
-    ``header``: its properties) and who waits for it: a ``future`` (``send``) or a ``batch``
-    (``publish_many``)."""
-
-    exchange: str
-    routing_key: str
-    body: bytes
-    method: bytes
-    header: bytes
-    extra: _Extra | None
-    future: asyncio.Future[str] | None
-    batch: _Batch | None
-    submitted: float
-    first_nack: float | None = None
-    settled: bool = False  # batch members only: futures know it themselves
+_Waiter = asyncio.Future[str] | _Batch
+_Entry = Entry[_Frames, _Waiter]
 
 
-def _pending(item: InFlight[_Outgoing]) -> bool:
-    """Nobody has been told the outcome of this message yet."""
-    out = item.message
-    fut = out.future
-    return not fut.done() if fut is not None else not out.settled
-
-
-def _resolve(item: InFlight[_Outgoing]) -> None:
-    out = item.message
-    fut = out.future
-    if fut is not None:
-        if not fut.done():
-            fut.set_result(item.message_id)
-    elif not out.settled and out.batch is not None:
-        out.settled = True
-        out.batch.settle(item.seq, None)
-
-
-def _reject(item: InFlight[_Outgoing], error: BaseException) -> None:
-    out = item.message
-    fut = out.future
-    if fut is not None:
-        if not fut.done():
-            fut.set_exception(error)
-    elif not out.settled and out.batch is not None:
-        out.settled = True
-        out.batch.settle(item.seq, error)
+def _tell(entry: _Entry, error: BaseException | None) -> None:
+    """Give the caller of ``entry`` its outcome: the id, or ``error``."""
+    waiter = entry.waiter
+    if isinstance(waiter, _Batch):
+        waiter.settle(entry.seq, error)
+    elif waiter is not None and not waiter.done():
+        if error is None:
+            waiter.set_result(entry.message_id)
+        else:
+            waiter.set_exception(error)
 
 
 def _too_large(message_id: str, size: int, limit: int) -> MessageTooLarge:
@@ -146,6 +117,20 @@ def _body_bytes(body: Any) -> bytes:
     raise ConfigurationError(f"message body must be bytes, got {type(body).__name__}")
 
 
+def _retransmit_header(entry: _Entry) -> bytes:
+    """The properties of a message going out again: the header ``x-sac-retransmit`` says how
+    many times it went out before."""
+    _method, _header, body, extra = entry.message
+    headers, content_type, correlation_id = extra or (None, None, None)
+    return encode_header(
+        len(body),
+        encode_id(entry.message_id),
+        {**(headers or {}), RETRANSMIT_HEADER: entry.sends - 1},
+        content_type,
+        correlation_id,
+    )
+
+
 @attrs.frozen
 class PublisherStats:
     published: int
@@ -157,7 +142,12 @@ class PublisherStats:
 
 
 class AsyncPublisher(Recovering):
-    """Publishes with confirms, at most ``settings.window`` messages unconfirmed."""
+    """Publishes with confirms, at most ``settings.window`` messages unconfirmed.
+
+    A shell around ``sac.sdk._core.outbox.Outbox``, which decides everything: this class turns
+    pika's callbacks into the outbox's events and carries out the actions it returns (frames
+    through the connection's batched output, the callers' futures, one loop timer).
+    """
 
     _role = "publisher"
 
@@ -169,38 +159,34 @@ class AsyncPublisher(Recovering):
     ) -> None:
         super().__init__(settings.connection, recorder)
         self.settings = settings
-        self._window: ConfirmWindow[_Outgoing] = ConfirmWindow(settings.window)
-        self._limit = SendLimit(settings.window, settings.nack_backoff)
-        self._resume_timer: asyncio.TimerHandle | None = None
-        self._backlog: collections.deque[InFlight[_Outgoing]] = collections.deque()
-        self._parked: dict[int, InFlight[_Outgoing]] = {}  # nacked, waiting for a retry
+        self._box: Outbox[_Frames, _Waiter] = Outbox(OutboxPolicy(
+            window=settings.window,
+            nack_backoff=settings.nack_backoff,
+            throttle_on_nack=settings.throttle_on_nack,
+            nack_stall_timeout=settings.nack_stall_timeout,
+            blocked_timeout=settings.connection.blocked_timeout,
+            confirm_timeout=settings.confirm_timeout,
+        ))
+        self._life: Lifecycle = self._box.lifecycle
         self._methods: dict[tuple[str, str], bytes] = {}
         self._room_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._drained: asyncio.Event | None = None
-        self._seq = 0
+        self._closing: asyncio.Future[list[str]] | None = None
         self._pump_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._blocked = False
-        self._blocked_timer: asyncio.TimerHandle | None = None
-        self._blocked_since = 0.0
-        self._failure: SacError | None = None
-        self._closed = False
-        self._started = False
-        self._published = self._confirmed = self._retransmitted = 0
-        self._nacked = self._returned = 0
-        self._last_ack = 0.0  # loop time of the last ack, or of the last (re)connect
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> Self:
         """Connect to the first node that answers (fail fast if none does)."""
-        if self._started:
-            raise ClosedError("this publisher was already started")
-        self._started = True
+        self._box.start()
         self._loop = asyncio.get_running_loop()
-        self._drained = asyncio.Event()
-        self._drained.set()
-        await self._open(retry=False)
+        try:
+            await self._open(retry=False)
+        except SacError as exc:
+            self._give_up(exc)
+            raise
         return self
 
     async def __aenter__(self) -> Self:
@@ -216,15 +202,16 @@ class AsyncPublisher(Recovering):
 
     @property
     def stats(self) -> PublisherStats:
+        counts = self._box.stats()
         return PublisherStats(
-            self._published, self._confirmed, self._retransmitted,
-            self._nacked, self._returned, self._reconnects,
+            counts.published, counts.confirmed, counts.retransmitted,
+            counts.nacked, counts.returned, self._reconnects,
         )
 
     @property
     def outstanding(self) -> int:
         """Accepted but not yet confirmed (in flight, waiting to be sent, or parked)."""
-        return len(self._window) + len(self._backlog) + len(self._parked)
+        return self._box.outstanding
 
     async def close(self, timeout: float | None = None) -> None:
         """Wait (bounded) for every outstanding confirm, then close.
@@ -232,33 +219,22 @@ class AsyncPublisher(Recovering):
         Raises ``Unconfirmed`` naming what stayed unconfirmed; those messages may or may
         not have reached the queue.
         """
-        if self._closed:
+        loop = self._loop
+        if loop is None or self._life.shutting_down:
+            self._life.close()  # before start(): nothing to wait for
             return
-        self._closed = True
         wait = self.settings.close_timeout if timeout is None else timeout
-        if self._drained is not None and self.outstanding:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._drained.wait(), wait)
-        leftovers = [
-            item.message_id
-            for item in [*self._window, *self._backlog, *self._parked.values()]
-        ]
+        closing = self._closing = loop.create_future()
+        self._run(self._box.close(loop.time(), wait))
+        leftovers = await closing
         await self._stop_recovery()
-        if self._resume_timer is not None:
-            self._resume_timer.cancel()
         link, self._link = self._link, None
         if link is not None:
             await link.close()
-        error = Unconfirmed(leftovers)
-        for item in [*self._window.channel_lost(), *self._backlog, *self._parked.values()]:
-            _reject(item, error)
-        self._backlog.clear()
-        self._parked.clear()
-        self._wake_room(error)
         if self._recorder is not None:
             self._recorder.flush()
         if leftovers:
-            raise error
+            raise Unconfirmed(leftovers)
 
     # ------------------------------------------------------------------ publishing
 
@@ -273,23 +249,13 @@ class AsyncPublisher(Recovering):
         content_type: str | None = None,
         correlation_id: str | None = None,
     ) -> str:
-        """Publish one message and return its id once the broker confirmed it."""
-        mid = message_id or new_message_id()
-        fut = await self.send(
-            body,
-            routing_key=routing_key,
-            exchange=exchange,
-            message_id=mid,
-            headers=headers,
-            content_type=content_type,
-            correlation_id=correlation_id,
-        )
-        try:
-            return await asyncio.wait_for(asyncio.shield(fut), self.settings.confirm_timeout)
-        except TimeoutError:
-            raise ConfirmTimeout(
-                mid, f"no confirm within {self.settings.confirm_timeout:g} s"
-            ) from None
+        """Publish one message and return its id once the broker confirmed it (or raise
+        ``ConfirmTimeout`` after ``confirm_timeout``: the message stays tracked)."""
+        entry = self._prepare(
+            body, routing_key, exchange, message_id, headers, content_type, correlation_id)
+        if self._box.room <= 0:
+            await self._room()
+        return await asyncio.shield(self._hand_over(entry, timed=True))
 
     async def send(
         self,
@@ -305,23 +271,38 @@ class AsyncPublisher(Recovering):
         """Hand one message over, waiting only for room in the window; a future that
         resolves to its id when confirmed (pipelined publishing). ``publish_many`` does the
         same for many messages without a future each."""
-        if self._failure is not None or self._closed or not self._started:
+        entry = self._prepare(
+            body, routing_key, exchange, message_id, headers, content_type, correlation_id)
+        if self._box.room <= 0:
+            await self._room()
+        return self._hand_over(entry, timed=False)
+
+    def _prepare(
+        self,
+        body: bytes,
+        routing_key: str | None,
+        exchange: str,
+        message_id: str | None,
+        headers: Mapping[str, Any] | None,
+        content_type: str | None,
+        correlation_id: str | None,
+    ) -> _Entry:
+        """One message checked and encoded, or the error, before any wait for room."""
+        if self._life.phase is not Phase.RUNNING:
             self._check_usable()
         key = routing_key if routing_key is not None else self._routing_key(None)
         if type(body) is not bytes:
             body = _body_bytes(body)
         mid = message_id or new_message_id()
-        extra = self._extra(headers, content_type, correlation_id)
-        out = self._outgoing(body, exchange, key, mid, extra)
+        return self._entry(body, exchange, key, mid,
+                           self._extra(headers, content_type, correlation_id))
+
+    def _hand_over(self, entry: _Entry, timed: bool) -> asyncio.Future[str]:
         loop = self._loop
         assert loop is not None
-        while self.outstanding >= self.settings.window:
-            await self._room(loop)
         fut: asyncio.Future[str] = loop.create_future()
-        out.future = fut
-        out.submitted = loop.time()
-        self._seq += 1
-        self._backlog.append(InFlight(self._seq, mid, out))
+        entry.waiter = fut
+        self._box.accept((entry,), loop.time(), timed)
         self._handed_over(loop)
         return fut
 
@@ -344,7 +325,8 @@ class AsyncPublisher(Recovering):
         The fast path for bulk publishing: no future per message. Options apply to every
         message, as they would to each ``send``.
         """
-        if self._failure is not None or self._closed or not self._started:
+        box = self._box
+        if self._life.phase is not Phase.RUNNING:
             self._check_usable()
         loop = self._loop
         assert loop is not None
@@ -356,21 +338,18 @@ class AsyncPublisher(Recovering):
         total = len(items)
         batch = _Batch(loop.create_future(), total)
         ids: list[str] = []
-        window = self.settings.window
         done = 0
         while done < total:
-            while self.outstanding >= window:
-                await self._room(loop)
-            if self._failure is not None or self._closed:
+            if box.room <= 0:
+                await self._room()
+            if self._life.phase is not Phase.RUNNING:
                 self._check_usable()
             # As many as the window has room for, in one go: no await from here to the
-            # hand-over, so nothing else touches the backlog meanwhile.
-            end = min(total, done + window - self.outstanding)
+            # hand-over, so nothing else touches the outbox meanwhile.
+            end = min(total, done + box.room)
             chunk = new_message_id.many(end - done) if message_id is None else (
                 [message_id] * (end - done))
-            now = loop.time()
-            backlog = self._backlog
-            seq = self._seq
+            entries: list[_Entry] = []
             try:
                 for body, mid in zip(items[done:end], chunk, strict=True):
                     if type(body) is not bytes:
@@ -380,14 +359,13 @@ class AsyncPublisher(Recovering):
                         raise _too_large(mid, size, max_size)
                     header = encode_header(size, encode_id(mid), *extra) if extra else (
                         encode_header(size, encode_id(mid)))
-                    seq += 1
-                    backlog.append(InFlight(seq, mid, _Outgoing(
-                        exchange, key, body, method, header, extra, None, batch, now)))
+                    entries.append(Entry(0, mid, (method, header, body, extra), 0, 0, None,
+                                         exchange, key, batch))
                     ids.append(mid)
                     done += 1
             finally:
-                if seq != self._seq:
-                    self._seq = seq
+                if entries:
+                    box.accept(entries, loop.time())
                     self._handed_over(loop)
         if not ids:
             return ids
@@ -406,9 +384,9 @@ class AsyncPublisher(Recovering):
             return None
         return (dict(headers) if headers else None), content_type, correlation_id
 
-    def _outgoing(
+    def _entry(
         self, body: bytes, exchange: str, key: str, mid: str, extra: _Extra | None
-    ) -> _Outgoing:
+    ) -> _Entry:
         """Check one message and encode what goes on the wire (``ConfigurationError`` for
         what AMQP cannot carry, before anything is sent)."""
         size = len(body)
@@ -419,7 +397,7 @@ class AsyncPublisher(Recovering):
             header = encode_header(size, encode_id(mid))
         else:
             header = encode_header(size, encode_id(mid), *extra)
-        return _Outgoing(exchange, key, body, method, header, extra, None, None, 0.0)
+        return Entry(0, mid, (method, header, body, extra), 0, 0, None, exchange, key)
 
     def _method(self, exchange: str, key: str) -> bytes:
         method = self._methods.get((exchange, key))
@@ -430,18 +408,20 @@ class AsyncPublisher(Recovering):
             self._methods[exchange, key] = method
         return method
 
-    async def _room(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait until the window may have room (or the publisher failed or closed)."""
-        waiter = loop.create_future()
-        self._room_waiters.append(waiter)
-        await waiter
-        self._check_usable()
+    async def _room(self) -> None:
+        """Wait until the window has room (or raise: the publisher failed or closed)."""
+        loop = self._loop
+        assert loop is not None
+        while self._box.room <= 0:
+            waiter = loop.create_future()
+            self._room_waiters.append(waiter)
+            await waiter
+            if self._life.phase is not Phase.RUNNING:
+                self._check_usable()
 
     def _handed_over(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._drained is not None:
-            self._drained.clear()
         if not self._pump_scheduled:
-            # One pump per loop iteration sends everything handed over in it, in one go.
+            # One flush per loop iteration sends everything handed over in it, in one go.
             self._pump_scheduled = True
             loop.call_soon(self._pump)
 
@@ -453,262 +433,135 @@ class AsyncPublisher(Recovering):
         raise ConfigurationError("routing_key is required when the settings name no queue")
 
     def _check_usable(self) -> None:
-        if self._failure is not None:
-            raise self._failure
-        if self._closed:
-            raise ClosedError("publisher is closed")
-        if not self._started:
-            raise ClosedError("publisher is not started: call start() or use `async with`")
+        self._life.check_usable("publish")
 
     def _pump(self) -> None:
         self._pump_scheduled = False
-        link = self._link
-        if link is None or not link.usable or self._blocked:
-            return
-        frames = link.frames
-        if frames is None or not frames.ready:
-            return  # the channel is going down: what is left goes out on the next one
-        window = self._window
-        backlog = self._backlog
-        count = min(self._limit.allowed - len(window), len(backlog))
-        if count <= 0:
-            return
-        write = frames.write
-        sent = window.sent
-        rec = self._recorder
-        published = 0
-        for _ in range(count):
-            item = backlog.popleft()
-            out = item.message
-            if item.sends:
-                write(out.method, self._retransmit_header(item), out.body)
-                sent(item)
-                self._retransmitted += 1
-                if rec is not None:
-                    rec.record("retransmit", msg=item.message_id, seq=item.seq)
-            else:
-                write(out.method, out.header, out.body)
-                sent(item)
-                published += 1
-                if rec is not None:
-                    rec.record("publish", msg=item.message_id, seq=item.seq,
-                               queue=out.routing_key)
-        self._published += published
+        self._run(self._box.flush())
 
-    @staticmethod
-    def _retransmit_header(item: InFlight[_Outgoing]) -> bytes:
-        """The properties of a message going out again: the header ``x-sac-retransmit``
-        says how many times it went out before."""
-        out = item.message
-        headers, content_type, correlation_id = out.extra or (None, None, None)
-        return encode_header(
-            len(out.body),
-            encode_id(item.message_id),
-            {**(headers or {}), RETRANSMIT_HEADER: item.sends},
-            content_type,
-            correlation_id,
-        )
+    # ------------------------------------------------------------------ carrying out actions
+
+    def _run(self, actions: list[Action]) -> None:
+        """Carry out what the outbox decided, in its order."""
+        for action in actions:
+            if type(action) is Send:
+                self._write(action.entries)
+            elif type(action) is Confirmed:
+                self._confirmed(action.entries)
+            elif type(action) is Failed:
+                _tell(action.entry, action.error)
+            elif type(action) is Nacked:
+                if self._recorder is not None:
+                    for entry in action.entries:
+                        self._recorder.record("nack", msg=entry.message_id)
+            elif type(action) is Returned:
+                if self._recorder is not None:
+                    self._recorder.record("return", msg=action.message_id)
+            elif type(action) is SetTimer:
+                self._set_timer(action.at)
+            elif type(action) is Recycle:
+                link = self._link
+                if link is not None:
+                    link.abandon(action.why)  # reported as lost like any other loss
+            elif type(action) is Closed:
+                closing = self._closing
+                if closing is not None and not closing.done():
+                    closing.set_result(action.unconfirmed)
+        if self._room_waiters:
+            self._wake_room()
+
+    def _write(self, entries: list[_Entry]) -> None:
+        link = self._link
+        frames = link.frames if link is not None else None
+        if frames is None:
+            return  # gone meanwhile: counted as sent, they go out again after the loss
+        write = frames.write
+        rec = self._recorder
+        for entry in entries:
+            method, header, body, _extra = entry.message
+            if entry.sends > 1:
+                write(method, _retransmit_header(entry), body)
+                if rec is not None:
+                    rec.record("retransmit", msg=entry.message_id, seq=entry.seq)
+            else:
+                write(method, header, body)
+                if rec is not None:
+                    rec.record("publish", msg=entry.message_id, seq=entry.seq,
+                               queue=entry.routing_key)
+
+    def _confirmed(self, entries: list[_Entry]) -> None:
+        rec = self._recorder
+        for entry in entries:
+            if rec is not None:
+                rec.record("confirm", msg=entry.message_id)
+            if not entry.told:
+                waiter = entry.waiter
+                if isinstance(waiter, _Batch):
+                    waiter.settle(entry.seq, None)
+                elif waiter is not None and not waiter.done():
+                    waiter.set_result(entry.message_id)
+
+    def _set_timer(self, at: float | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if at is not None and self._loop is not None:
+            self._timer_at = at
+            self._timer = self._loop.call_at(at, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        loop = self._loop
+        assert loop is not None
+        # asyncio may run a timer a clock tick early: it stands for its own time.
+        self._run(self._box.tick(max(loop.time(), self._timer_at)))
+
+    def _wake_room(self) -> None:
+        """Room in the window, or the publisher can no longer take messages (the woken
+        caller then raises the lifecycle's error)."""
+        box = self._box
+        phase = self._life.phase
+        usable = phase is Phase.RUNNING or phase is Phase.STARTING
+        waiters = self._room_waiters
+        while waiters and (box.room > 0 or not usable):
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 
     # ------------------------------------------------------------------ broker events
 
     def _on_confirm(self, frame: Any) -> None:
         method = frame.method
-        rec = self._recorder
-        now = asyncio.get_running_loop().time()
+        loop = self._loop
+        assert loop is not None
         if isinstance(method, Basic.Ack):
-            self._last_ack = now
-            confirmed = 0
-            settled = self._window.acked(method.delivery_tag, method.multiple)
-            for item in settled:
-                if item.returned is not None:
-                    self._returned += 1
-                    _reject(item, MessageReturned(item.message_id, item.returned))
-                    continue
-                confirmed += 1
-                if rec is not None:
-                    rec.record("confirm", msg=item.message_id)
-                _resolve(item)
-            self._confirmed += confirmed
-            limit = self._limit
-            if limit.allowed < limit.window:  # recovering from nacks: widen, end a pause
-                limit.acked(len(settled))
+            self._run(self._box.acked(method.delivery_tag, method.multiple, loop.time()))
         else:
-            for item in self._window.nacked(method.delivery_tag, method.multiple):
-                self._nacked += 1
-                if rec is not None:
-                    rec.record("nack", msg=item.message_id)
-                self._retry_nacked(item)
-            if self.settings.throttle_on_nack:
-                self._throttle()
-            if now - self._last_ack > self.settings.nack_stall_timeout:
-                self._recycle_link("only nacks for "
-                                   f"{now - self._last_ack:.1f} s: replacing the channel")
-        self._after_settle()
-
-    def _throttle(self) -> None:
-        """After a nack: fewer messages in flight (see ``sac.sdk._core.congestion``); when a
-        lone probe was nacked, nothing more goes out until the pause it returns is over."""
-        pause = self._limit.nacked(len(self._window))
-        if pause is not None:
-            if self._resume_timer is not None:
-                self._resume_timer.cancel()
-            self._resume_timer = asyncio.get_running_loop().call_later(pause, self._resume)
-            self._expire_refused()
-
-    def _resume(self) -> None:
-        self._resume_timer = None
-        self._limit.resume()
-        self._pump()
-
-    def _recycle_link(self, why: str) -> None:
-        link = self._link
-        if link is None:
-            return
-        self._last_ack = asyncio.get_running_loop().time()
-        link.abandon(why)  # reported as lost like any other loss: reconnect, resend
-
-    def _retry_nacked(self, item: InFlight[_Outgoing]) -> None:
-        loop = asyncio.get_running_loop()
-        out = item.message
-        if out.first_nack is None:
-            out.first_nack = loop.time()
-        delay = self.settings.nack_backoff.delay(item.nacks, loop.time() - out.first_nack)
-        if delay is None:
-            why = f"nacked by the broker {item.nacks} times"
-            _reject(item, MessageNacked(item.message_id, why))
-            return
-        if self.settings.throttle_on_nack:
-            # Back in its place at once: the throttle's pause between probes is the backoff,
-            # and the probe is always the oldest message waiting, so order holds.
-            self._requeue(item)
-            return
-        self._parked[item.seq] = item
-        loop.call_later(delay, self._unpark, item)
-
-    def _unpark(self, item: InFlight[_Outgoing]) -> None:
-        if self._parked.pop(item.seq, None) is None:
-            return  # failed meanwhile (closed, or the reconnect policy gave up)
-        self._requeue(item)
-        self._pump()
-
-    def _requeue(self, item: InFlight[_Outgoing]) -> None:
-        """Back into the backlog in publish order."""
-        backlog = self._backlog
-        if not backlog or item.seq < backlog[0].seq:
-            backlog.appendleft(item)
-            return
-        keys = [i.seq for i in backlog]
-        backlog.insert(bisect.bisect(keys, item.seq), item)
-
-    def _expire_refused(self) -> None:
-        """A probe was nacked again: the queue refuses, and the messages waiting behind the
-        probe would have been refused too had they been sent. Their nack budget runs from
-        now (or from their own first nack), so that ``nack_backoff.max_elapsed`` bounds how
-        long a refusing queue holds them, as it did when each was sent and nacked itself."""
-        now = asyncio.get_running_loop().time()
-        policy = self.settings.nack_backoff
-        keep: collections.deque[InFlight[_Outgoing]] = collections.deque()
-        for item in self._backlog:
-            out = item.message
-            if out.first_nack is None:
-                out.first_nack = now
-            elapsed = now - out.first_nack
-            if policy.exhausted(max(item.nacks, 1), elapsed):
-                why = (f"the broker nacked every message for {elapsed:.1f} s "
-                       f"(nacked {item.nacks} times itself)")
-                _reject(item, MessageNacked(item.message_id, why))
-            else:
-                keep.append(item)
-        if len(keep) != len(self._backlog):
-            self._backlog = keep
+            self._run(self._box.nacked(method.delivery_tag, method.multiple, loop.time()))
 
     def _on_return(self, _channel: Any, method: Any, props: BasicProperties, _body: bytes) -> None:
         mid = props.message_id
+        if mid is None:
+            return
         reason = f"unroutable: {method.reply_code} {method.reply_text} (exchange " \
                  f"{method.exchange!r}, routing key {method.routing_key!r})"
-        known = mid is not None and self._window.returned(mid, reason)
-        if known and self._recorder is not None:
-            self._recorder.record("return", msg=mid)
-
-    def _after_settle(self) -> None:
-        self._pump()
-        self._wake_room()
-        if not self.outstanding and self._drained is not None:
-            self._drained.set()
-
-    def _wake_room(self, error: BaseException | None = None) -> None:
-        while self._room_waiters and (error or self.outstanding < self.settings.window):
-            waiter = self._room_waiters.popleft()
-            if not waiter.done():
-                if error is not None:
-                    waiter.set_exception(error)
-                else:
-                    waiter.set_result(None)
+        self._run(self._box.returned(mid, reason))
 
     def _on_blocked(self, blocked: bool) -> None:
-        loop = asyncio.get_running_loop()
-        self._blocked = blocked
-        self._blocked_since = loop.time()
-        if self._blocked_timer is not None:
-            self._blocked_timer.cancel()
-            self._blocked_timer = None
-        if blocked:
-            self._blocked_timer = loop.call_later(
-                self.settings.connection.blocked_timeout, self._blocked_expired)
-        else:
-            self._pump()
-
-    def _blocked_expired(self) -> None:
-        """Every publish waiting longer than ``blocked_timeout`` under ``connection.blocked``
-        fails. One never sent is dropped from the backlog; one already sent stays tracked,
-        since the broker may still take it once it unblocks (a retry is then a duplicate the
-        consumer's dedup catches)."""
-        self._blocked_timer = None
-        if not self._blocked:
-            return
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        limit = self.settings.connection.blocked_timeout
-        since = self._blocked_since
-
-        def expired(item: InFlight[_Outgoing]) -> bool:
-            return now - max(item.message.submitted, since) >= limit
-
-        def fail(item: InFlight[_Outgoing], what: str) -> None:
-            if _pending(item):
-                _reject(item, BlockedTimeout(
-                    item.message_id,
-                    f"the broker blocked publishing (connection.blocked, a resource alarm) "
-                    f"for over {limit:g} s; {what}",
-                ))
-
-        for item in self._window:
-            if expired(item):
-                fail(item, "it was sent and may still reach the queue once unblocked")
-        keep: collections.deque[InFlight[_Outgoing]] = collections.deque()
-        for item in self._backlog:
-            if not item.sends and expired(item):
-                fail(item, "it was not sent")
-            else:
-                keep.append(item)
-        self._backlog = keep
-        self._after_settle()
-        pending = [max(i.message.submitted, since) for i in [*self._window, *self._backlog]
-                   if _pending(i)]
-        next_check = (min(pending) if pending else now) + limit
-        self._blocked_timer = loop.call_at(max(next_check, now + 0.05), self._blocked_expired)
+        now = asyncio.get_running_loop().time()
+        self._run(self._box.blocked(now) if blocked else self._box.unblocked(now))
 
     # ------------------------------------------------------------------ connection
 
     @property
     def _shutting_down(self) -> bool:
-        return self._closed
+        return self._life.shutting_down
 
     async def _setup(self, link: Link, retry: bool) -> None:
         channel = link.channel
         assert channel is not None
         # Confirms and returns count only from the current link: an abandoned one (see
-        # ``_recycle_link``) may still deliver some while it closes, and its delivery tags
+        # ``Recycle``) may still deliver some while it closes, and its delivery tags
         # would settle the wrong messages of the new channel. What it had in flight is
         # being sent again anyway.
         def on_confirm(frame: Any) -> None:
@@ -724,45 +577,17 @@ class AsyncPublisher(Recovering):
         channel.add_on_return_callback(on_return)
         if self.settings.queue is not None:
             await link.declare_topology(self.settings.queue)
-        self._blocked = False
-        self._last_ack = asyncio.get_running_loop().time()
-        self._pump()
+        if link.usable:  # lost just now: the attempt fails, nothing may go out on it
+            self._run(self._box.link_up(asyncio.get_running_loop().time()))
 
     def _dropped(self, link: Link, reason: LinkLost) -> None:
-        if self.settings.throttle_on_nack:
-            self._limit.restart()
-        unconfirmed = self._window.channel_lost()
-        if unconfirmed:
-            merged = sorted([*unconfirmed, *self._backlog], key=lambda i: i.seq)
-            self._backlog = collections.deque(merged)
-        refused = refused_exchange(reason)
-        if refused is not None:
-            self._fail_exchange(*refused)
-
-    def _fail_exchange(self, exchange: str, why: str) -> None:
-        """The broker closed the channel over a publish to ``exchange`` (missing, or no write
-        permission): sending those messages again would only close the next channel too."""
-        keep: collections.deque[InFlight[_Outgoing]] = collections.deque()
-        for item in self._backlog:
-            if item.message.exchange == exchange:
-                _reject(item, PublishError(item.message_id, why))
-            else:
-                keep.append(item)
-        self._backlog = keep
-        self._after_settle()
+        self._run(self._box.link_lost(refused_exchange(reason)))
 
     def _give_up(self, exc: SacError) -> None:
         """The reconnect policy is exhausted (``ConnectError`` naming every attempt), or a
         reconnect met something that will not get better (wrong credentials, the queue gone
         or redeclared with other arguments): every outstanding publish fails with it."""
-        self._failure = exc
-        for item in [*self._window.channel_lost(), *self._backlog, *self._parked.values()]:
-            _reject(item, self._failure)
-        self._backlog.clear()
-        self._parked.clear()
-        self._wake_room(self._failure)
-        if self._drained is not None:
-            self._drained.set()
+        self._run(self._box.give_up(exc))
 
 
 class Publisher:
@@ -779,11 +604,18 @@ class Publisher:
         self, settings: PublisherSettings, *, recorder: HistoryRecorder | None = None
     ) -> None:
         self.settings = settings
+        self._life = Lifecycle("publisher")
         self._thread = LoopThread(name="sac-publisher")
         self._inner = AsyncPublisher(settings, recorder=recorder)
 
     def start(self) -> Self:
-        self._thread.launch(self._inner.start())
+        self._life.start()
+        try:
+            self._thread.launch(self._inner.start())
+        except SacError as exc:
+            self._life.fail(exc)
+            raise
+        self._life.started()
         return self
 
     def __enter__(self) -> Self:
@@ -803,10 +635,12 @@ class Publisher:
 
     def publish(self, body: bytes, **options: Any) -> str:
         """Publish one message; its id once confirmed. Options as ``AsyncPublisher.publish``."""
+        self._check_usable()
         return self._thread.run(self._inner.publish(body, **options))
 
     def send(self, body: bytes, **options: Any) -> concurrent.futures.Future[str]:
         """Pipelined: returns once there is room in the window; the future gives the id."""
+        self._check_usable()
         return self._thread.run(self._send(body, options))
 
     async def _send(
@@ -817,18 +651,25 @@ class Publisher:
     def publish_many(self, bodies: Iterable[bytes], **options: Any) -> list[str]:
         """Publish all, keeping the window full; their ids once every one is confirmed.
         The first failure is raised after all have settled."""
+        self._check_usable()
         return self._thread.run(self._publish_many(list(bodies), options))
 
     async def _publish_many(self, bodies: list[bytes], options: dict[str, Any]) -> list[str]:
         return await self._inner.publish_many(bodies, **options)
 
+    def _check_usable(self) -> None:
+        if not self._life.running:
+            self._life.check_usable("publish")  # the precise error, not the loop thread's
+
     def close(self, timeout: float | None = None) -> None:
-        if not self._thread.running:
+        if not self._life.close():
             return
         try:
-            self._thread.run(self._inner.close(timeout))
+            if self._thread.running:
+                self._thread.run(self._inner.close(timeout))
         finally:
             self._thread.stop()
+            self._life.closed()
 
 
 __all__ = ["AsyncPublisher", "Publisher", "PublisherStats"]

@@ -3,7 +3,8 @@ the project itself.
 
 ``LocalCluster`` runs RabbitMQ nodes from Debian's ``rabbitmq-server``; ``LocalZooKeeper`` runs
 Debian's ``zookeeper``; ``LocalPostgres`` Debian's ``postgresql``; ``LocalSpark`` a standalone
-Spark master and worker from the pip ``pyspark`` package. Nothing here knows about the SDK.
+Spark master and worker from the pip ``pyspark`` package. All four are a ``LocalServer`` (up,
+down, kill, status, log_files). Nothing here knows about the SDK.
 """
 
 if __name__ != "sac.server":  # one name per module: a second would load a second copy
@@ -26,8 +27,10 @@ from ._netns import NetnsPlan
 from ._netns import run_in as run_in_namespace
 from ._netns import tool as require_tool
 from ._ports import PortLayout
+from ._protocol import LocalServer
+from ._rabbitmq_config import ClusterSpec, Node
 from .postgres import LocalPostgres
-from .rabbitmq import ClusterSpec, LocalCluster, Node, amqp_ready
+from .rabbitmq import LocalCluster, amqp_ready
 from .spark import LocalSpark
 from .zookeeper import LocalZooKeeper
 
@@ -38,6 +41,7 @@ __all__ = [
     "Credentials",
     "LocalCluster",
     "LocalPostgres",
+    "LocalServer",
     "LocalSpark",
     "LocalZooKeeper",
     "NetnsPlan",

@@ -130,6 +130,18 @@ def terminate(pids: Sequence[int], grace: float) -> None:
     wait_dead(pids, 5.0)
 
 
+def kill_all(pids: Sequence[int], what: str) -> None:
+    """SIGKILL each process and the group it leads at once, as a crash would; raise if any
+    survives."""
+    for pid in pids:
+        signal_group(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)  # a child that leads no group of its own
+    left = wait_dead(pids, 10.0)
+    if left:
+        raise ServerError(f"{what} processes {left} survived SIGKILL")
+
+
 def stop_marked(state_dir: Path, recorded: Sequence[int], grace: float, what: str) -> list[int]:
     """Stop every process of one server: those marked with ``state_dir`` (children a server
     spawned included) and the ``recorded`` pids that are still ours; raise if any survives.

@@ -232,11 +232,11 @@ class LocalPostgres:
     @classmethod
     def attach(cls, name: str = "pg", home: Path | str | None = None) -> LocalPostgres:
         """The server ``name`` as recorded by an earlier ``up``; NotRunningError if none."""
-        pg = cls(name=name, home=home)
-        state = read_json(pg.dir / "postgres.json")
+        probe = cls(name=name, home=home)
+        state = read_json(probe.dir / "postgres.json")
         if state is None:
-            raise NotRunningError(f"PostgreSQL {name!r} is not running (no state in {pg.dir})")
-        pg._port = int(state["port"])
+            raise NotRunningError(f"PostgreSQL {name!r} is not running (no state in {probe.dir})")
+        pg = cls(name=name, home=home, port=int(state["port"]))
         pg._bin = Path(state["bin_dir"])
         return pg
 
@@ -603,6 +603,8 @@ class LocalPostgres:
         state = read_json(self.dir / "postgres.json") or {}
         running = self.is_running()
         return {
+            "name": self.name,
+            "dir": str(self.dir),
             "port": self._port,
             "pid": self._pid(),
             "running": running,
@@ -613,6 +615,7 @@ class LocalPostgres:
             "data_dir": str(self.data_dir),
             "socket_dir": str(self.socket_dir) if self.socket_dir else None,
             "log": str(self.log_file),
+            "logs": [str(p) for p in self.log_files()],
             "credentials_file": str(self.credentials_file),
         }
 

@@ -24,7 +24,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -34,11 +33,9 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, overload
 
-import attrs
-
-from . import _netns, _proc
+from . import _netns, _proc, _tls
 from ._errors import (
     AlreadyRunningError,
     CommandError,
@@ -53,123 +50,14 @@ from ._files import (
     default_home,
     read_json,
     tail,
-    validate_name,
     write_json,
     write_secret,
 )
 from ._netns import NetnsPlan
-from ._ports import MAX_NODES, PortLayout, allocate_base, check_free
+from ._ports import PortLayout, allocate_base, check_free
+from ._rabbitmq_config import LOOPBACK, RABBITMQ_DIR, ClusterSpec, Node, cluster_files
 
-RABBITMQ_DIR = Path("/usr/lib/rabbitmq")
-PLUGINS = ("rabbitmq_management", "rabbitmq_federation", "rabbitmq_federation_management")
 AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
-NETWORKS = ("loopback", "netns")
-PARTITION_HANDLING = ("ignore", "pause_minority", "autoheal")
-LOOPBACK = "127.0.0.1"
-
-
-def _positive(_inst: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if value <= 0:
-        raise ValueError(f"{attribute.name} must be positive, got {value!r}")
-
-
-def _resolved(path: Path | str) -> Path:
-    return Path(path).resolve()
-
-
-def _one_of(choices: tuple[str, ...]) -> Any:
-    def check(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
-        if value not in choices:
-            raise ValueError(
-                f"{attribute.name} must be one of {', '.join(choices)}; got {value!r}")
-
-    return check
-
-
-def _ticktime(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 3600:
-        raise ValueError(
-            f"{attribute.name} must be a whole number of seconds from 1 to 3600; got {value!r}")
-
-
-def _default_ticktime(spec: ClusterSpec) -> int:
-    # Erlang's 60 s would make a partition take a minute to be noticed; 5 s: 5 to 6.25 s.
-    return 5 if spec.network == "netns" else 60
-
-
-def _default_partition_handling(spec: ClusterSpec) -> str:
-    # pause_minority is the production recommendation for 3 nodes; loopback keeps RabbitMQ's
-    # own default, so that killing two of three nodes there does not pause the third.
-    return "pause_minority" if spec.network == "netns" else "ignore"
-
-
-@attrs.frozen
-class ClusterSpec:
-    """What to start. Ports come from ``base_port`` or, when None, from a free block.
-
-    ``network``: ``loopback`` or ``netns`` (a namespace per node; root). ``net_ticktime``
-    (seconds; Erlang's 60 on loopback, 5 in netns) bounds how long a cut link goes unnoticed;
-    ``cluster_partition_handling`` is RabbitMQ's (``ignore`` on loopback, ``pause_minority``
-    in netns; ``autoheal`` allowed).
-    """
-
-    name: str = attrs.field(default="sac", validator=validate_name)
-    nodes: int = attrs.field(
-        default=3,
-        validator=[attrs.validators.instance_of(int), attrs.validators.ge(1),
-                   attrs.validators.le(MAX_NODES)],
-    )
-    base_port: int | None = attrs.field(
-        default=None,
-        validator=attrs.validators.optional(
-            [attrs.validators.instance_of(int), attrs.validators.ge(1024),
-             attrs.validators.le(65435)]
-        ),
-    )
-    zookeeper: bool = False
-    start_timeout: float = attrs.field(default=120.0, validator=_positive)
-    home: Path = attrs.field(factory=default_home, converter=_resolved)
-    rabbitmq_dir: Path = attrs.field(default=RABBITMQ_DIR, converter=Path)
-    network: str = attrs.field(default="loopback", validator=_one_of(NETWORKS))
-    net_ticktime: int = attrs.field(
-        default=attrs.Factory(_default_ticktime, takes_self=True), validator=_ticktime)
-    cluster_partition_handling: str = attrs.field(
-        default=attrs.Factory(_default_partition_handling, takes_self=True),
-        validator=_one_of(PARTITION_HANDLING),
-    )
-
-
-@attrs.frozen
-class Node:
-    """One RabbitMQ node of a local cluster. ``index`` counts from 1."""
-
-    index: int
-    name: str
-    amqp_port: int
-    amqps_port: int
-    management_port: int
-    dist_port: int
-    dir: Path
-    host: str = LOOPBACK
-    namespace: str | None = None
-
-    @property
-    def pid_file(self) -> Path:
-        return self.dir / "rabbitmq.pid"
-
-    @property
-    def log_file(self) -> Path:
-        """RabbitMQ's own log: the one to read when the node misbehaves."""
-        return self.dir / "log" / f"{self.name}.log"
-
-    @property
-    def console_log(self) -> Path:
-        """What the node printed on stdout/stderr (boot failures land here)."""
-        return self.dir / "console.log"
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.amqp_port}"
 
 
 def amqp_ready(port: int, timeout: float = 1.0, host: str = LOOPBACK) -> bool:
@@ -352,6 +240,10 @@ class LocalCluster:
         return [f"amqp://{user}:***@{n.address}/%2F" for n in self.nodes]
 
     def log_files(self) -> list[Path]:
+        """The nodes' logs (RabbitMQ's own, then what each printed), epmd's, ZooKeeper's:
+        those that exist, none before ports are known (``up`` or ``attach``)."""
+        if self._layout is None:
+            return []
         files = []
         for node in self.nodes:
             files += [node.log_file, node.console_log]
@@ -456,85 +348,18 @@ class LocalCluster:
             )
         return env
 
-    def _make_certificates(self) -> None:
-        """A CA of the cluster's own and one server certificate for 127.0.0.1/localhost (and
-        every node's address in netns mode)."""
-        openssl = shutil.which("openssl")
-        if openssl is None:
-            raise PackageMissingError(
-                "openssl is missing: install the Debian package openssl (or `make deps`)")
-        tls = self.dir / "tls"
-        tls.mkdir(mode=0o700)
-        names = ",".join(f"IP:{n.host}" for n in self.nodes if n.host != LOOPBACK)
-        (tls / "server.ext").write_text(
-            f"subjectAltName=IP:127.0.0.1,DNS:localhost{',' if names else ''}{names}\n"
-            "basicConstraints=CA:FALSE\n"
-            "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
-        steps = [
-            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
-             "-keyout", "ca.key", "-out", "ca.pem", "-subj", f"/CN=sac {self.name} local CA"],
-            ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key",
-             "-out", "server.csr", "-subj", "/CN=localhost"],
-            ["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-             "-CAcreateserial", "-days", "30", "-out", "server.pem", "-extfile", "server.ext"],
-        ]
-        for step in steps:
-            done = subprocess.run(
-                [openssl, *step], cwd=tls, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                raise CommandError(f"openssl {step[0]} failed: {done.stderr.strip()[-500:]}")
-        for key in ("ca.key", "server.key"):
-            (tls / key).chmod(0o600)
-
     def _write_config(self, creds: Credentials) -> None:
-        write_secret(self.dir / ".erlang.cookie", secrets.token_hex(20), mode=0o400)
-        self._make_certificates()
-        tls = self.dir / "tls"
-        (self.dir / "rabbitmq-env.conf").write_text("")
-        write_secret(
-            self.credentials_file,
-            json.dumps({"user": creds.user, "password": creds.password}) + "\n",
-        )
+        """The cluster's certificates and config files (``_rabbitmq_config``, ``_tls``)."""
+        _tls.make_certificates(self.dir / "tls", self.name, [n.host for n in self.nodes])
+        files = cluster_files(self.spec, self.nodes, creds, secrets.token_hex(20), self.dir)
         for node in self.nodes:
             (node.dir / "log").mkdir(parents=True, exist_ok=True)
             (node.dir / "mnesia").mkdir(parents=True, exist_ok=True)
-            # The password sits in this file: owner-only, like the credentials file.
-            write_secret(
-                node.dir / "rabbitmq.conf",
-                "\n".join(
-                    [
-                        f"listeners.tcp.1 = {node.host}:{node.amqp_port}",
-                        f"listeners.ssl.1 = {node.host}:{node.amqps_port}",
-                        f"ssl_options.cacertfile = {tls / 'ca.pem'}",
-                        f"ssl_options.certfile = {tls / 'server.pem'}",
-                        f"ssl_options.keyfile = {tls / 'server.key'}",
-                        "ssl_options.verify = verify_none",
-                        "ssl_options.fail_if_no_peer_cert = false",
-                        f"management.tcp.ip = {node.host}",
-                        f"management.tcp.port = {node.management_port}",
-                        f"distribution.listener.interface = {node.host}",
-                        f"distribution.listener.port_range.min = {node.dist_port}",
-                        f"distribution.listener.port_range.max = {node.dist_port}",
-                        "loopback_users = none",
-                        # Created instead of guest on the first boot: guest never exists.
-                        f"default_user = {creds.user}",
-                        f"default_pass = {creds.password}",
-                        "default_user_tags.administrator = true",
-                        "default_permissions.configure = .*",
-                        "default_permissions.read = .*",
-                        "default_permissions.write = .*",
-                        # Consumer activity in the management API within a second, not five.
-                        "collect_statistics_interval = 1000",
-                        f"net_ticktime = {self.spec.net_ticktime}",
-                        f"cluster_partition_handling = {self.spec.cluster_partition_handling}",
-                        "log.console = false",
-                        "log.file.level = info",
-                        "",
-                    ]
-                ),
-            )
-            (node.dir / "advanced.config").write_text("[].\n")
-            (node.dir / "enabled_plugins").write_text("[" + ",".join(PLUGINS) + "].\n")
+        for path, file in files.items():
+            if file.mode is None:
+                path.write_text(file.text)
+            else:
+                write_secret(path, file.text, mode=file.mode)
 
     # ------------------------------------------------------------------ processes
 
@@ -845,18 +670,35 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ faults
 
-    def kill(self, ref: int | str) -> Node:
-        """SIGKILL a node's whole process group, as a crash would."""
-        node = self.node(ref)
-        pid = self._require_running(node)
+    @overload
+    def kill(self) -> None: ...
+
+    @overload
+    def kill(self, ref: int | str) -> Node: ...
+
+    def kill(self, ref: int | str | None = None) -> Node | None:
+        """SIGKILL a node's whole process group (``ref``: see ``node``), as a crash would;
+        without ``ref``, every node and epmd at once, as a power cut would. Data and state
+        stay: ``start(ref)`` boots a node again, ``down()`` cleans up."""
+        if ref is not None:
+            node = self.node(ref)
+            self._kill_node(node, self._require_running(node))
+            return node
+        self._state()
+        running = [n for n in self.nodes if self.is_running(n)]
+        if not running:
+            raise NotRunningError(f"cluster {self.name!r} has no node running")
+        for node in running:
+            self._kill_node(node, self._pid(f"node{node.index}"))
+        epmds = [pid for key in self._epmds()
+                 if (pid := self._pid(key)) is not None and _proc.is_ours(pid, self.dir)]
+        _proc.kill_all(epmds, f"cluster {self.name!r}: epmd")
+        return None
+
+    def _kill_node(self, node: Node, pid: int | None) -> None:
         beam = self._beam_pid(node)
-        _proc.signal_group(pid, signal.SIGKILL)
-        if beam is not None:
-            _proc.signal_group(beam, signal.SIGKILL)
-        pids = [pid] if beam is None else [pid, beam]
-        if _proc.wait_dead(pids, 10.0):
-            raise ServerError(f"node {node.name} (pids {pids}) survived SIGKILL")
-        return node
+        pids = [p for p in (pid, beam) if p is not None and _proc.is_ours(p, self.dir)]
+        _proc.kill_all(pids, f"node {node.name}")
 
     def stop(self, ref: int | str, timeout: float = 60.0) -> Node:
         """Stop a node gracefully (SIGTERM), SIGKILL if it takes longer than ``timeout``."""
@@ -895,7 +737,8 @@ class LocalCluster:
         """What runs, where: JSON-ready, without secrets."""
         state = read_json(self.dir / "state.json")
         if state is None:
-            return {"name": self.name, "dir": str(self.dir), "running": False, "nodes": []}
+            return {"name": self.name, "dir": str(self.dir), "running": False, "nodes": [],
+                    "logs": [str(p) for p in self.log_files()]}
         pids = state.get("pids", {})
         nodes = []
         for node in self.nodes:
@@ -939,6 +782,7 @@ class LocalCluster:
             "epmd": epmd,
             "urls": self.display_urls(),
             "credentials_file": str(self.credentials_file),
+            "logs": [str(p) for p in self.log_files()],
         }
         if self.spec.network == "netns":
             result["network"] = {

@@ -202,6 +202,8 @@ class LocalSpark:
     def status(self) -> dict[str, Any]:
         info = master_json(self.port("master_ui")) if self._base is not None else None
         return {
+            "name": self.name,
+            "dir": str(self.dir),
             "url": self.url if self._base is not None else None,
             "ui": self.ui_url if self._base is not None else None,
             "pids": self._pids(),
@@ -341,6 +343,14 @@ class LocalSpark:
     def down(self) -> None:
         if not self._teardown():
             raise NotRunningError(f"Spark in {self.dir} is not running")
+
+    def kill(self) -> None:
+        """SIGKILL the master, the worker and every executor at once, as a crash would; the
+        state and logs stay (``down()`` cleans up)."""
+        pids = self.pids()
+        if not pids:
+            raise NotRunningError(f"Spark in {self.dir} is not running")
+        _proc.kill_all(pids, "Spark")
 
     def __enter__(self) -> Self:
         return self.up()

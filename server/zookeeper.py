@@ -87,12 +87,11 @@ class LocalZooKeeper:
 
     @classmethod
     def attach(cls, name: str = "zk", home: Path | str | None = None) -> LocalZooKeeper:
-        zk = cls(name=name, home=home)
-        state = read_json(zk.dir / "zookeeper.json")
+        probe = cls(name=name, home=home)
+        state = read_json(probe.dir / "zookeeper.json")
         if state is None:
-            raise NotRunningError(f"ZooKeeper {name!r} is not running (no state in {zk.dir})")
-        zk._port = int(state["port"])
-        return zk
+            raise NotRunningError(f"ZooKeeper {name!r} is not running (no state in {probe.dir})")
+        return cls(name=name, home=home, port=int(state["port"]))
 
     def __repr__(self) -> str:
         return f"LocalZooKeeper(dir={self.dir}, port={self._port})"
@@ -224,10 +223,16 @@ class LocalZooKeeper:
             raise NotRunningError(f"ZooKeeper in {self.dir} is not running")
 
     def kill(self) -> None:
+        """SIGKILL the server, as a crash would; its data and state stay (``down()`` cleans
+        up)."""
         pid = self._pid()
         if pid is None or not _proc.is_ours(pid, self.dir):
             raise NotRunningError(f"ZooKeeper in {self.dir} is not running")
-        _proc.terminate([pid], grace=0.0)
+        _proc.kill_all(sorted({pid, *_proc.find_marked(self.dir)}), "ZooKeeper")
+
+    def log_files(self) -> list[Path]:
+        """ZooKeeper's log, then what the JVM printed: those that exist."""
+        return [f for f in (self.log_file, self.dir / "console.log") if f.exists()]
 
     def status(self) -> dict[str, Any]:
         pid = self._pid()
@@ -238,11 +243,14 @@ class LocalZooKeeper:
                 if line.startswith("Mode:"):
                     mode = line.split(":", 1)[1].strip()
         return {
+            "name": self.name,
+            "dir": str(self.dir),
             "port": self._port,
             "pid": pid,
             "running": self.is_running(),
             "mode": mode,
             "log": str(self.log_file),
+            "logs": [str(p) for p in self.log_files()],
         }
 
     def __enter__(self) -> Self:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from sac.server import LocalCluster, LocalPostgres, LocalSpark, LocalZooKeeper
+from sac.server import LocalCluster, LocalPostgres, LocalServer, LocalSpark, LocalZooKeeper
 
 LOG_TAIL_LINES = 40
-_servers_key = pytest.StashKey[list[object]]()
+_servers_key = pytest.StashKey[list[LocalServer]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -85,14 +85,7 @@ def queue_name(request: pytest.FixtureRequest) -> str:
 def _log_tails(config: pytest.Config) -> list[tuple[str, str]]:
     sections = []
     for srv in config.stash[_servers_key]:
-        if isinstance(srv, LocalCluster):
-            files = srv.log_files()
-        elif isinstance(srv, LocalZooKeeper):
-            files = [f for f in (srv.log_file, srv.dir / "console.log") if f.exists()]
-        elif isinstance(srv, LocalPostgres | LocalSpark):
-            files = srv.log_files()
-        else:
-            files = []
+        files = srv.log_files() if isinstance(srv, LocalServer) else []
         for path in files:
             lines = path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
             sections.append((f"server log {path}", "\n".join(lines)))

@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import Any
 
 import attrs
 
-
-def _positive(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None and not value > 0:
-        raise ValueError(f"{attribute.name} must be positive, got {value!r}")
+from .._errors import ConfigurationError
+from .checks import no_less_than, optional, positive
 
 
 @attrs.frozen
@@ -26,17 +23,19 @@ class Backoff:
     """Delay before retry number ``attempt`` (1-based): ``uniform(0, min(maximum, initial *
     multiplier ** (attempt - 1)))``; no retry past ``max_attempts`` or ``max_elapsed`` s."""
 
-    initial: float = attrs.field(default=0.1, validator=_positive)
-    maximum: float = attrs.field(default=5.0, validator=_positive)
-    multiplier: float = attrs.field(default=2.0, validator=attrs.validators.ge(1.0))
-    max_attempts: int | None = attrs.field(default=20, validator=_positive)
-    max_elapsed: float | None = attrs.field(default=120.0, validator=_positive)
+    initial: float = attrs.field(default=0.1, validator=positive)
+    maximum: float = attrs.field(default=5.0, validator=positive)
+    multiplier: float = attrs.field(default=2.0, validator=no_less_than(1.0))
+    max_attempts: int | None = attrs.field(default=20, validator=optional(positive))
+    max_elapsed: float | None = attrs.field(default=120.0, validator=optional(positive))
 
     def __attrs_post_init__(self) -> None:
         if self.max_attempts is None and self.max_elapsed is None:
-            raise ValueError("a backoff must be bounded: set max_attempts or max_elapsed")
+            raise ConfigurationError(
+                "a backoff must be bounded: set max_attempts or max_elapsed")
         if self.maximum < self.initial:
-            raise ValueError(f"maximum ({self.maximum}) is below initial ({self.initial})")
+            raise ConfigurationError(
+                f"maximum ({self.maximum}) is below initial ({self.initial})")
 
     def cap(self, attempt: int) -> float:
         """The largest delay retry number ``attempt`` may wait."""

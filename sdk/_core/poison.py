@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from .._errors import ConfigurationError
 from .backoff import Backoff
 
 PARKED_PREFIX = "x-sac-parked-"
@@ -180,10 +181,11 @@ class MessageIdFrom:
 
     def __attrs_post_init__(self) -> None:
         if (self.header_name is None) == (not self.body):
-            raise ValueError("MessageIdFrom takes either a header name or the content: "
-                             "MessageIdFrom.header(name) or MessageIdFrom.content()")
+            raise ConfigurationError(
+                "MessageIdFrom takes either a header name (header_name) or the content "
+                "(body): MessageIdFrom.header(name) or MessageIdFrom.content()")
         if self.header_name is not None and not self.header_name:
-            raise ValueError("MessageIdFrom.header needs a header name")
+            raise ConfigurationError("MessageIdFrom.header needs a header name (header_name)")
 
     @classmethod
     def header(cls, name: str) -> MessageIdFrom:

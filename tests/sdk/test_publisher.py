@@ -3,6 +3,7 @@ bad input gets a specific error."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import json
@@ -16,16 +17,20 @@ import pika
 import pytest
 
 from sac.sdk import (
+    AsyncPublisher,
     AuthenticationError,
     Backoff,
     BlockedTimeout,
+    ClosedError,
     ConfigurationError,
     ConnectError,
     ConnectionSettings,
     HistoryRecorder,
+    LifecycleError,
     MessageNacked,
     MessageReturned,
     MessageTooLarge,
+    Publisher,
     PublishError,
     PublisherSettings,
     QueueMismatch,
@@ -329,3 +334,70 @@ def test_publish_to_a_missing_exchange_fails_and_the_publisher_goes_on(
     assert pub.publish(b"somewhere", message_id="after-the-error") == "after-the-error"
     pub.close()
     assert drain(cluster.urls()[0], queue.name, 1) == ["after-the-error"]
+
+
+def test_misuse_of_the_blocking_publisher_is_a_precise_error(
+    conn: ConnectionSettings, queue: QueueSettings
+) -> None:
+    pub = Publisher(PublisherSettings(conn, queue=queue))
+    with pytest.raises(LifecycleError, match="not started"):
+        pub.publish(b"too early")
+    pub.start()
+    try:
+        with pytest.raises(LifecycleError, match="already started") as twice:
+            pub.start()
+        assert not isinstance(twice.value, ClosedError)
+        assert pub.publish(b"fine", message_id="m-1") == "m-1"
+    finally:
+        pub.close()
+    pub.close()  # a second close does nothing
+    with pytest.raises(ClosedError, match="cannot publish: this publisher is closed"):
+        pub.publish(b"too late")
+    with pytest.raises(ClosedError, match="cannot be started again"):
+        pub.start()
+
+
+def test_misuse_of_the_async_publisher_is_a_precise_error(
+    conn: ConnectionSettings, queue: QueueSettings
+) -> None:
+    async def scenario() -> None:
+        pub = AsyncPublisher(PublisherSettings(conn, queue=queue))
+        with pytest.raises(LifecycleError, match="not started"):
+            await pub.send(b"too early")
+        async with pub:
+            with pytest.raises(LifecycleError, match="already started"):
+                await pub.start()
+            assert await pub.publish(b"fine", message_id="m-1") == "m-1"
+        with pytest.raises(ClosedError, match="cannot publish: this publisher is closed"):
+            await pub.publish_many([b"too late"])
+        with pytest.raises(ClosedError, match="cannot be started again"):
+            await pub.start()
+
+    asyncio.run(scenario())
+
+
+def _nowhere() -> ConnectionSettings:
+    return ConnectionSettings(urls=[f"amqp://u:p@127.0.0.1:{_free_port()}/"], connect_timeout=2)
+
+
+def test_a_blocking_publisher_that_could_not_start_raises_why_when_used() -> None:
+    pub = Publisher(PublisherSettings(_nowhere()))
+    with pytest.raises(ConnectError) as failed:
+        pub.start()
+    with pytest.raises(ConnectError) as later:
+        pub.publish(b"x", routing_key="q")
+    assert later.value is failed.value
+    pub.close()
+
+
+def test_an_async_publisher_that_could_not_start_raises_why_when_used() -> None:
+    async def scenario() -> None:
+        pub = AsyncPublisher(PublisherSettings(_nowhere()))
+        with pytest.raises(ConnectError) as failed:
+            await pub.start()
+        with pytest.raises(ConnectError) as later:
+            await pub.send(b"x", routing_key="q")
+        assert later.value is failed.value
+        await pub.close()
+
+    asyncio.run(scenario())

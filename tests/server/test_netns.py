@@ -239,7 +239,7 @@ def test_ctrl_c_inside_with_leaves_nothing(tmp_path: Path) -> None:
     name = f"nsint-{os.getpid()}"
     script = (
         "import sys, time\n"
-        "from server import LocalCluster\n"
+        "from sac.server import LocalCluster\n"
         f"with LocalCluster(name={name!r}, nodes=1, home={str(tmp_path)!r}, "
         "network='netns') as c:\n"
         "    print('up', c.netns.namespaces[0], flush=True)\n"
@@ -267,7 +267,7 @@ def test_without_privileges_or_iproute2_the_error_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     name = f"nspriv-{os.getpid()}"
-    code = ("from server import LocalCluster, ServerError\n"
+    code = ("from sac.server import LocalCluster, ServerError\n"
             f"try: LocalCluster(name={name!r}, nodes=1, home={str(tmp_path)!r}, "
             "network='netns').up()\n"
             "except ServerError as exc: print(type(exc).__name__, exc)\n")

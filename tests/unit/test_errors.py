@@ -166,3 +166,70 @@ def test_every_error_a_user_can_meet_is_exported() -> None:
     ours = {c for c in _subclasses(SacError) if c.__module__.startswith("sac.sdk")} | {SacError}
     exported = {getattr(sdk, name) for name in sdk.__all__}
     assert ours - exported == {LinkLost}
+
+
+def _all_sdk_modules() -> None:
+    """Import every module of the SDK, so that every error class it defines exists."""
+    import importlib
+    import pkgutil
+
+    from sac import sdk
+
+    for module in pkgutil.walk_packages(sdk.__path__, "sac.sdk."):
+        importlib.import_module(module.name)
+
+
+def docstring_tree(doc: str) -> dict[str, str | None]:
+    """The tree drawn in a docstring: each class name and the name of its parent (None for
+    the root). A line is ``<indent><branch>Name ...`` where every level is 4 columns wide."""
+    drawn: dict[str, str | None] = {}
+    stack: list[str] = []
+    lines = [line for line in doc.splitlines() if line.strip()]
+    start = next(i for i, line in enumerate(lines) if line.strip() == "SacError")
+    base = len(lines[start]) - len(lines[start].lstrip())
+    for line in lines[start:]:
+        body = line[base:]
+        if not body or not (body[0].isalpha() or body[0] in "│├└ "):
+            break
+        name_at = next(i for i, ch in enumerate(body) if ch.isalpha())
+        if name_at == 0 and drawn:
+            break  # text after the tree
+        level = name_at // 4
+        name = body[name_at:].split()[0]
+        assert name not in drawn, f"{name} appears twice in the tree"
+        del stack[level:]
+        drawn[name] = stack[-1] if stack else None
+        stack.append(name)
+    return drawn
+
+
+def test_the_docstring_tree_is_the_class_tree() -> None:
+    """Every ``SacError`` subclass in the SDK appears once in ``_errors.py``'s tree, under
+    its real parent, and nothing else does."""
+    _all_sdk_modules()
+    assert _errors.__doc__ is not None
+    drawn = docstring_tree(_errors.__doc__)
+    real: dict[str, str | None] = {"SacError": None}
+    for cls in _subclasses(SacError):
+        if not cls.__module__.startswith("sac.sdk"):
+            continue
+        parents = [base for base in cls.__bases__ if issubclass(base, SacError)]
+        assert len(parents) == 1, f"{cls.__name__} has SacError parents {parents}"
+        assert cls.__name__ not in real, f"two SDK errors are named {cls.__name__}"
+        real[cls.__name__] = parents[0].__name__
+    assert drawn == real
+
+
+def test_the_tree_reader_reads_levels_and_catches_a_twin() -> None:
+    tree = """
+    SacError
+    ├── A (also ValueError)  why
+    │   └── B                 why
+    └── C
+        └── D
+    Not part of it.
+    """
+    assert docstring_tree(tree) == {"SacError": None, "A": "SacError", "B": "A",
+                                    "C": "SacError", "D": "C"}
+    with pytest.raises(AssertionError, match="twice"):
+        docstring_tree(tree.replace("D", "B"))

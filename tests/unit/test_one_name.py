@@ -45,7 +45,7 @@ def run_python(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("package", ["sdk", "server", "chaos", "checker"])
+@pytest.mark.parametrize("package", ["sdk", "server", "chaos", "checker", "sim"])
 def test_a_folder_does_not_import_under_its_own_name(package: str) -> None:
     done = run_python(f"import {package}.errors" if package == "chaos" else f"import {package}")
     assert done.returncode == 1

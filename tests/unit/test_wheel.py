@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).parents[2]
 # What a build reads; the copy keeps build/ and *.egg-info out of the checkout.
-SOURCES = ("pyproject.toml", "README.md", "sac", "sdk", "server", "chaos", "checker")
+SOURCES = ("pyproject.toml", "README.md", "sac", "sdk", "server", "chaos", "checker", "sim")
 
 
 def test_the_wheel_holds_only_sac(tmp_path: Path) -> None:
@@ -32,7 +32,7 @@ def test_the_wheel_holds_only_sac(tmp_path: Path) -> None:
     top = {name.split("/")[0] for name in names if ".dist-info/" not in name}
     assert top == {"sac"}
     for data in ("sac/py.typed", "sac/sdk/py.typed", "sac/server/py.typed",
-                 "sac/checker/py.typed", "sac/checker/SPEC.md",
+                 "sac/checker/py.typed", "sac/sim/py.typed", "sac/checker/SPEC.md",
                  "sac/checker/templates/report.html", "sac/chaos/actors/consumer.py",
                  "sac/sdk/_core/backoff.py", "sac/cli.py"):
         assert data in names

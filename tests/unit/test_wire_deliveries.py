@@ -1,4 +1,5 @@
-"""sac.sdk._inbound decodes deliveries exactly as pika does, and hands pika every other frame.
+"""sac.sdk._wire.deliveries decodes deliveries exactly as pika does, and hands pika every other
+frame.
 
 The fast path bypasses pika's frame objects, so nothing but a comparison keeps the two in
 step: every stream here is built with pika's own marshalling and decoded twice, once by
@@ -28,7 +29,7 @@ from hypothesis import strategies as st
 from pika.channel import ContentFrameAssembler
 from pika.spec import Basic, BasicProperties, Channel, Connection
 
-from sac.sdk._inbound import InboundDeliveries
+from sac.sdk._wire.deliveries import InboundDeliveries
 
 # Small frames, so that multi-frame bodies stay cheap to generate (4096 is AMQP's minimum).
 FRAME_MAX = 4096
@@ -902,7 +903,7 @@ def test_registering_a_key_twice_then_unregistering_it_once_forgets_it() -> None
     assert len(harness.calls) == 1
     harness.inbound.unregister(1, "a")
     assert not harness.inbound.active
-    assert harness.inbound._channels == {}  # the count is the point
+    assert harness.inbound._on_channel == {}  # the count is the point
 
 
 def test_active_while_a_frame_is_half_read() -> None:

@@ -13,7 +13,9 @@ A delivery is taken here only when its method, header and body frames are all in
 back to back on one channel, and look exactly as AMQP 0-9-1 says; anything unusual (another
 channel's frame in between, a malformed frame) is left to pika, which has the error handling
 for it. Values are decoded as pika decodes them (a short string that is not UTF-8 stays bytes,
-tables go through ``pika.data.decode_table``), and a differential test holds the two together.
+tables go through ``pika.data.decode_table``), and a differential test holds the two together
+(``tests/unit/test_wire_deliveries.py``). Pure: bytes in, callbacks out; the connection that
+feeds it is ``pika_hooks.BatchedAsyncioConnection``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any
 
 from pika.data import decode_table
 
+from .frames import FRAME_HEAD as _FRAME_HEAD
+
 DeliveryCallback = Callable[
     [int, bool, Any, Any, Any, Any, Any, Any, Any, bytes], None
 ]
@@ -31,7 +35,6 @@ DeliveryCallback = Callable[
 correlation_id, message_id, timestamp, body)``; strings as pika gives them (``str``, or
 ``bytes`` when not UTF-8), ``headers`` a dict or None, ``timestamp`` an int or None."""
 
-_FRAME_HEAD = struct.Struct(">BHI")  # type, channel, payload size
 _HEAD_SIZE = 7
 _OVERHEAD = 8  # head and frame-end octet
 _FRAME_END = 0xCE
@@ -80,7 +83,7 @@ class InboundDeliveries:
         self._to_pika = to_pika
         self._frame_max = max(frame_max, 4096)
         self._consumers: dict[tuple[int, str], DeliveryCallback] = {}
-        self._channels: dict[int, int] = {}  # channel -> number of registered consumers
+        self._on_channel: dict[int, int] = {}  # channel -> number of registered consumers
         self._rest = bytearray()
         self._need = 0  # bytes ``_rest`` must hold before anything can be decoded
         self.bytes = 0
@@ -93,16 +96,16 @@ class InboundDeliveries:
     def register(self, channel: int, consumer_tag: str, callback: DeliveryCallback) -> None:
         key = (channel, consumer_tag)
         if key not in self._consumers:
-            self._channels[channel] = self._channels.get(channel, 0) + 1
+            self._on_channel[channel] = self._on_channel.get(channel, 0) + 1
         self._consumers[key] = callback
 
     def unregister(self, channel: int, consumer_tag: str) -> None:
         if self._consumers.pop((channel, consumer_tag), None) is not None:
-            left = self._channels[channel] - 1
+            left = self._on_channel[channel] - 1
             if left:
-                self._channels[channel] = left
+                self._on_channel[channel] = left
             else:
-                del self._channels[channel]
+                del self._on_channel[channel]
 
     def forget_channel(self, channel: int) -> None:
         for key in [k for k in self._consumers if k[0] == channel]:
@@ -122,7 +125,7 @@ class InboundDeliveries:
         size = len(data)
         pos = 0
         passed = 0  # where the frames not yet handed to pika begin
-        channels = self._channels
+        channels = self._on_channel
         while True:
             if size - pos < _HEAD_SIZE:
                 need = pos + _HEAD_SIZE

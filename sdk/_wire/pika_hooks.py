@@ -1,0 +1,221 @@
+"""The one module that touches pika's internals: every private pika name the SDK uses is here.
+
+Two hot paths bypass pika's per-frame objects (``frames.py`` encodes what we publish,
+``deliveries.py`` decodes what our consumers receive), and one write path skips a loop
+iteration. That needs a connection subclass which overrides pika's private data hooks
+(``_on_data_available``, ``_adapter_emit_data``, ``_adapter_disconnect_stream``) and reads a
+few private attributes. pika does not promise to keep them, so this module checks at import
+that every one is still there, and fails with an ``ImportError`` naming the hook and the pika
+version rather than misbehaving at run time. ``tests/sdk/test_pika_versions.py`` runs a real
+round trip through this module with every pika release the dependency pin allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+import pika
+import pika.spec
+from pika.adapters.asyncio_connection import AsyncioConnection
+from pika.adapters.base_connection import BaseConnection
+from pika.channel import Channel
+from pika.connection import Connection
+
+from .deliveries import InboundDeliveries
+from .frames import PublishEncoder
+
+PIKA_PIN = "pika>=1.3,<2"
+"""What ``pyproject.toml`` allows, and what the hooks are tested against."""
+
+
+@attrs.frozen
+class Hook:
+    """A private name of pika's that this module relies on.
+
+    ``set_in`` names the method that assigns an instance attribute (those cannot be seen on
+    the class): the attribute must be among the names that method's code uses, in the class
+    or any of its bases (a subclass's ``__init__`` may leave it to its base's).
+    """
+
+    owner: type
+    name: str
+    why: str
+    set_in: str | None = None
+
+    def present(self) -> bool:
+        if self.set_in is None:
+            return hasattr(self.owner, self.name)
+        for klass in self.owner.__mro__:
+            code = getattr(vars(klass).get(self.set_in), "__code__", None)
+            if code is not None and self.name in code.co_names:
+                return True
+        return False
+
+    def describe(self) -> str:
+        where = f" (set in {self.owner.__name__}.{self.set_in})" if self.set_in else ""
+        return f"{self.owner.__module__}.{self.owner.__name__}.{self.name}{where}"
+
+
+def require(hooks: Iterable[Hook], version: str) -> None:
+    """Raise ``ImportError`` naming the first hook that ``version`` of pika lacks."""
+    for hook in hooks:
+        if not hook.present():
+            raise ImportError(
+                f"pika {version} has no {hook.describe()}, which the SDK {hook.why}; "
+                f"the SDK is tested with {PIKA_PIN} (tests/sdk/test_pika_versions.py): "
+                "install a pika release in that range"
+            )
+
+
+try:
+    from pika.adapters.utils.io_services_utils import (
+        _AsyncPlaintextTransport as _PlaintextTransport,
+    )
+except ImportError as exc:  # pragma: no cover - only with a pika outside the pin
+    raise ImportError(
+        f"pika {pika.__version__} has no "
+        "pika.adapters.utils.io_services_utils._AsyncPlaintextTransport, which the SDK "
+        f"writes to directly; the SDK is tested with {PIKA_PIN}"
+    ) from exc
+
+HOOKS = (
+    Hook(Connection, "_on_data_available", "overrides to decode its own deliveries"),
+    Hook(Connection, "_frame_buffer", "completes when its fast path takes over",
+         set_in="_init_connection_state"),
+    Hook(Connection, "bytes_received", "counts received bytes into (heartbeat checks)",
+         set_in="_init_connection_state"),
+    Hook(Connection, "frames_received", "counts received frames into",
+         set_in="_init_connection_state"),
+    Hook(Connection, "frames_sent", "counts published frames into",
+         set_in="_init_connection_state"),
+    Hook(Connection, "bytes_sent", "counts published bytes into",
+         set_in="_init_connection_state"),
+    Hook(Connection, "_body_max_length", "cuts published bodies by",
+         set_in="_on_connection_tune"),
+    Hook(Connection, "_terminate_stream", "calls to drop a silent connection at once"),
+    Hook(BaseConnection, "_adapter_emit_data", "overrides to write a loop iteration at once"),
+    Hook(BaseConnection, "_adapter_disconnect_stream", "overrides to flush before closing"),
+    Hook(BaseConnection, "_transport", "writes to directly", set_in="_proto_connection_made"),
+    Hook(_PlaintextTransport, "_STATE_ACTIVE", "checks before writing to the socket"),
+    Hook(_PlaintextTransport, "_state", "checks before writing to the socket",
+         set_in="__init__"),
+    Hook(_PlaintextTransport, "_sock", "writes to directly", set_in="__init__"),
+    Hook(_PlaintextTransport, "get_write_buffer_size", "checks before writing directly"),
+)
+
+require(HOOKS, pika.__version__)
+
+
+class BatchedAsyncioConnection(AsyncioConnection):  # type: ignore[misc]
+    """pika's asyncio connection, writing all frames of one loop iteration at once, and
+    decoding the deliveries to our consumers itself (``sac_inbound``).
+
+    pika hands every frame to the socket on its own: three ``send`` calls per published
+    message (method, header, body), which cost more client CPU than everything else on the
+    hot path. Collecting what one event-loop iteration produces and writing it with one call
+    keeps the frame order and delays nothing beyond the current iteration. ``PublishFrames``
+    adds its frames to the same list, so they stay in order with pika's own.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._sac_pending: list[bytes] = []
+        # Frames are never larger than pika's maximum, whatever is negotiated.
+        self.sac_inbound = InboundDeliveries(self._sac_to_pika, pika.spec.FRAME_MAX_SIZE)
+        super().__init__(*args, **kwargs)
+
+    def sac_drop(self, error: Exception) -> None:
+        """Drop the socket at once, without a close handshake that a black hole would never
+        answer: the same private call pika's own heartbeat checker makes."""
+        self._terminate_stream(error)
+
+    def _on_data_available(self, data_in: bytes) -> None:
+        inbound = self.sac_inbound
+        if not inbound.active:
+            super()._on_data_available(data_in)
+            return
+        held: bytes = getattr(self, "_frame_buffer")  # noqa: B009 - pika leaves it untyped
+        if held:
+            # The first bytes since a consumer registered: pika may hold the start of a
+            # frame, which is ours to complete now.
+            data_in = held + data_in
+            self._frame_buffer = b""
+        inbound.feed(data_in)
+        # What pika would have counted for the frames it did not see (heartbeat checks).
+        self.bytes_received += inbound.bytes
+        self.frames_received += inbound.frames
+        inbound.bytes = inbound.frames = 0
+
+    def _sac_to_pika(self, frames: bytes) -> None:
+        super()._on_data_available(frames)
+
+    def _adapter_emit_data(self, data: bytes) -> None:
+        if not self._sac_pending:
+            asyncio.get_running_loop().call_soon(self._sac_flush)
+        self._sac_pending.append(data)
+
+    def _sac_flush(self) -> None:
+        if not self._sac_pending:
+            return
+        data = b"".join(self._sac_pending)
+        self._sac_pending.clear()
+        transport = self._transport
+        if transport is None:
+            return
+        if (
+            type(transport) is _PlaintextTransport
+            and transport._state == transport._STATE_ACTIVE
+            and not transport.get_write_buffer_size()
+        ):
+            # pika's transport only ever sends from a writability callback: two epoll_ctl
+            # calls and one more loop iteration per write. A socket with nothing queued is
+            # almost always writable: try at once, as asyncio's own transports do, and leave
+            # whatever did not fit (or any error, which pika then meets itself and handles
+            # its way) to pika's buffered path. Plain TCP only: TLS keeps pika's path.
+            try:
+                sent = transport._sock.send(data)
+            except OSError:
+                sent = 0
+            if sent >= len(data):
+                return
+            data = data[sent:]
+        super()._adapter_emit_data(data)
+
+    def _adapter_disconnect_stream(self) -> None:
+        self._sac_flush()
+        super()._adapter_disconnect_stream()
+
+
+class PublishFrames:
+    """Writes Basic.Publish, content header and body frames for one channel straight into
+    its connection's batched output, in the order of the calls (and of pika's own frames).
+
+    The caller checks ``ready`` first: pika's ``basic_publish`` would refuse a channel that
+    is not open, and so does this.
+    """
+
+    def __init__(self, conn: BatchedAsyncioConnection, channel: Channel) -> None:
+        self._conn = conn
+        self._channel = channel
+        self._pending = conn._sac_pending
+        self._flush = conn._sac_flush
+        self._encode = PublishEncoder(channel.channel_number, conn._body_max_length).encode
+
+    @property
+    def ready(self) -> bool:
+        return bool(self._channel.is_open) and not self._conn.is_closed
+
+    def write(self, method: bytes, header: bytes, body: bytes) -> None:
+        """One message (see ``PublishEncoder.encode``)."""
+        pending = self._pending
+        if not pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        frames, size = self._encode(pending, method, header, body)
+        conn = self._conn
+        conn.frames_sent += frames
+        conn.bytes_sent += size
+
+
+__all__ = ["HOOKS", "BatchedAsyncioConnection", "Hook", "PublishFrames", "require"]

@@ -1,0 +1,360 @@
+"""The model must be honest: each case, written once as a script of client steps, is run
+against the simulator and against the real 3-node RabbitMQ 3.10 cluster, and what the
+clients hear must be the same (normalised as ``sim.script`` says: confirms per tag,
+events per link and kind).
+
+And each case must be able to fail: ``test_each_case_catches_a_wrong_model`` breaks the
+model in the way the case is about and checks that the case's observation changes, which
+the real broker (equal to the right model) would then not match.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+import pika
+import pytest
+
+import sac.sim.broker
+from sac.server import LocalCluster
+from sac.sim.confirms import ConfirmChannel
+from sac.sim.methods import BasicPublish, ConnectionBlocked
+from sac.sim.queue import Cancelled, Effect, QueueArgs, QuorumQueue
+from sac.sim.sac import Consumer, Consumers, Status
+from sac.sim.script import (
+    Ack,
+    Cancel,
+    Case,
+    CloseChannel,
+    Consume,
+    Declare,
+    Delete,
+    Nack,
+    Observer,
+    Open,
+    Publish,
+    Qos,
+    Reject,
+    SetAlarm,
+    run_case,
+)
+
+from .real_driver import RealDriver
+
+QQ = {"x-queue-type": "quorum"}
+
+
+def queue_args(limit: int | None = 2, *, dead_letters: bool = True,
+               **extra: Any) -> dict[str, Any]:
+    """A quorum queue with a single active consumer, as the SDK declares it."""
+    args: dict[str, Any] = {**QQ, "x-single-active-consumer": True}
+    if limit is not None:
+        args["x-delivery-limit"] = limit
+    if dead_letters:
+        args.update({"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "q.dlq",
+                     "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"})
+    return {**args, **extra}
+
+
+def setup(args: dict[str, Any] | None = None) -> tuple[tuple[Any, ...], ...]:
+    return ((Open("p", 0, confirm=True),),
+            (Declare("p", "q.dlq", QQ), Declare("p", "q", args or queue_args())))
+
+
+def publish(*bodies: str) -> tuple[Any, ...]:
+    return tuple(Publish("p", "q", b, message_id=f"id-{b}") for b in bodies)
+
+
+def consumers(*links: str, prefetch: int = 10) -> tuple[tuple[Any, ...], ...]:
+    """Each link opened on its own node, then consuming as ``link.upper()``, in order."""
+    opened = tuple(Open(link, node=i % 3) for i, link in enumerate(links, start=1))
+    return (opened, *((Qos(link, prefetch), Consume(link, "q", link.upper())) for link in links))
+
+
+CASES = [
+    Case("confirms", (
+        *setup(),
+        publish("m0", "m1", "m2", "m3", "m4"),
+        (Declare("p", "q", passive=True),),
+    )),
+    Case("mandatory_return", (
+        *setup(),
+        (Publish("p", "nowhere", "x"), Publish("p", "nowhere", "y", mandatory=False),
+         Publish("p", "q", "z")),
+    )),
+    Case("closed_channel_hands_over_counted", (
+        *setup(),
+        publish("m0", "m1", "m2", "m3"),
+        *consumers("a", "b"),
+        (Ack("a", 2),),
+        (CloseChannel("a"),),
+        (Declare("p", "q", passive=True),),
+        (Nack("b", 3, multiple=True),),
+    )),
+    Case("cancel_hands_over_at_once", (
+        *setup(),
+        publish("m0", "m1", "m2", "m3"),
+        (Open("a", node=1), Open("b", node=2)),
+        (Qos("a", 2), Consume("a", "q", "A")),
+        (Qos("b", 10), Consume("b", "q", "B")),
+        (Ack("a", 1),),
+        (Cancel("a", "A"),),
+        (Declare("p", "q", passive=True),),
+        (Ack("a", 2),),
+        (CloseChannel("a"),),
+    )),
+    Case("cancelled_consumer_nacks_to_the_next", (
+        *setup(),
+        publish("m0", "m1"),
+        *consumers("a", "b"),
+        (Cancel("a", "A"),),
+        (Nack("a", 1),),
+        (Ack("a", 2),),
+    )),
+    Case("delivery_limit_dead_letters", (
+        *setup(),
+        publish("m0", "m1"),
+        (Open("a", node=1), Open("d", node=2)),
+        (Consume("d", "q.dlq", "D"), Qos("a", 1), Consume("a", "q", "A")),
+        (Nack("a", 1),),
+        (Nack("a", 2),),
+        (Nack("a", 3),),
+        (Reject("a", 4, requeue=False),),
+    )),
+    Case("requeue_goes_first_with_a_limit", (
+        *setup(),
+        publish("m0", "m1", "m2", "m3"),
+        *consumers("a", prefetch=3),
+        (Nack("a", 3),),
+        (Nack("a", 1),),
+    )),
+    Case("requeue_goes_last_without_a_limit", (
+        *setup(queue_args(None, dead_letters=False)),
+        publish("m0", "m1", "m2", "m3"),
+        *consumers("a", prefetch=3),
+        (Nack("a", 3),),
+        (Nack("a", 1),),
+    )),
+    Case("prefetch_is_respected", (
+        *setup(),
+        publish("m0", "m1", "m2", "m3", "m4"),
+        *consumers("a", prefetch=2),
+        (Ack("a", 1),),
+        (Ack("a", 3, multiple=True),),
+    )),
+    Case("waiting_line_keeps_its_order", (
+        *setup(),
+        publish("m0", "m1"),
+        *consumers("a", "b", "c", "d"),
+        (Cancel("b", "B"),),
+        (CloseChannel("a"),),
+        (Declare("p", "q", passive=True),),
+    )),
+    Case("queue_deleted_cancels_everyone", (
+        *setup(),
+        publish("m0"),
+        *consumers("a", "b", prefetch=1),
+        (Delete("p", "q"),),
+        (Ack("a", 1),),
+    )),
+    Case("reject_publish_nacks_when_full", (
+        *setup(queue_args(**{"x-max-length": 2})),
+        publish("m0", "m1", "m2"),
+        publish("m3", "m4"),
+        *consumers("a"),
+        (Ack("a", 3, multiple=True),),
+        publish("m5", "m6"),
+    )),
+    Case("alarm_blocks_who_publishes", (
+        *setup(),
+        (Open("q2", node=1, confirm=True), Open("c", node=2)),
+        publish("m0"),
+        (SetAlarm(True),),
+        (Publish("q2", "q", "m1"),),
+        (Consume("c", "q", "C"),),
+        (SetAlarm(False),),
+    )),
+    Case("channel_errors", (
+        *setup(),
+        (Open("x"), Open("y", node=1), Open("z", node=2)),
+        (Declare("x", "nowhere", passive=True),),
+        (Declare("y", "q", queue_args(5)),),
+        (Consume("z", "nowhere", "Z"),),
+    )),
+]
+
+
+# ------------------------------------------------------------------ against RabbitMQ
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    return f"honesty-{os.urandom(4).hex()}-"
+
+
+def _delete_queues(url: str, prefix: str) -> None:
+    with pika.BlockingConnection(pika.URLParameters(url)) as connection:
+        channel = connection.channel()
+        for name in ("q", "q.dlq"):
+            channel.queue_delete(prefix + name)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_the_model_hears_what_rabbitmq_says(
+        case: Case, cluster: LocalCluster, prefix: str, request: pytest.FixtureRequest) -> None:
+    expected = run_case(case).normalised()
+    observer = Observer()
+
+    def alarm(on: bool) -> None:
+        # A memory alarm on one node blocks publishers cluster-wide; 0.4 is the default.
+        cluster.ctl(cluster.nodes[0], "set_vm_memory_high_watermark",
+                    "0.0000001" if on else "0.4")
+
+    driver = RealDriver(cluster.urls(), prefix, observer, request.node.nodeid[-100:], alarm)
+    try:
+        for step, predicted in zip(case.steps, expected, strict=True):
+            observer.next_step()
+            for action in step:
+                driver.perform(action)
+            driver.settle(len(predicted))
+    finally:
+        if any(isinstance(s, SetAlarm) for step in case.steps for s in step):
+            alarm(False)
+        driver.close()
+        _delete_queues(cluster.urls()[0], prefix)
+    assert observer.normalised() == expected
+
+
+# ------------------------------------------------------------------ every case can fail
+
+
+def _wrap(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str,
+          around: Callable[..., Any]) -> None:
+    original = getattr(owner, name)
+    monkeypatch.setattr(owner, name, lambda *a, **k: around(original, *a, **k))
+
+
+def _drop_frames(kind: type) -> Callable[[pytest.MonkeyPatch], None]:
+    def mutate(monkeypatch: pytest.MonkeyPatch) -> None:
+        _wrap(monkeypatch, sac.sim.broker.Broker, "_send",
+              lambda send, self, conn, channel, method: (
+                  None if isinstance(method, kind) else send(self, conn, channel, method)))
+    return mutate
+
+
+def _uncounted_returns(monkeypatch: pytest.MonkeyPatch) -> None:
+    def return_all(_orig: Any, self: QuorumQueue, consumer: Consumer) -> list[Effect]:
+        for msg_id in sorted(consumer.checked_out):
+            self.returns.append(consumer.checked_out.pop(msg_id))
+        return []
+    _wrap(monkeypatch, QuorumQueue, "_return_all", return_all)
+
+
+def _cancel_keeps_the_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    def cancel(_orig: Any, self: Consumers, key: Any) -> None:
+        consumer = self.attached.get(key)
+        if consumer is not None:
+            consumer.status = Status.CANCELLED
+        return None
+    _wrap(monkeypatch, Consumers, "cancel", cancel)
+
+
+def _cancelled_cannot_return(monkeypatch: pytest.MonkeyPatch) -> None:
+    def return_(orig: Any, self: QuorumQueue, key: Any, ids: Any) -> list[Effect]:
+        held = self.consumers.get(key)
+        if held is not None and held.status is Status.CANCELLED:
+            return []
+        result: list[Effect] = orig(self, key, ids)
+        return result
+    _wrap(monkeypatch, QuorumQueue, "return_", return_)
+
+
+def _limit_off_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    def from_arguments(orig: Any, arguments: Any) -> QueueArgs:
+        args: QueueArgs = orig(arguments)
+        if args.delivery_limit is None:
+            return args
+        return attrs.evolve(args, delivery_limit=args.delivery_limit - 1)
+    _wrap(monkeypatch, QueueArgs, "from_arguments", from_arguments)
+
+
+def _requeue_to(first: bool) -> Callable[[pytest.MonkeyPatch], None]:
+    def mutate(monkeypatch: pytest.MonkeyPatch) -> None:
+        _wrap(monkeypatch, QuorumQueue, "_return_one",
+              lambda orig, self, consumer, msg_id, to_returns: orig(
+                  self, consumer, msg_id, to_returns=first))
+    return mutate
+
+
+def _no_prefetch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Consumer, "has_credit", lambda self: self.status is Status.UP)
+
+
+def _delete_spares_the_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    def delete(orig: Any, self: QuorumQueue) -> tuple[list[Effect], int]:
+        waiting = {c.key for c in self.consumers.waiting}
+        effects, dropped = orig(self)
+        return [e for e in effects
+                if not (isinstance(e, Cancelled) and e.consumer in waiting)], dropped
+    _wrap(monkeypatch, QuorumQueue, "delete", delete)
+
+
+def _last_in_line_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Consumers, "activate_next", lambda self: (
+        self.attached.setdefault(self.waiting[-1].key, self.waiting.pop())
+        if self.single_active and self.active() is None and self.waiting else None))
+
+
+def _never_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(QuorumQueue, "_evaluate_limit", lambda self: [])
+
+
+def _blocked_publish_goes_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Block only after taking the publish that triggered it."""
+    def receive(orig: Any, self: sac.sim.broker.Broker, conn_id: int, channel: int,
+                method: Any) -> None:
+        conn = self.connections.get(conn_id)
+        alarm = self.alarm
+        if conn is not None and not conn.blocked and isinstance(method, BasicPublish):
+            self.alarm = False
+            orig(self, conn_id, channel, method)
+            self.alarm = alarm
+            if alarm:
+                conn.blocked = True
+                self._send(conn, 0, ConnectionBlocked())
+            return
+        orig(self, conn_id, channel, method)
+    _wrap(monkeypatch, sac.sim.broker.Broker, "receive", receive)
+
+
+MUTANTS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
+    "confirms": lambda mp: mp.setattr(ConfirmChannel, "committed", lambda self, s, q: None),
+    "mandatory_return": _drop_frames(sac.sim.broker.BasicReturn),
+    "closed_channel_hands_over_counted": _uncounted_returns,
+    "cancel_hands_over_at_once": _cancel_keeps_the_line,
+    "cancelled_consumer_nacks_to_the_next": _cancelled_cannot_return,
+    "delivery_limit_dead_letters": _limit_off_by_one,
+    "requeue_goes_first_with_a_limit": _requeue_to(first=False),
+    "requeue_goes_last_without_a_limit": _requeue_to(first=True),
+    "prefetch_is_respected": _no_prefetch,
+    "waiting_line_keeps_its_order": _last_in_line_first,
+    "queue_deleted_cancels_everyone": _delete_spares_the_waiting,
+    "reject_publish_nacks_when_full": _never_full,
+    "alarm_blocks_who_publishes": _blocked_publish_goes_through,
+    "channel_errors": _drop_frames(sac.sim.broker.ChannelClose),
+}
+
+
+def test_every_case_has_a_mutant() -> None:
+    assert sorted(MUTANTS) == sorted(c.name for c in CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_each_case_catches_a_wrong_model(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
+    right = run_case(case).normalised()
+    MUTANTS[case.name](monkeypatch)
+    wrong = run_case(case).normalised()
+    assert wrong != right
