@@ -216,10 +216,17 @@ class ConsumerEngine(Recovering):
             return
         loop = asyncio.get_running_loop()
         wait = self.settings.stop_timeout if timeout is None else timeout
-        cancel = self._carry_out(self.machine.stop(loop.time()))
+        self._carry_out(self.machine.stop(loop.time()))  # nothing more is taken or started
         if self.inbox is not None:
             self.inbox.interrupt()  # a batch waiting for a failing store: leave it unacked
-        await self._stop_recovery()  # first: a reconnect may still be making a new link
+        await self._stop_recovery()  # a reconnect may still be making a new link
+        try:
+            await asyncio.wait_for(self._quiet(), wait)
+        except TimeoutError:
+            log.warning("a handler did not finish within %.1f s; closing anyway", wait)
+        # Acks for what is done, then the cancel: the broker hands the queue over only once
+        # this consumer's last handler ended, so two never work at once.
+        cancel = self._carry_out(self.machine.finish(loop.time()))
         link = self._link
         if cancel and link is not None and link.usable and self._consumer_tag is not None:
             channel = link.channel
@@ -234,11 +241,6 @@ class ConsumerEngine(Recovering):
                 self._record("cancelled", queue=self.settings.queue.name, by="client")
             except (LinkLost, TimeoutError):
                 pass
-        try:
-            await asyncio.wait_for(self._quiet(), wait)
-        except TimeoutError:
-            log.warning("a handler did not finish within %.1f s; closing anyway", wait)
-        self._carry_out(self.machine.finish(loop.time()))
         self._link = None
         if link is not None:
             await link.close()

@@ -39,8 +39,9 @@ Events (methods; each returns the actions to carry out, usually none)
     the channel (or its connection) is gone: a new generation begins. Tags of the old one
     are never acked; the broker gives their messages back.
 ``stop(now)`` / ``finish(now)`` / ``closed(now)``
-    a graceful stop begins / goes on once nothing is in flight (``busy`` false) or the
-    shell's patience ran out / is complete (the link is closed).
+    a graceful stop begins (nothing more is taken or started) / goes on once nothing is in
+    flight (``busy`` false) or the shell's patience ran out / is complete (the link is
+    closed).
 ``tick(now)``
     time passed: retries and resubscribes that are due.
 
@@ -66,7 +67,8 @@ Actions (what the shell carries out)
 ``ResubscribeLater(at, attempt)`` then ``Subscribe(attempt)``
     consume again after a server cancel, when ``tick`` passes ``at``.
 ``Cancel``
-    stopping: cancel the subscription (what still arrives goes back to the queue).
+    stopping, after the last run ended and its acks: cancel the subscription (what still
+    arrives goes back to the queue).
 ``RoleChanged(old, new, activation)``
     the consumer's role changed (``sdk._core.roles``).
 ``Halt(why, error, delivery, attempts)``
@@ -439,14 +441,13 @@ class ConsumerMachine(Generic[D]):
         actions = [*self._changed(self._roles.stopping())]
         if self._run is None:
             actions += self._acks.flush()
-        if self._subscribed:
-            self._subscribed = False
-            actions.append(CANCEL)
         return actions
 
     def finish(self, now: float) -> Actions[D]:
-        """The stop goes on (or a start failed): acks for what is done; nothing later is
-        run or acked."""
+        """The stop goes on once nothing is in flight (or a start failed, or the shell's
+        patience ran out): acks for what is done, then the subscription is cancelled;
+        nothing later is run or acked. Cancelling only now keeps the handover clean: the
+        broker makes the next consumer active only once this one's last handler ended."""
         if self.stage is Stage.CLOSED:
             return NONE
         self.stage = Stage.CLOSED
@@ -454,7 +455,11 @@ class ConsumerMachine(Generic[D]):
         self._run = None
         self._failing = None
         self._resubscribing = None
-        return self._acks.flush()
+        actions: list[Action[D]] = [*self._acks.flush()]
+        if self._subscribed:
+            self._subscribed = False
+            actions.append(CANCEL)
+        return actions
 
     def closed(self, now: float) -> Actions[D]:
         self.stage = Stage.CLOSED

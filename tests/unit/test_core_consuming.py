@@ -249,7 +249,7 @@ def test_a_fenced_commit_halts_and_acks_nothing_of_its_run() -> None:
     error = RuntimeError("stale epoch")
     assert m.commit_failed(error, 1.0, fenced=True) == [Halt(Why.FENCED, error)]
     assert m.unacked_done == 0
-    assert m.finish(2.0) == []
+    assert m.finish(2.0) == [CANCEL]
 
 
 def test_a_run_fenced_after_its_channel_was_lost_still_halts() -> None:
@@ -336,13 +336,13 @@ def test_a_graceful_stop_finishes_the_run_acks_it_and_leaves_the_rest() -> None:
         m.deliver(Msg(tag))
     [run] = m.dispatch(0.0)
     m.deliver(Msg(4))
-    assert m.stop(1.0) == [RoleChanged(Role.ACTIVE, Role.STOPPING, 1), CANCEL]
+    assert m.stop(1.0) == [RoleChanged(Role.ACTIVE, Role.STOPPING, 1)]
     assert not m.live(run.generation)  # the worker stops after the running handler
     assert m.busy
     assert m.ran(1, None, 2.0) == [Ack(1, multiple=False)]
     assert not m.busy
     assert m.waiting == 0
-    assert m.finish(2.0) == []
+    assert m.finish(2.0) == [CANCEL]  # only now: no overlap with the next
     assert m.closed(2.0) == [RoleChanged(Role.STOPPING, Role.STOPPED, 1)]
 
 
@@ -354,7 +354,7 @@ def test_a_stop_during_a_retry_wait_leaves_the_message() -> None:
     m.stop(0.1)
     assert not m.busy
     assert m.tick(100.0) == []
-    assert m.finish(0.2) == []
+    assert m.finish(0.2) == [CANCEL]
 
 
 def test_a_stop_waits_for_a_park_under_way_and_acks_it() -> None:
@@ -461,7 +461,9 @@ class Channel(RuleBasedStateMachine):
                 self.retrying = action.delivery
             elif isinstance(action, Halt):
                 self.halted = True
-            elif isinstance(action, ResubscribeLater) or action is CANCEL:
+            elif action is CANCEL:
+                assert self.m.stage is Stage.CLOSED, "cancelled before the last run ended"
+            elif isinstance(action, ResubscribeLater):
                 pass
             else:
                 raise AssertionError(f"unknown action {action!r}")
