@@ -32,6 +32,7 @@ from pika.spec import Basic, BasicProperties
 from ._core.acks import Ack, Reject
 from ._core.consuming import (
     Action,
+    Admission,
     ConsumerMachine,
     Halt,
     Park,
@@ -143,7 +144,10 @@ class ConsumerEngine(Recovering):
         self.machine: ConsumerMachine[Delivery] = ConsumerMachine(
             batch=settings.ack_batch, retry=settings.retry,
             resubscribe=settings.connection.reconnect, parking=parking_of(settings.queue),
-            permanent=_permanent)
+            permanent=_permanent,
+            # An inbox commits a run in one transaction: one at a time, each as large as
+            # what waits. Handlers run one message at a time anyway: keep the worker fed.
+            pipeline=1 if inbox is not None else None)
         self.life = Lifecycle("consumer")
         self._worker = worker
         self._on_role_change = on_role_change
@@ -316,24 +320,24 @@ class ConsumerEngine(Recovering):
             done += 1
         return done, None, None
 
-    def report(self, outcome: Outcome) -> None:
-        """On the loop: the end of the run under way, to the machine."""
+    def report(self, run: Run[Delivery], outcome: Outcome) -> None:
+        """On the loop: how ``run`` ended, to the machine."""
         done, failed, refused = outcome
         loop = self._loop
         now = loop.time() if loop is not None else time.monotonic()
         if refused is None:
-            actions = self.machine.ran(done, failed, now)
+            actions = self.machine.ran(run, done, failed, now)
         else:
-            actions = self.machine.commit_failed(refused, now,
+            actions = self.machine.commit_failed(run, refused, now,
                                                  fenced=isinstance(refused, StaleEpoch))
         if actions:
             self._carry_out(actions)
 
-    def report_threadsafe(self, outcome: Outcome) -> None:
+    def report_threadsafe(self, run: Run[Delivery], outcome: Outcome) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # closed: nothing more is acked anyway
-                loop.call_soon_threadsafe(self.report, outcome)
+                loop.call_soon_threadsafe(self.report, run, outcome)
 
     # ------------------------------------------------------------------ actions
 
@@ -681,6 +685,7 @@ class AsyncWorker:
 
     async def _work(self, engine: ConsumerEngine) -> None:
         runs = self._runs
+        admission = Admission()
         loop = asyncio.get_running_loop()
         while True:
             while not runs:
@@ -690,7 +695,10 @@ class AsyncWorker:
             run = runs.popleft()
             if run is None:
                 return
-            engine.report(await engine.execute_async(run))
+            if admission.admits(run):
+                outcome = await engine.execute_async(run)
+                admission.ran(run, outcome[0])
+                engine.report(run, outcome)
 
 
 class ThreadWorker:
@@ -719,16 +727,21 @@ class ThreadWorker:
         what the run under way had done."""
         self._idle.clear()
         tally = Tally()
-        run: Run[Delivery] | None = None
+        admission = Admission()
+        running: Run[Delivery] | None = None
         try:
             while (run := self._runs.get()) is not None:
+                if not admission.admits(run):
+                    continue
                 tally.done = 0
+                running = run
                 outcome = engine.execute(run, tally)
-                run = None
-                engine.report_threadsafe(outcome)
+                running = None
+                admission.ran(run, outcome[0])
+                engine.report_threadsafe(run, outcome)
         except BaseException:
-            if run is not None:
-                engine.report_threadsafe((tally.done, None, None))
+            if running is not None:
+                engine.report_threadsafe(running, (tally.done, None, None))
             raise
         finally:
             self._idle.set()

@@ -15,12 +15,12 @@ Events (methods; each returns the actions to carry out, usually none)
 ``dispatch(now)``
     the shell may hand work to the worker: after a ``Wake``, once the read that brought the
     deliveries is over, so one ``Run`` takes all of them (up to ``batch``).
-``ran(done, failed, now)``
-    the worker finished a ``Run``: its first ``done`` deliveries succeeded (handler returned,
+``ran(run, done, failed, now)``
+    the worker finished ``run``: its first ``done`` deliveries succeeded (handler returned,
     or, with an inbox, their effects are committed: durable), then ``failed`` (an exception)
     ended it at delivery ``done``, or None. Deliveries after those were not run: the worker
     stops early when ``live(generation)`` turns false. For the inbox this is *commit done*.
-``commit_failed(error, now, fenced=...)``
+``commit_failed(run, error, now, fenced=...)``
     the inbox refused the whole ``Run``: fenced (``StaleEpoch``: a newer consumer holds the
     queue), else the store stayed unavailable past the inbox's own bounded retry. Nothing of
     the run committed; the consumer halts (even if the run's channel is gone: it was
@@ -49,10 +49,12 @@ Actions (what the shell carries out)
 ------------------------------------
 ``Wake``
     call ``dispatch(now)`` soon (after the current read).
-``Run(deliveries, generation, activation, attempt)``
+``Run(deliveries, generation, activation, seq, barrier, attempt)``
     run the handler for each delivery in order, or the inbox's ``process_batch`` on them
     (``activation`` tells it when to claim a new epoch), stopping early when
-    ``live(generation)`` is false; report ``ran`` or ``commit_failed``. One at a time.
+    ``live(generation)`` is false; report ``ran`` or ``commit_failed``. Runs are run one
+    after another in ``seq`` order; up to ``pipeline`` of them are handed out at once, and
+    the worker skips those its ``Admission`` refuses (their deliveries come back).
 ``Ack(tag, multiple, count)`` / ``Reject(tag, requeue)``
     on the current channel (``sdk._core.acks``). An ``Ack`` is only ever for deliveries
     whose run reported success (or whose parked copy was confirmed), on the generation they
@@ -86,7 +88,7 @@ import collections
 import enum
 import random
 from collections.abc import Callable, Sequence
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
@@ -147,8 +149,34 @@ class Run(Generic[D]):
     deliveries: Sequence[D]
     generation: int
     activation: int
+    seq: int
+    """Runs are numbered in the order they are handed out (and must be run)."""
+    barrier: int
+    """The ``seq`` of the last run known to have ended early when this one was handed
+    out: a worker that saw a later one end early skips this one (``Admission``)."""
     attempt: int = 1
     """1 for a first run; n for the (n-1)th retry of its single delivery."""
+
+
+class Admission:
+    """The worker's half of pipelining. Several runs may be handed out at once, and the
+    worker runs them in order; when one ends early (a failure, the inbox's refusal, a stop
+    or a lost channel cutting it short), the runs handed out before the machine learned of
+    it must not run: the machine takes their deliveries back when it hears of it. So the
+    worker skips every run whose ``barrier`` is older than the last run it saw end early."""
+
+    __slots__ = ("_after",)
+
+    def __init__(self) -> None:
+        self._after = 0
+
+    def admits(self, run: Run[Any]) -> bool:
+        return run.barrier >= self._after
+
+    def ran(self, run: Run[Any], done: int) -> None:
+        """``done`` of ``run``'s deliveries succeeded (0 when the inbox refused it)."""
+        if done < len(run.deliveries):
+            self._after = run.seq
 
 
 @attrs.frozen
@@ -252,8 +280,13 @@ class ConsumerMachine(Generic[D]):
         parking: Parking,
         permanent: Callable[[Exception], bool] = lambda _exc: False,
         rng: Callable[[], float] = random.random,
+        pipeline: int | None = 1,
     ) -> None:
         self.batch = batch
+        self._pipeline = pipeline
+        """Runs handed out at once at most (None: no limit). One keeps each run as large as
+        what waits (an inbox commits a run in one transaction); more keep a worker in
+        another thread busy without waiting for the machine between runs."""
         self._retry = retry
         self._resubscribe = resubscribe
         self._parking = parking
@@ -267,7 +300,10 @@ class ConsumerMachine(Generic[D]):
         self.activation = 0
         self.counts = Counts()
         self._waiting: collections.deque[D] = collections.deque()
-        self._run: Run[D] | None = None
+        self._runs: collections.deque[Run[D]] = collections.deque()
+        """Handed out, not reported yet, in order."""
+        self._seq = 0
+        self._barrier = 0
         self._failing: _Failing[D] | None = None
         self._resubscribing: _Resubscribing | None = None
         self._subscribed = False
@@ -287,7 +323,12 @@ class ConsumerMachine(Generic[D]):
     @property
     def busy(self) -> bool:
         """A run or a park is under way (a stop waits for it to end)."""
-        return self._run is not None or (self._failing is not None and self._failing.at is None)
+        return bool(self._runs) or (self._failing is not None and self._failing.at is None)
+
+    @property
+    def in_flight(self) -> int:
+        """Runs handed out and not reported yet."""
+        return len(self._runs)
 
     @property
     def waiting(self) -> int:
@@ -325,47 +366,49 @@ class ConsumerMachine(Generic[D]):
         if self.stage is not Stage.RUNNING:
             return actions  # not taken: it goes back to the queue with the channel
         self._waiting.append(delivery)
-        if self._woken or self._run is not None or self._failing is not None:
+        if self._woken or self._failing is not None or not self._room():
             return actions
         self._woken = True
         return [*actions, WAKE]
 
     def dispatch(self, now: float) -> Actions[D]:
         self._woken = False
-        if self._run is not None or self._failing is not None or not self._waiting:
+        if self._failing is not None or self.stage is not Stage.RUNNING:
             return NONE
-        return [self._next_run()] if self.stage is Stage.RUNNING else NONE
+        return self._next_runs()
 
-    def ran(self, done: int, failed: Exception | None, now: float) -> Actions[D]:
-        run = self._run
-        if run is None:
-            return NONE
-        self._run = None
-        failing = self._failing
-        if run.generation != self.generation or self.stage is Stage.CLOSED:
-            return self._free()  # its channel is gone: the broker has those messages back
+    def ran(self, run: Run[D], done: int, failed: Exception | None, now: float) -> Actions[D]:
+        if not self._runs or self._runs[0] is not run:
+            return NONE  # taken back already (it was handed out before one ended early)
+        self._runs.popleft()
         deliveries = run.deliveries
+        abandoned = self._ended_early(run) if done < len(deliveries) else ()
+        failing = self._failing
+        if failing is not None and run.attempt > 1 and failed is None:
+            self._failing = None  # the retry succeeded, or was cut short (then it comes back)
+        if run.generation != self.generation or self.stage is Stage.CLOSED:
+            # Its channel is gone: the broker has those messages back.
+            self._take_back((), abandoned)
+            return self._free()
         actions: list[Action[D]] = []
         if done:
-            if failing is not None:
-                self._failing = None  # the retry succeeded
             actions += self._acks.done_many([d.delivery_tag for d in deliveries[:done]])
         if failed is not None:
-            self._requeue(deliveries[done + 1:])
+            self._take_back(deliveries[done + 1:], abandoned)
             actions += self._failed(deliveries[done], failed, run, now)
             return actions
-        if done < len(deliveries):
-            self._requeue(deliveries[done:])  # cut short: a stop was asked for
-            if failing is not None and not done:
-                self._failing = None
+        self._take_back(deliveries[done:], abandoned)  # cut short: a stop was asked for
         return [*actions, *self._free()]
 
-    def commit_failed(self, error: Exception, now: float, *, fenced: bool) -> Actions[D]:
-        run = self._run
-        if run is None:
+    def commit_failed(
+        self, run: Run[D], error: Exception, now: float, *, fenced: bool
+    ) -> Actions[D]:
+        if not self._runs or self._runs[0] is not run:
             return NONE
-        self._run = None
-        if run.generation == self.generation:
+        self._runs.popleft()
+        self._ended_early(run)
+        failing = self._failing
+        if failing is not None and run.attempt > 1:
             self._failing = None
         # Whatever channel the run came on: a fenced consumer was replaced, and a store
         # that stays unavailable fails every run after this one too.
@@ -439,7 +482,7 @@ class ConsumerMachine(Generic[D]):
         if self._failing is not None and self._failing.at is not None:
             self._failing = None  # waiting for a retry: left unacked
         actions = [*self._changed(self._roles.stopping())]
-        if self._run is None:
+        if not self._runs:
             actions += self._acks.flush()
         return actions
 
@@ -452,7 +495,7 @@ class ConsumerMachine(Generic[D]):
             return NONE
         self.stage = Stage.CLOSED
         self._waiting.clear()
-        self._run = None
+        self._runs.clear()
         self._failing = None
         self._resubscribing = None
         actions: list[Action[D]] = [*self._acks.flush()]
@@ -469,13 +512,11 @@ class ConsumerMachine(Generic[D]):
         actions: list[Action[D]] = []
         failing = self._failing
         if (failing is not None and failing.at is not None and now >= failing.at
-                and self._run is None):
+                and not self._runs):
             failing.at = None
             if self.stage is Stage.RUNNING:
                 self.counts.retried += 1
-                self._run = Run([failing.delivery], self.generation, self.activation,
-                                failing.attempts + 1)
-                actions.append(self._run)
+                actions.append(self._hand_out([failing.delivery], failing.attempts + 1))
             else:
                 self._failing = None
         state = self._resubscribing
@@ -486,30 +527,59 @@ class ConsumerMachine(Generic[D]):
 
     # ------------------------------------------------------------------ decisions
 
-    def _next_run(self) -> Run[D]:
-        waiting = self._waiting
-        if len(waiting) <= self.batch:
-            taken = list(waiting)
-            waiting.clear()
-        else:
-            taken = [waiting.popleft() for _ in range(self.batch)]
-        run = self._run = Run(taken, self.generation, self.activation)
+    def _room(self) -> bool:
+        return self._pipeline is None or len(self._runs) < self._pipeline
+
+    def _hand_out(self, deliveries: list[D], attempt: int = 1) -> Run[D]:
+        self._seq += 1
+        run = Run(deliveries, self.generation, self.activation, self._seq, self._barrier,
+                  attempt)
+        self._runs.append(run)
         return run
 
+    def _next_runs(self) -> list[Action[D]]:
+        """Runs of what waits, up to ``batch`` deliveries each, while the pipeline has room."""
+        runs: list[Action[D]] = []
+        waiting = self._waiting
+        while waiting and self._room():
+            if len(waiting) <= self.batch:
+                taken = list(waiting)
+                waiting.clear()
+            else:
+                taken = [waiting.popleft() for _ in range(self.batch)]
+            runs.append(self._hand_out(taken))
+        return runs
+
     def _free(self) -> Actions[D]:
-        """The worker is free: the next run, or (idle) the acks of what is done."""
-        if self._failing is not None or self._run is not None:
+        """A run ended: the next ones, or (idle) the acks of what is done."""
+        if self._failing is not None:
             return NONE
         if self._waiting and self.stage is Stage.RUNNING:
-            return [self._next_run()]
-        if self.stage is Stage.CLOSED:
+            runs = self._next_runs()
+            if runs:
+                return runs
+        if self._runs or self.stage is Stage.CLOSED:
             return NONE
         return self._acks.flush()
 
-    def _requeue(self, rest: Sequence[D]) -> None:
-        """Deliveries of a run that were not run go back to the head of the line."""
-        if rest and self.stage is Stage.RUNNING:
-            self._waiting.extendleft(reversed(rest))
+    def _ended_early(self, run: Run[D]) -> list[Run[D]]:
+        """``run`` ended early: the runs handed out after it are skipped by the worker
+        (``Admission``); they are taken back here."""
+        self._barrier = run.seq
+        abandoned = list(self._runs)
+        self._runs.clear()
+        return abandoned
+
+    def _take_back(self, rest: Sequence[D], abandoned: Sequence[Run[D]]) -> None:
+        """Deliveries handed out but not run go back to the head of the line, in order."""
+        if self.stage is not Stage.RUNNING:
+            return  # never started: back to the queue with the channel
+        back = [*rest]
+        for run in abandoned:
+            if run.generation == self.generation:
+                back += run.deliveries
+        if back:
+            self._waiting.extendleft(reversed(back))
 
     def _failed(self, delivery: D, error: Exception, run: Run[D], now: float) -> Actions[D]:
         self.counts.handler_errors += 1
