@@ -333,11 +333,16 @@ class ConsumerEngine(Recovering):
         if actions:
             self._carry_out(actions)
 
-    def report_threadsafe(self, run: Run[Delivery], outcome: Outcome) -> None:
+    def report_all(self, ended: list[tuple[Run[Delivery], Outcome]]) -> None:
+        for run, outcome in ended:
+            self.report(run, outcome)
+
+    def report_threadsafe(self, ended: list[tuple[Run[Delivery], Outcome]]) -> None:
+        """From the worker's thread: how these runs ended, in order, in one hop."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # closed: nothing more is acked anyway
-                loop.call_soon_threadsafe(self.report, run, outcome)
+                loop.call_soon_threadsafe(self.report_all, ended)
 
     # ------------------------------------------------------------------ actions
 
@@ -724,13 +729,26 @@ class ThreadWorker:
     def serve(self, engine: ConsumerEngine) -> None:
         """In the caller's thread, until the engine's stop ends it. An exception from
         outside the handler's own (``KeyboardInterrupt``) ends it too, after reporting
-        what the run under way had done."""
+        what the run under way had done.
+
+        Reports go back in one hop for several runs: when no run waits (the worker would
+        block), when an ack batch is done, or when a run ended early."""
         self._idle.clear()
+        runs = self._runs
+        batch = engine.settings.ack_batch
         tally = Tally()
         admission = Admission()
+        ended: list[tuple[Run[Delivery], Outcome]] = []
+        done = 0
         running: Run[Delivery] | None = None
         try:
-            while (run := self._runs.get()) is not None:
+            while True:
+                if ended and runs.empty():
+                    engine.report_threadsafe(ended)
+                    ended, done = [], 0
+                run = runs.get()
+                if run is None:
+                    break
                 if not admission.admits(run):
                     continue
                 tally.done = 0
@@ -738,10 +756,16 @@ class ThreadWorker:
                 outcome = engine.execute(run, tally)
                 running = None
                 admission.ran(run, outcome[0])
-                engine.report_threadsafe(run, outcome)
+                ended.append((run, outcome))
+                done += outcome[0]
+                if done >= batch or outcome[0] < len(run.deliveries):
+                    engine.report_threadsafe(ended)
+                    ended, done = [], 0
         except BaseException:
             if running is not None:
-                engine.report_threadsafe(running, (tally.done, None, None))
+                ended.append((running, (tally.done, None, None)))
             raise
         finally:
+            if ended:
+                engine.report_threadsafe(ended)
             self._idle.set()
