@@ -31,6 +31,7 @@ from pika.spec import Basic, BasicProperties
 
 from ._core.acks import Ack, Reject
 from ._core.consuming import (
+    RUNNING,
     Action,
     Admission,
     ConsumerMachine,
@@ -286,9 +287,11 @@ class ConsumerEngine(Recovering):
             tally.done = count
             return count, None, None
         handler: Any = self._handler
-        live = self.live
+        machine = self.machine
         for delivery in run.deliveries:
-            if not live(generation):
+            # ``live`` inlined: this runs once per message.
+            if (self.stop_requested or machine.stage is not RUNNING
+                    or machine.generation != generation):
                 break
             try:
                 handler(delivery)
@@ -309,9 +312,11 @@ class ConsumerEngine(Recovering):
             return await asyncio.to_thread(self.execute, run, Tally())
         handler: Any = self._handler
         generation = run.generation
+        machine = self.machine
         done = 0
         for delivery in run.deliveries:
-            if not self.live(generation):
+            if (self.stop_requested or machine.stage is not RUNNING
+                    or machine.generation != generation):
                 break
             try:
                 await handler(delivery)
