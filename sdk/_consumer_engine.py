@@ -720,6 +720,11 @@ class ThreadWorker:
         self._idle = threading.Event()
         self._idle.set()
 
+    @property
+    def serving(self) -> bool:
+        """A thread is in ``serve``."""
+        return not self._idle.is_set()
+
     def begin(self, engine: ConsumerEngine) -> None:
         pass
 

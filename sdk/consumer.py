@@ -156,7 +156,6 @@ class Consumer:
         self._worker = ThreadWorker()
         self._engine = ConsumerEngine(settings, handler, self._worker, recorder=recorder,
                                       on_role_change=on_role_change)
-        self._running = False
         self._lock = threading.Lock()
         self._closed = threading.Event()
 
@@ -201,7 +200,6 @@ class Consumer:
         log.info("%s: stopping gracefully (a second one is not caught)", sig.name)
 
     def _run(self) -> None:
-        self._running = True
         try:
             self._worker.serve(self._engine)  # until the engine's stop ends it
         finally:
@@ -217,7 +215,6 @@ class Consumer:
             if self._thread.running:
                 self._thread.run(self._engine.stop())
                 self._thread.stop()
-            self._running = False
             self._closed.set()
 
     def stop(self, timeout: float | None = None) -> None:
@@ -225,7 +222,7 @@ class Consumer:
         ``run()`` is active it finishes the running handler first and returns."""
         if not self._thread.running:
             return
-        if self._running:
+        if self._worker.serving:
             # run() owns the handler thread: start the stop on the loop and let run()
             # finish it once the running handler is done.
             self._engine.request_stop(timeout)

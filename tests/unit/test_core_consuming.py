@@ -100,6 +100,15 @@ def running(m: Recorded) -> Recorded:
     return m
 
 
+def failed_once(error: Exception) -> Recorded:
+    """A running machine whose one delivery (tag 1) failed with ``error`` at time 0."""
+    m = running(machine())
+    m.deliver(Msg(1))
+    m.dispatch(0.0)
+    m.done(0, error, 0.0)
+    return m
+
+
 def of(actions: Sequence[Action[Msg]], kind: type) -> list[Any]:
     return [a for a in actions if isinstance(a, kind)]
 
@@ -250,19 +259,13 @@ def test_with_nowhere_to_park_it_halts_and_acks_only_what_is_done() -> None:
 
 
 def test_a_park_that_fails_on_a_live_channel_halts_instead_of_passing_it_over() -> None:
-    m = running(machine())
-    m.deliver(Msg(1))
-    m.dispatch(0.0)
-    m.done(0, Permanent("x"), 0.0)
+    m = failed_once(Permanent("x"))
     error = RuntimeError("the parking queue refused it")
     assert m.park_failed(1.0, error) == [Halt(Why.PARKING_FAILED, error, Msg(1), 1)]
 
 
 def test_a_park_cut_by_a_lost_channel_is_no_error() -> None:
-    m = running(machine())
-    m.deliver(Msg(1))
-    m.dispatch(0.0)
-    m.done(0, Permanent("x"), 0.0)
+    m = failed_once(Permanent("x"))
     m.channel_lost(0.5)
     assert not m.busy
     assert m.park_failed(1.0, RuntimeError("link lost")) == ()
@@ -381,10 +384,7 @@ def test_a_graceful_stop_finishes_the_run_acks_it_and_leaves_the_rest() -> None:
 
 
 def test_a_stop_during_a_retry_wait_leaves_the_message() -> None:
-    m = running(machine())
-    m.deliver(Msg(1))
-    m.dispatch(0.0)
-    m.done(0, ValueError("x"), 0.0)
+    m = failed_once(ValueError("x"))
     m.stop(0.1)
     assert not m.busy
     assert m.tick(100.0) == []
@@ -392,10 +392,7 @@ def test_a_stop_during_a_retry_wait_leaves_the_message() -> None:
 
 
 def test_a_stop_waits_for_a_park_under_way_and_acks_it() -> None:
-    m = running(machine())
-    m.deliver(Msg(1))
-    m.dispatch(0.0)
-    m.done(0, Permanent("x"), 0.0)
+    m = failed_once(Permanent("x"))
     m.stop(0.1)
     assert m.busy
     assert m.parked(0.2) == [Ack(1, multiple=False)]
