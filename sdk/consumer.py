@@ -52,6 +52,7 @@ from typing import Self
 import attrs
 
 from ._consumer_engine import AsyncWorker, ConsumerEngine, Handler, RoleCallback, ThreadWorker
+from ._core.lifecycle import Phase
 from ._core.roles import Role
 from ._delivery import Delivery
 from ._history import HistoryRecorder
@@ -169,6 +170,8 @@ class Consumer:
 
     def start(self) -> Self:
         """Connect and subscribe; deliveries wait until ``run()`` handles them."""
+        if self._engine.life.phase is not Phase.NEW:
+            self._engine.life.start()  # the precise error: started twice, or closed
         self._thread.launch(self._engine.start())
         return self
 
