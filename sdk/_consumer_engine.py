@@ -79,6 +79,7 @@ PARK_TIMEOUT = 120.0
 """Longest a park waits for the parking queue's confirm (the nack retries are bounded by
 30 s, a lost link ends it at once): past it the consumer stops, the message unacked."""
 
+_SETTLE = (Ack, Reject)
 _tags = itertools.count(1)
 _NO_HEADERS: Mapping[str, Any] = types.MappingProxyType({})
 
@@ -288,17 +289,21 @@ class ConsumerEngine(Recovering):
             return count, None, None
         handler: Any = self._handler
         machine = self.machine
-        for delivery in run.deliveries:
-            # ``live`` inlined: this runs once per message.
-            if (self.stop_requested or machine.stage is not RUNNING
-                    or machine.generation != generation):
-                break
-            try:
-                handler(delivery)
-            except Exception as exc:  # noqa: BLE001 - the machine retries it, then parks it
-                return tally.done, exc, None
-            tally.done += 1
-        return tally.done, None, None
+        done = 0
+        try:
+            for delivery in run.deliveries:
+                # ``live`` inlined: this runs once per message.
+                if (self.stop_requested or machine.stage is not RUNNING
+                        or machine.generation != generation):
+                    break
+                try:
+                    handler(delivery)
+                except Exception as exc:  # noqa: BLE001 - the machine retries, then parks it
+                    return done, exc, None
+                done += 1
+        finally:
+            tally.done = done  # also when KeyboardInterrupt ends the handler
+        return done, None, None
 
     async def execute_async(self, run: Run[Delivery]) -> Outcome:
         """``execute`` for the asyncio face: a coroutine handler runs on the loop; a plain
@@ -355,13 +360,13 @@ class ConsumerEngine(Recovering):
         """Do what the machine says, in order; whether it asked to cancel (a stop)."""
         cancel = False
         for action in actions:
-            if isinstance(action, Ack | Reject):
-                self._settle(action)
-            elif isinstance(action, Run):
+            if isinstance(action, Run):
                 self._worker.submit(action)
             elif isinstance(action, Wake):
                 # After the read under way: one run takes all it brought.
                 self._now_loop().call_soon(self._dispatch)
+            elif isinstance(action, _SETTLE):
+                self._settle(action)
             elif isinstance(action, RoleChanged):
                 self._role_changed(action)
             elif isinstance(action, RetryLater):
