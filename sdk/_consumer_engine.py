@@ -5,35 +5,32 @@ stop hands over) is the machine's; this shell owns the I/O around it on the asyn
 link and its recovery, the subscription, acks and rejects on the channel, parked copies, the
 history, the logs, and the timers that call the machine's ``tick``.
 
-Runs (a batch of deliveries for the handler, or for the inbox) go to a worker, one at a time,
-and their outcome comes back to the machine. There is one policy and two drivers of it:
-``AsyncWorker`` runs on the loop (the asyncio face); ``ThreadWorker`` runs in the thread that
-called the blocking ``Consumer.run()``. Both run a batch with the same code (``execute``) and
-report with the same call (``report``), so the two faces differ only in where a run executes.
+Runs (a batch of deliveries for the handler, or for the inbox) go to a worker
+(``_consumer_workers.py``), which runs them in order and reports how each ended: on the loop
+for the asyncio face, in the thread that called ``Consumer.run()`` for the blocking face.
+Both run a batch with the same code (``execute``) and report with the same call
+(``report``), so the two faces differ only in where a run executes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import inspect
 import itertools
 import logging
-import queue as thread_queue
-import threading
 import time
 import types
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from pika.spec import Basic, BasicProperties
 
+from ._consumer_workers import Tally, Worker
 from ._core.acks import Ack, Reject
 from ._core.consuming import (
     RUNNING,
     Action,
-    Admission,
     ConsumerMachine,
     Halt,
     Park,
@@ -93,27 +90,6 @@ def parking_of(queue: QueueSettings) -> Parking:
 def _permanent(exc: Exception) -> bool:
     """No retry cures it: parked at once."""
     return isinstance(exc, Poison | MissingMessageId)
-
-
-class Tally:
-    """Deliveries of the run under way that succeeded, readable if the run is interrupted
-    (``KeyboardInterrupt`` in the blocking face's handler)."""
-
-    __slots__ = ("done",)
-
-    def __init__(self) -> None:
-        self.done = 0
-
-
-class Worker(Protocol):
-    """Where runs execute. ``begin``, ``submit`` and ``finish`` are called on the loop."""
-
-    def begin(self, engine: ConsumerEngine) -> None: ...
-
-    def submit(self, run: Run[Delivery]) -> None: ...
-
-    async def finish(self) -> None:
-        """No more runs: returns once those submitted are done (or no one runs them)."""
 
 
 class ConsumerEngine(Recovering):
@@ -669,118 +645,3 @@ class ConsumerEngine(Recovering):
         log.error("consumer of %r gives up: %s", self.settings.queue.name, exc)
         self.life.fail(exc)
         self._stop_soon(1.0)
-
-
-class AsyncWorker:
-    """Runs on the loop, one run at a time, in delivery order (the asyncio face)."""
-
-    def __init__(self) -> None:
-        # A deque and one waiter rather than asyncio.Queue: this runs once per run.
-        self._runs: collections.deque[Run[Delivery] | None] = collections.deque()
-        self._waiter: asyncio.Future[None] | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    def begin(self, engine: ConsumerEngine) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._work(engine))
-
-    def submit(self, run: Run[Delivery]) -> None:
-        self._runs.append(run)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def finish(self) -> None:
-        if self._task is None:
-            return
-        self._runs.append(None)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-        await asyncio.shield(self._task)
-
-    async def _work(self, engine: ConsumerEngine) -> None:
-        runs = self._runs
-        admission = Admission()
-        loop = asyncio.get_running_loop()
-        while True:
-            while not runs:
-                self._waiter = loop.create_future()
-                await self._waiter
-                self._waiter = None
-            run = runs.popleft()
-            if run is None:
-                return
-            if admission.admits(run):
-                outcome = await engine.execute_async(run)
-                admission.ran(run, outcome[0])
-                engine.report(run, outcome)
-
-
-class ThreadWorker:
-    """Hands runs to the thread in ``serve`` (the blocking face's ``run()``): one thread
-    hop per run each way, not per message."""
-
-    def __init__(self) -> None:
-        self._runs: thread_queue.SimpleQueue[Run[Delivery] | None] = thread_queue.SimpleQueue()
-        self._idle = threading.Event()
-        self._idle.set()
-
-    @property
-    def serving(self) -> bool:
-        """A thread is in ``serve``."""
-        return not self._idle.is_set()
-
-    def begin(self, engine: ConsumerEngine) -> None:
-        pass
-
-    def submit(self, run: Run[Delivery]) -> None:
-        self._runs.put(run)
-
-    async def finish(self) -> None:
-        self._runs.put(None)
-        # Nobody serving: what was submitted is left, and the broker gets it back.
-        await asyncio.get_running_loop().run_in_executor(None, self._idle.wait)
-
-    def serve(self, engine: ConsumerEngine) -> None:
-        """In the caller's thread, until the engine's stop ends it. An exception from
-        outside the handler's own (``KeyboardInterrupt``) ends it too, after reporting
-        what the run under way had done.
-
-        Reports go back in one hop for several runs: when no run waits (the worker would
-        block), when an ack batch is done, or when a run ended early."""
-        self._idle.clear()
-        runs = self._runs
-        batch = engine.settings.ack_batch
-        tally = Tally()
-        admission = Admission()
-        ended: list[tuple[Run[Delivery], Outcome]] = []
-        done = 0
-        running: Run[Delivery] | None = None
-        try:
-            while True:
-                if ended and runs.empty():
-                    engine.report_threadsafe(ended)
-                    ended, done = [], 0
-                run = runs.get()
-                if run is None:
-                    break
-                if not admission.admits(run):
-                    continue
-                tally.done = 0
-                running = run
-                outcome = engine.execute(run, tally)
-                running = None
-                admission.ran(run, outcome[0])
-                ended.append((run, outcome))
-                done += outcome[0]
-                if done >= batch or outcome[0] < len(run.deliveries):
-                    engine.report_threadsafe(ended)
-                    ended, done = [], 0
-        except BaseException:
-            if running is not None:
-                ended.append((running, (tally.done, None, None)))
-            raise
-        finally:
-            if ended:
-                engine.report_threadsafe(ended)
-            self._idle.set()

@@ -51,7 +51,8 @@ from typing import Self
 
 import attrs
 
-from ._consumer_engine import AsyncWorker, ConsumerEngine, Handler, RoleCallback, ThreadWorker
+from ._consumer_engine import ConsumerEngine, Handler, RoleCallback
+from ._consumer_workers import AsyncWorker, ThreadWorker
 from ._core.lifecycle import Phase
 from ._core.roles import Role
 from ._delivery import Delivery

@@ -79,7 +79,12 @@ Actions (what the shell carries out)
 
 What a checker reads off the actions: every ``Ack`` follows the ``ran``/``parked`` that
 made its deliveries done, within the same call or a later one, never across a
-``channel_lost``; ``busy`` and ``waiting`` say what is in hand at any point.
+``channel_lost``; ``busy``, ``in_flight``, ``waiting`` and ``unacked_done`` say what is in
+hand at any point.
+
+Not decided here: a failing dedup store is retried inside the inbox (``Inbox.store_retry``,
+one ``Retry``); the machine sees the run's final outcome. Reconnecting is ``_recovery.py``'s;
+the machine sees ``channel_lost`` and the next ``subscribed``.
 """
 
 from __future__ import annotations
