@@ -50,6 +50,13 @@ class AckBatcher:
             return self.flush()
         return []
 
+    def done_many(self, tags: list[int]) -> list[Action]:
+        """``done`` for each of ``tags`` (in order), at most one ack."""
+        self._pending += tags
+        if len(self._pending) >= self.batch:
+            return self.flush()
+        return []
+
     def failed(self, tag: int, requeue: bool = True) -> list[Action]:
         return [*self.flush(), Reject(tag, requeue)]
 

@@ -3,6 +3,7 @@ recovery from every fault the issue names, poison messages and a graceful handov
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import threading
@@ -18,11 +19,14 @@ import pytest
 from sac.chaos._process import ActorProcess
 from sac.chaos.actors import ConsumerActor
 from sac.sdk import (
+    AsyncConsumer,
+    ClosedError,
     ConnectionSettings,
     Consumer,
     ConsumerSettings,
     Delivery,
     HistoryRecorder,
+    LifecycleError,
     PublisherSettings,
     QueueMismatch,
     QueueSettings,
@@ -354,3 +358,32 @@ def test_run_touches_signal_handlers_only_in_the_main_thread_and_puts_them_back(
         assert default.stats.acked == 1  # the other two went back to the queue
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_misuse_of_either_consumer_face_is_a_precise_error(
+    conn: ConnectionSettings, queue: QueueSettings
+) -> None:
+    consumer = Consumer(ConsumerSettings(conn, queue), print)
+    consumer.start()
+    try:
+        with pytest.raises(LifecycleError, match="already started") as twice:
+            consumer.start()
+        assert not isinstance(twice.value, ClosedError)
+    finally:
+        consumer.stop()
+    consumer.stop()  # a second stop does nothing
+    with pytest.raises(ClosedError, match="cannot be started again"):
+        consumer.start()
+
+    async def scenario() -> None:
+        twin = AsyncConsumer(ConsumerSettings(conn, queue), print)
+        with pytest.raises(LifecycleError, match="not started"):
+            await twin.wait()
+        async with twin:
+            with pytest.raises(LifecycleError, match="already started"):
+                await twin.start()
+        await twin.wait()  # stopped cleanly: returns
+        with pytest.raises(ClosedError, match="cannot be started again"):
+            await twin.start()
+
+    asyncio.run(scenario())

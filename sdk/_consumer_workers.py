@@ -1,0 +1,158 @@
+"""Where a consumer's runs execute: one policy (the consumer machine's), driven two ways.
+
+``AsyncWorker`` runs them on the asyncio loop (the asyncio face); ``ThreadWorker`` in the
+thread that called the blocking ``Consumer.run()``, so a long handler never stalls the loop
+and its heartbeats. Each runs the runs it is given in order, skips those its ``Admission``
+refuses (handed out before the machine learned that an earlier one ended early), and
+reports how each ended; the engine turns that into the machine's events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import queue as thread_queue
+import threading
+from typing import TYPE_CHECKING, Protocol
+
+from ._core.consuming import Admission, Run
+from ._delivery import Delivery
+
+if TYPE_CHECKING:
+    from ._consumer_engine import ConsumerEngine, Outcome
+
+
+class Tally:
+    """Deliveries of the run under way that succeeded, readable if the run is interrupted
+    (``KeyboardInterrupt`` in the blocking face's handler)."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = 0
+
+
+class Worker(Protocol):
+    """Where runs execute. ``begin``, ``submit`` and ``finish`` are called on the loop."""
+
+    def begin(self, engine: ConsumerEngine) -> None: ...
+
+    def submit(self, run: Run[Delivery]) -> None: ...
+
+    async def finish(self) -> None:
+        """No more runs: returns once those submitted are done (or no one runs them)."""
+
+
+class AsyncWorker:
+    """Runs on the loop, one run at a time, in delivery order (the asyncio face)."""
+
+    def __init__(self) -> None:
+        # A deque and one waiter rather than asyncio.Queue: this runs once per run.
+        self._runs: collections.deque[Run[Delivery] | None] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def begin(self, engine: ConsumerEngine) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._work(engine))
+
+    def submit(self, run: Run[Delivery]) -> None:
+        self._runs.append(run)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def finish(self) -> None:
+        if self._task is None:
+            return
+        self._runs.append(None)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        await asyncio.shield(self._task)
+
+    async def _work(self, engine: ConsumerEngine) -> None:
+        runs = self._runs
+        admission = Admission()
+        loop = asyncio.get_running_loop()
+        while True:
+            while not runs:
+                self._waiter = loop.create_future()
+                await self._waiter
+                self._waiter = None
+            run = runs.popleft()
+            if run is None:
+                return
+            if admission.admits(run):
+                outcome = await engine.execute_async(run)
+                admission.ran(run, outcome[0])
+                engine.report(run, outcome)
+
+
+class ThreadWorker:
+    """Hands runs to the thread in ``serve`` (the blocking face's ``run()``): one thread
+    hop per run each way, not per message."""
+
+    def __init__(self) -> None:
+        self._runs: thread_queue.SimpleQueue[Run[Delivery] | None] = thread_queue.SimpleQueue()
+        self._idle = threading.Event()
+        self._idle.set()
+
+    @property
+    def serving(self) -> bool:
+        """A thread is in ``serve``."""
+        return not self._idle.is_set()
+
+    def begin(self, engine: ConsumerEngine) -> None:
+        pass
+
+    def submit(self, run: Run[Delivery]) -> None:
+        self._runs.put(run)
+
+    async def finish(self) -> None:
+        self._runs.put(None)
+        # Nobody serving: what was submitted is left, and the broker gets it back.
+        await asyncio.get_running_loop().run_in_executor(None, self._idle.wait)
+
+    def serve(self, engine: ConsumerEngine) -> None:
+        """In the caller's thread, until the engine's stop ends it. An exception from
+        outside the handler's own (``KeyboardInterrupt``) ends it too, after reporting
+        what the run under way had done.
+
+        Reports go back in one hop for several runs: when no run waits (the worker would
+        block), when an ack batch is done, or when a run ended early."""
+        self._idle.clear()
+        runs = self._runs
+        batch = engine.settings.ack_batch
+        tally = Tally()
+        admission = Admission()
+        ended: list[tuple[Run[Delivery], Outcome]] = []
+        done = 0
+        running: Run[Delivery] | None = None
+        try:
+            while True:
+                if ended and runs.empty():
+                    engine.report_threadsafe(ended)
+                    ended, done = [], 0
+                run = runs.get()
+                if run is None:
+                    break
+                if not admission.admits(run):
+                    continue
+                tally.done = 0
+                running = run
+                outcome = engine.execute(run, tally)
+                running = None
+                admission.ran(run, outcome[0])
+                ended.append((run, outcome))
+                done += outcome[0]
+                if done >= batch or outcome[0] < len(run.deliveries):
+                    engine.report_threadsafe(ended)
+                    ended, done = [], 0
+        except BaseException:
+            if running is not None:
+                ended.append((running, (tally.done, None, None)))
+            raise
+        finally:
+            if ended:
+                engine.report_threadsafe(ended)
+            self._idle.set()
