@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from sac.sim.harness import Received
@@ -41,3 +45,18 @@ class Rig:
     def lost(self, link: str) -> list[Any]:
         return [e for e in self.client.events
                 if getattr(e, "link", None) == link and not isinstance(e, Received)]
+
+
+ROOT = Path(__file__).parents[2]
+
+
+def printed_under_other_hash_seeds(code: str) -> list[list[str]]:
+    """The words ``code`` prints in a fresh interpreter, once per ``PYTHONHASHSEED`` tried:
+    a replay must not depend on the order of a set of strings."""
+    printed = []
+    for hash_seed in ("0", "4242"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(ROOT)}
+        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=True,
+                             capture_output=True, text=True, timeout=120)
+        printed.append(out.stdout.split())
+    return printed
