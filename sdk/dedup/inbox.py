@@ -63,9 +63,11 @@ class LookupPolicy(enum.Enum):
 
     DEFAULT = "flagged"
     """Look up only a message that may be a copy: ``redelivered``, carrying
-    ``x-delivery-count``, or marked as a retransmission by our publisher. A message that is
-    none of these was never handed to a consumer before, so a lookup cannot find it (unless a
-    publisher other than ours sent it twice)."""
+    ``x-delivery-count``, or marked as a retransmission by our publisher. Known gap (found by
+    ``sac sim``): a publish held on a silent link can reach the broker *after* its marked
+    retransmission and arrive unflagged; it is not looked up. The record's unique key still
+    refuses its commit (rolling back an effect written through the transaction), but an
+    effect outside the transaction runs twice: use ``ALWAYS`` for such effects."""
     ALWAYS = "always"
     """Look up every message: also catches duplicates from publishers that do not mark their
     retransmissions."""
