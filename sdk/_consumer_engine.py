@@ -42,6 +42,7 @@ from ._core.consuming import (
     Subscribe,
     Wake,
     Why,
+    permanent_failure,
 )
 from ._core.lifecycle import Lifecycle, Phase
 from ._core.poison import LogBudget, describe_failure, parking_headers
@@ -50,9 +51,7 @@ from ._delivery import PARKED_PROPERTIES, Delivery, delivery_count, other_proper
 from ._errors import (
     ConsumerError,
     LifecycleError,
-    MissingMessageId,
     ParkingFailed,
-    Poison,
     SacError,
     StaleEpoch,
     StoreUnavailable,
@@ -60,7 +59,7 @@ from ._errors import (
 from ._forward import Forwarder, Refused
 from ._history import HistoryRecorder
 from ._recovery import Recovering
-from ._settings import ConsumerSettings, QueueSettings
+from ._settings import ConsumerSettings
 from ._transport import Link, LinkLost
 from .dedup.inbox import Inbox
 
@@ -79,17 +78,6 @@ PARK_TIMEOUT = 120.0
 _SETTLE = (Ack, Reject)
 _tags = itertools.count(1)
 _NO_HEADERS: Mapping[str, Any] = types.MappingProxyType({})
-
-
-def parking_of(queue: QueueSettings) -> Parking:
-    if queue.parking_queue is not None:
-        return Parking.QUEUE
-    return Parking.NONE if queue.dead_letter_exchange is None else Parking.DEAD_LETTER
-
-
-def _permanent(exc: Exception) -> bool:
-    """No retry cures it: parked at once."""
-    return isinstance(exc, Poison | MissingMessageId)
 
 
 class ConsumerEngine(Recovering):
@@ -121,8 +109,8 @@ class ConsumerEngine(Recovering):
                        recorder)
         self.machine: ConsumerMachine[Delivery] = ConsumerMachine(
             batch=settings.ack_batch, retry=settings.retry,
-            resubscribe=settings.connection.reconnect, parking=parking_of(settings.queue),
-            permanent=_permanent,
+            resubscribe=settings.connection.reconnect, parking=settings.queue.parking_target,
+            permanent=permanent_failure,
             # An inbox commits a run in one transaction: one at a time, each as large as
             # what waits. Handlers run one message at a time anyway: keep the worker fed.
             pipeline=1 if inbox is not None else None)

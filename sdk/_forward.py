@@ -20,16 +20,16 @@ from pika.spec import BasicProperties
 
 from ._core.backoff import Backoff
 from ._core.retry import Retry
+from ._settings import PARK_NACK_RETRY
 from ._transport import Link, LinkLost, describe
 
 log = logging.getLogger("sac.forward")
 
-NACK_RETRY = Backoff(initial=0.05, maximum=1.0, max_attempts=40, max_elapsed=30.0)
 """A quorum queue nacks while it elects a leader, for up to a few seconds."""
 
 
 class Refused(Exception):
-    """The broker did not take the copy (unroutable, or nacked past ``NACK_RETRY``)."""
+    """The broker did not take the copy (unroutable, or nacked past ``PARK_NACK_RETRY``)."""
 
 
 class _Nacked(Exception):
@@ -40,7 +40,7 @@ class Forwarder:
     """A confirm-mode channel of its own on ``link`` (the link's main channel stays as it
     is), one message at a time."""
 
-    def __init__(self, link: Link, retry: Backoff = NACK_RETRY) -> None:
+    def __init__(self, link: Link, retry: Backoff = PARK_NACK_RETRY) -> None:
         self.link = link
         self.retry = retry
         self._retry = Retry(retry, time.monotonic, asyncio.sleep)

@@ -25,6 +25,7 @@ from ._core.checks import flag as _flag
 from ._core.checks import kind as _kind
 from ._core.checks import optional as _optional
 from ._core.checks import positive as _positive
+from ._core.consuming import Parking
 from ._core.outbox import OutboxPolicy
 from ._core.poison import MessageIdFrom, worst_case
 from ._errors import ConfigurationError
@@ -237,6 +238,14 @@ class QueueSettings:
     (arguments are then not checked)."""
     extra_arguments: Mapping[str, Any] = attrs.field(factory=dict, converter=_copy_mapping)
 
+    @property
+    def parking_target(self) -> Parking:
+        """Where a message that failed for good goes: the parking queue, else the
+        dead-letter exchange, else nowhere (the consumer halts)."""
+        if self.parking_queue is not None:
+            return Parking.QUEUE
+        return Parking.NONE if self.dead_letter_exchange is None else Parking.DEAD_LETTER
+
     def __attrs_post_init__(self) -> None:
         if self.delivery_limit is not None and self.type != "quorum":
             raise ConfigurationError(
@@ -339,6 +348,8 @@ class PublisherSettings:
 
 
 HANDLER_RETRY = Backoff(initial=0.5, maximum=8.0, max_attempts=4, max_elapsed=60.0)
+PARK_NACK_RETRY = Backoff(initial=0.05, maximum=1.0, max_attempts=40, max_elapsed=30.0)
+"""A parked copy the broker nacks is sent again under this policy, then the park fails."""
 """Four retries after the first failure, up to 0.5, 1, 2 and 4 s apart (full jitter): about
 4 s in all on average, 7.5 s at most, before the message is parked."""
 MAX_RETRY_WAIT = 600.0

@@ -34,19 +34,18 @@ from sac.sdk._core.consuming import (
     Run,
     Subscribe,
     Wake,
+    permanent_failure,
 )
 from sac.sdk._core.poison import parking_headers
 from sac.sdk._delivery import Delivery, delivery_count
 from sac.sdk._errors import (
     ConnectError,
-    MissingMessageId,
     ParkingFailed,
-    Poison,
     SacError,
     StaleEpoch,
     StoreUnavailable,
 )
-from sac.sdk._settings import ConsumerSettings
+from sac.sdk._settings import PARK_NACK_RETRY, ConsumerSettings
 from sac.sdk.dedup import Inbox, Transaction
 from sac.sdk.dedup.inbox import STORE_RETRY
 
@@ -76,14 +75,7 @@ from .store import SimStore
 
 Effect = Callable[[Delivery, Transaction], None]
 
-PARK_RETRY = Backoff(initial=0.05, maximum=1.0, max_attempts=40, max_elapsed=30.0)
-"""A nacked parked copy is sent again under this policy (``sdk._forward.NACK_RETRY``)."""
 PARK_CHANNEL = 2
-
-
-def permanent(exc: Exception) -> bool:
-    """No retry cures it (``sdk._consumer_engine``'s rule)."""
-    return isinstance(exc, Poison | MissingMessageId)
 
 
 @attrs.frozen
@@ -158,11 +150,9 @@ class ConsumerClient(Shell):
         self.lives += 1
         self.process = f"{self.name}.{self.lives}"
         s = self.settings
-        parking = (Parking.QUEUE if s.queue.parking_queue is not None else
-                   Parking.NONE if s.queue.dead_letter_exchange is None else Parking.DEAD_LETTER)
         self.machine = self._machine_type(
             batch=s.ack_batch, retry=s.retry, resubscribe=s.connection.reconnect,
-            parking=parking, permanent=permanent, rng=self.rng.random)
+            parking=s.queue.parking_target, permanent=permanent_failure, rng=self.rng.random)
         self.inbox = self._inbox_type(self.store, self.effect, store_retry=self.store_retry,
                                       clock=lambda: self.now, rng=self.rng.random)
         self.inbox.bind(s.queue.name, self.process, None)
@@ -477,7 +467,7 @@ class ConsumerClient(Shell):
             self._carry_out(now, self.machine.parked(now))
         elif isinstance(method, BasicNack) and method.delivery_tag >= parking.tag:
             parking.nacks += 1
-            delay = PARK_RETRY.delay(parking.nacks, now - parking.began, self.rng.random)
+            delay = PARK_NACK_RETRY.delay(parking.nacks, now - parking.began, self.rng.random)
             if delay is None:
                 self._parking = None
                 self._park_failed(now, parking.park,

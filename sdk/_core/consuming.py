@@ -97,6 +97,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
+from .._errors import MissingMessageId, Poison
 from .acks import Ack, AckBatcher, Reject
 from .backoff import Backoff
 from .poison import Park as ParkStep
@@ -110,6 +111,12 @@ class Tagged(Protocol):
 
 
 D = TypeVar("D", bound=Tagged)
+
+
+def permanent_failure(exc: Exception) -> bool:
+    """No retry cures it (``Poison`` raised by the handler, a message without an id): the
+    message is parked at once. Both faces and the simulator pass this as ``permanent``."""
+    return isinstance(exc, Poison | MissingMessageId)
 
 
 class Parking(enum.Enum):
