@@ -67,20 +67,30 @@ class Retry:
     interrupted: Callable[[], bool] = _never
     rng: Callable[[], float] = random.random
 
-    def _wait_for(
-        self, failures: int, began: float, last: BaseException, give_up: GiveUp,
-        on_retry: OnRetry | None,
-    ) -> float:
-        """The delay before the next attempt, or raise: interrupted, or exhausted."""
-        if self.interrupted():
-            raise Interrupted() from last
-        elapsed = self.clock() - began
-        delay = self.policy.delay(failures, elapsed, self.rng)
-        if delay is None:
-            raise give_up(failures, elapsed, last) from last
-        if on_retry is not None:
-            on_retry(failures, delay, last)
-        return delay
+    def _failures(
+        self, give_up: GiveUp, on_retry: OnRetry | None
+    ) -> Callable[[BaseException], float]:
+        """One loop's bookkeeping, shared by ``steps`` and ``run_async``: told each failure,
+        it returns the delay before the next attempt, or raises (interrupted, exhausted)."""
+        began: float | None = None
+        failures = 0
+
+        def failed(last: BaseException) -> float:
+            nonlocal began, failures
+            if self.interrupted():
+                raise Interrupted() from last
+            if began is None:
+                began = self.clock()
+            failures += 1
+            elapsed = self.clock() - began
+            delay = self.policy.delay(failures, elapsed, self.rng)
+            if delay is None:
+                raise give_up(failures, elapsed, last) from last
+            if on_retry is not None:
+                on_retry(failures, delay, last)
+            return delay
+
+        return failed
 
     def steps(
         self,
@@ -93,17 +103,12 @@ class Retry:
         """``run`` as a generator: it yields each delay instead of sleeping it and returns
         the result. A driver on virtual time (the simulator) lets time pass between two
         steps while everything else goes on; ``run`` drives it with ``sleep``."""
-        began: float | None = None
-        failures = 0
+        failed = self._failures(give_up, on_retry)
         while True:
             try:
                 return attempt()
             except retry_on as exc:
-                if began is None:
-                    began = self.clock()
-                failures += 1
-                delay = self._wait_for(failures, began, exc, give_up, on_retry)
-                last = exc
+                delay, last = failed(exc), exc
             yield delay
             if self.interrupted():
                 raise Interrupted() from last
@@ -127,17 +132,12 @@ class Retry:
         give_up: GiveUp = _exhausted,
         on_retry: OnRetry | None = None,
     ) -> T:
-        began: float | None = None
-        failures = 0
+        failed = self._failures(give_up, on_retry)
         while True:
             try:
                 return await attempt()
             except retry_on as exc:
-                if began is None:
-                    began = self.clock()
-                failures += 1
-                delay = self._wait_for(failures, began, exc, give_up, on_retry)
-                last = exc
+                delay, last = failed(exc), exc
             slept = self.sleep(delay)
             if inspect.isawaitable(slept):
                 await slept
