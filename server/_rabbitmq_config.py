@@ -58,9 +58,10 @@ def _statistics_interval(_inst: object, attribute: attrs.Attribute[int], value: 
 
 
 DEFAULT_STATISTICS_INTERVAL_MS = 1000
-"""Our clusters' ``collect_statistics_interval`` (RabbitMQ's own default: 5000 ms): how often
-each node refreshes what the management API reports (consumers, the single active one), so
-it bounds from below how late a consumer learns its role from the API."""
+"""Our clusters' ``collect_statistics_interval`` and finest sample retention step (RabbitMQ's
+own: 5000 ms and 5 s): how often each node refreshes what the management API reports
+(consumers, the single active one), so how late a consumer may learn its role from the API
+(measured here: 0.1-1.0 s after the broker's change)."""
 
 
 def _default_ticktime(spec: ClusterSpec) -> int:
@@ -82,7 +83,8 @@ class ClusterSpec:
     (seconds; Erlang's 60 on loopback, 5 in netns) bounds how long a cut link goes unnoticed;
     ``cluster_partition_handling`` is RabbitMQ's (``ignore`` on loopback, ``pause_minority``
     in netns; ``autoheal`` allowed). ``statistics_interval_ms`` is RabbitMQ's
-    ``collect_statistics_interval`` (1000 ms here, 5000 ms in RabbitMQ's default).
+    ``collect_statistics_interval`` and the management agent's finest sample step (1000 ms
+    here, 5000 ms in RabbitMQ's defaults): the management API's lag.
     """
 
     name: str = attrs.field(default="sac", validator=validate_name)
@@ -185,6 +187,7 @@ def rabbitmq_conf(spec: ClusterSpec, node: Node, creds: Credentials, tls_dir: Pa
             "default_permissions.write = .*",
             # Consumer activity in the management API sooner than RabbitMQ's 5 s.
             f"collect_statistics_interval = {spec.statistics_interval_ms}",
+            *sample_retention(spec.statistics_interval_ms),
             f"net_ticktime = {spec.net_ticktime}",
             f"cluster_partition_handling = {spec.cluster_partition_handling}",
             "log.console = false",
@@ -192,6 +195,23 @@ def rabbitmq_conf(spec: ClusterSpec, node: Node, creds: Credentials, tls_dir: Pa
             "",
         ]
     )
+
+
+def sample_retention(statistics_interval_ms: int) -> list[str]:
+    """The management agent's sample retention policies, their finest step matching the
+    statistics interval (whole seconds, at least 1).
+
+    The agent's collectors, which move what queues and channels report (consumers, the single
+    active one) into what the HTTP API answers, run at the finest step of these policies,
+    not at ``collect_statistics_interval``: with RabbitMQ's policies (5 s steps) the API lags
+    up to 5 s whatever that interval (measured on 3.10.8: 4-5 s at 250 ms and at 1000 ms).
+    The coarser steps are RabbitMQ's own."""
+    step = max(1, -(-statistics_interval_ms // 1000))
+    policies = {"global": ((605, step), (3660, 60), (29400, 600), (86400, 1800)),
+                "basic": ((605, step), (3600, 60)),
+                "detailed": ((605, step),)}
+    return [f"management.sample_retention_policies.{kind}.{age} = {every}"
+            for kind, steps in policies.items() for age, every in steps]
 
 
 def advanced_config() -> str:

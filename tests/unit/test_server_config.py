@@ -61,6 +61,12 @@ def test_the_statistics_interval_reaches_the_conf(tmp_path: Path) -> None:
     spec = ClusterSpec(name="demo", home=tmp_path, statistics_interval_ms=250)
     conf = settings(rabbitmq_conf(spec, node(1, tmp_path), CREDS, tmp_path))
     assert conf["collect_statistics_interval"] == "250"
+    # the management agent's collectors run at the finest retention step: whole seconds
+    assert conf["management.sample_retention_policies.basic.605"] == "1"
+    assert conf["management.sample_retention_policies.basic.3600"] == "60"
+    slow = ClusterSpec(name="demo", home=tmp_path, statistics_interval_ms=5000)
+    conf = settings(rabbitmq_conf(slow, node(1, tmp_path), CREDS, tmp_path))
+    assert conf["management.sample_retention_policies.detailed.605"] == "5"
     for bad in (0, 99, True, 1.5):
         with pytest.raises(ValueError, match="statistics_interval_ms"):
             ClusterSpec(name="demo", home=tmp_path, statistics_interval_ms=bad)
