@@ -30,6 +30,10 @@ from ._errors import (
     ConnectError,
     ConsumerError,
     LifecycleError,
+    ManagementError,
+    ManagementNotFound,
+    ManagementRefused,
+    ManagementUnreachable,
     MessageNacked,
     MessageReturned,
     MessageTooLarge,
@@ -48,7 +52,13 @@ from ._errors import (
     Unconfirmed,
 )
 from ._history import HistoryRecorder
-from ._settings import ConnectionSettings, ConsumerSettings, PublisherSettings, QueueSettings
+from ._settings import (
+    ConnectionSettings,
+    ConsumerSettings,
+    ManagementSettings,
+    PublisherSettings,
+    QueueSettings,
+)
 from .consumer import AsyncConsumer, Consumer, ConsumerStats
 from .dedup import (
     Inbox,
@@ -61,6 +71,7 @@ from .dedup import (
     Store,
     Transaction,
 )
+from .management import Management
 from .parking import (
     ParkedMessage,
     ReplayError,
@@ -93,6 +104,12 @@ __all__ = [
     "InboxStats",
     "LifecycleError",
     "LookupPolicy",
+    "Management",
+    "ManagementError",
+    "ManagementNotFound",
+    "ManagementRefused",
+    "ManagementSettings",
+    "ManagementUnreachable",
     "MemoryStore",
     "MessageIdFrom",
     "MessageNacked",

@@ -26,6 +26,7 @@ from ._core.checks import kind as _kind
 from ._core.checks import optional as _optional
 from ._core.checks import positive as _positive
 from ._core.consuming import Parking
+from ._core.management_api import parse_endpoint
 from ._core.outbox import OutboxPolicy
 from ._core.poison import MessageIdFrom, worst_case
 from ._errors import ConfigurationError
@@ -347,6 +348,78 @@ class PublisherSettings:
         )
 
 
+def _management_urls(value: str | Sequence[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        items: list[Any] = [u for u in value.split(",") if u.strip()]
+    elif isinstance(value, Sequence):
+        items = list(value)
+    else:
+        raise ConfigurationError(f"management URLs must be a string or a list, got {value!r}")
+    if not items:
+        raise ConfigurationError("at least one management URL is needed")
+    for url in items:
+        try:
+            parse_endpoint(url)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+    return tuple(u.strip() for u in items)
+
+
+MANAGEMENT_RETRY = Backoff(initial=0.1, maximum=1.0, max_attempts=3, max_elapsed=5.0)
+"""A read (GET) that got no answer, or a 5xx, is tried again on the next node under this
+policy; a write (PUT, DELETE) never is: it may have been applied."""
+
+
+@attrs.frozen
+class ManagementSettings:
+    """How to reach the management HTTP API: one URL per node
+    (``http(s)://user:password@host:15672``), tried in order while a node does not answer.
+
+    Example::
+
+        ManagementSettings.from_url("http://app:secret@10.0.0.1:15672,http://app:secret@10.0.0.2:15672")
+    """
+
+    urls: tuple[str, ...] = attrs.field(converter=_management_urls, repr=lambda u: repr(
+        tuple(mask_url(x) for x in u)))
+    timeout: float = attrs.field(default=5.0, validator=_positive)
+    """Seconds per request (connect and answer)."""
+    ca_file: str | None = attrs.field(default=None, validator=_optional(_kind(str)))
+    """CA bundle for https:// (default: the system's trust store)."""
+    statistics_interval: float = attrs.field(default=5.0, validator=_positive)
+    """Seconds: how old the API's answers may be. The broker's ``collect_statistics_interval``
+    and its management agent's finest sample step (``management.sample_retention_policies``):
+    5 s in RabbitMQ's defaults, 1 s on ``sac server up`` clusters. A consumer polls its role
+    at half this (``ConsumerSettings.role_poll_interval``)."""
+    retry: Backoff = attrs.field(factory=lambda: MANAGEMENT_RETRY, validator=_kind(Backoff))
+
+    def __attrs_post_init__(self) -> None:
+        if self.ca_file is not None and not any(u.strip().startswith("https:")
+                                                for u in self.urls):
+            raise ConfigurationError("ca_file is only used with https:// management URLs")
+
+    @classmethod
+    def from_url(cls, url: str, **overrides: Any) -> ManagementSettings:
+        """From one URL or a comma-separated list of URLs (one per node)."""
+        return cls(urls=url, **overrides)
+
+    @classmethod
+    def from_env(cls, prefix: str = "SAC_",
+                 environ: Mapping[str, str] | None = None) -> ManagementSettings:
+        """From ``SAC_MANAGEMENT_URLS`` (comma-separated) and optional ``SAC_CA_FILE``."""
+        env = os.environ if environ is None else environ
+        urls = env.get(f"{prefix}MANAGEMENT_URLS")
+        if not urls:
+            raise ConfigurationError(f"{prefix}MANAGEMENT_URLS is not set")
+        try:
+            return cls(urls=urls, ca_file=env.get(f"{prefix}CA_FILE") or None)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{prefix}MANAGEMENT_URLS: {exc}") from None
+
+    def display_urls(self) -> list[str]:
+        return [mask_url(u) for u in self.urls]
+
+
 HANDLER_RETRY = Backoff(initial=0.5, maximum=8.0, max_attempts=4, max_elapsed=60.0)
 PARK_NACK_RETRY = Backoff(initial=0.05, maximum=1.0, max_attempts=40, max_elapsed=30.0)
 """A parked copy the broker nacks is sent again under this policy, then the park fails."""
@@ -393,3 +466,21 @@ class ConsumerSettings:
     message_id_from: MessageIdFrom | None = attrs.field(default=None, validator=_id_source)
     """Where a message published without a ``message_id`` gets one (for the inbox):
     ``MessageIdFrom.header(name)`` or ``MessageIdFrom.content(headers=...)``."""
+    management: ManagementSettings | None = attrs.field(
+        default=None, validator=_optional(_kind(ManagementSettings)))
+    """With it, a consumer of a single-active queue asks the management API which consumer
+    the broker made active, every ``role_poll_interval``: it becomes ``active`` without
+    waiting for a delivery (an empty queue), and goes back to ``waiting`` when the broker
+    names another consumer while it still thinks itself active. Late by up to the broker's
+    statistics interval plus the poll interval. None: the role comes from deliveries only."""
+    role_poll_interval: float | None = attrs.field(default=None, validator=_optional(_positive))
+    """Seconds between two role polls; None: half ``management.statistics_interval``."""
+
+    @property
+    def role_poll(self) -> float | None:
+        """Seconds between two role polls, or None when the role is not polled."""
+        if self.management is None or not self.queue.single_active_consumer:
+            return None
+        if self.role_poll_interval is not None:
+            return self.role_poll_interval
+        return self.management.statistics_interval / 2
