@@ -17,7 +17,7 @@ from sac.sdk import ConfigurationError, ConnectionSettings, QueueSettings
 from sac.sdk._core.backoff import Backoff
 from sac.sdk._core.outbox import OutboxPolicy
 from sac.sdk._core.poison import MessageIdFrom
-from sac.sdk._settings import ConsumerSettings, PublisherSettings
+from sac.sdk._settings import ConsumerSettings, ManagementSettings, PublisherSettings
 from sac.sdk.dedup._store import Retention
 
 CONN = ConnectionSettings("amqp://app:pw@localhost/")
@@ -28,6 +28,7 @@ MAKE: dict[type, Callable[..., object]] = {
     QueueSettings: lambda **kw: QueueSettings(**{"name": "orders", **kw}),
     PublisherSettings: lambda **kw: PublisherSettings(CONN, **kw),
     ConsumerSettings: lambda **kw: ConsumerSettings(CONN, QUEUE, **kw),
+    ManagementSettings: lambda **kw: ManagementSettings("http://app:pw@localhost:15672", **kw),
     Backoff: Backoff,
     Retention: Retention,
     OutboxPolicy: lambda **kw: OutboxPolicy(**{"window": 10, "nack_backoff": Backoff(), **kw}),
@@ -54,6 +55,12 @@ BAD: dict[tuple[type, str], Any] = {
     (ConsumerSettings, "stop_timeout"): 0,
     (ConsumerSettings, "retry"): Backoff(initial=600, maximum=600, max_elapsed=None),
     (ConsumerSettings, "message_id_from"): "x-order-id",
+    (ConsumerSettings, "management"): "http://app:pw@localhost:15672",
+    (ConsumerSettings, "role_poll_interval"): 0,
+    (ManagementSettings, "timeout"): 0,
+    (ManagementSettings, "statistics_interval"): -1.0,
+    (ManagementSettings, "retry"): 5,
+    (ManagementSettings, "ca_file"): 7,
     (OutboxPolicy, "window"): 0,
     (OutboxPolicy, "nack_backoff"): None,
     (OutboxPolicy, "throttle_on_nack"): "yes",
