@@ -162,6 +162,11 @@ class ConnectionSettings:
     def display_urls(self) -> list[str]:
         return [mask_url(u) for u in self.urls]
 
+    @property
+    def vhost(self) -> str:
+        """The virtual host the (first) URL names: ``/`` when it names none."""
+        return urllib.parse.unquote(urllib.parse.urlsplit(self.urls[0]).path[1:]) or "/"
+
 
 QueueType = Literal["quorum", "classic"]
 

@@ -233,15 +233,29 @@ class QueueInfo:
         return bool(self.arguments.get("x-single-active-consumer"))
 
     @property
-    def single_active_consumer_tag(self) -> str | None:
-        """The tag of the consumer the broker has made the active one, or None (none known
-        yet, none left, or not a single-active queue)."""
-        active = [c.tag for c in self.consumers if c.activity_status == "single_active"]
-        if len(active) == 1:
-            return active[0]
+    def active_tags(self) -> tuple[str, ...]:
+        """The consumers listed as the single active one. More than one happens: RabbitMQ
+        3.10 keeps listing a consumer the broker cancelled (its queue deleted) while its
+        channel lives, if a queue of that name exists again."""
         if not self.consumers:
-            return self.reported_single_active_tag
-        return None
+            tag = self.reported_single_active_tag
+            return () if tag is None else (tag,)
+        return tuple(c.tag for c in self.consumers if c.activity_status == "single_active")
+
+    @property
+    def single_active_consumer_tag(self) -> str | None:
+        """The tag of the consumer the broker made the active one, or None: none known yet,
+        none left, not a single-active queue, or more than one listed (see ``active_tags``)."""
+        tags = self.active_tags
+        return tags[0] if len(tags) == 1 else None
+
+    def activity_of(self, tag: str) -> str | None:
+        """How the queue lists consumer ``tag``: ``single_active``, ``waiting`` (``up`` on a
+        queue without single active consumer), or None when not listed."""
+        for consumer in self.consumers:
+            if consumer.tag == tag:
+                return consumer.activity_status
+        return "single_active" if self.active_tags == (tag,) else None
 
 
 @attrs.frozen

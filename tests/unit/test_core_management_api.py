@@ -64,6 +64,27 @@ def test_the_single_active_consumer_comes_from_the_consumers_first() -> None:
     assert classic.node == "sac-2@localhost"
 
 
+def test_a_lingering_entry_makes_the_active_consumer_unclear() -> None:
+    """RabbitMQ 3.10 keeps listing a consumer it cancelled (queue deleted) while its channel
+    lives, once a queue of that name exists again: two entries say single_active."""
+    entries = [{"consumer_tag": t, "active": True, "activity_status": "single_active"}
+               for t in ("sac-1", "sac-2")]
+    queue = api.parse_queue(dict(QUORUM, consumer_details=entries))
+    assert queue.active_tags == ("sac-1", "sac-2")
+    assert queue.single_active_consumer_tag is None
+    assert queue.activity_of("sac-2") == "single_active"
+
+
+def test_how_a_consumer_is_listed() -> None:
+    queue = api.parse_queue(QUORUM)
+    assert (queue.activity_of("tag-a"), queue.activity_of("tag-b")) == ("single_active",
+                                                                        "waiting")
+    assert queue.activity_of("gone") is None
+    listed = api.parse_queue({k: v for k, v in CLASSIC.items() if k != "consumer_details"})
+    assert listed.activity_of("tag-old") == "single_active"  # the queue's own field
+    assert listed.activity_of("tag-new") is None
+
+
 def test_no_active_consumer_known() -> None:
     only_waiting = dict(QUORUM, consumer_details=[QUORUM["consumer_details"][0]])  # type: ignore[index]
     assert api.parse_queue(only_waiting).single_active_consumer_tag is None
