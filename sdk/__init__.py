@@ -72,6 +72,7 @@ from .dedup import (
     Transaction,
 )
 from .management import Management
+from .moving import Moved, MoveError, move_messages, move_messages_async
 from .parking import (
     ParkedMessage,
     ReplayError,
@@ -116,6 +117,8 @@ __all__ = [
     "MessageReturned",
     "MessageTooLarge",
     "MissingMessageId",
+    "MoveError",
+    "Moved",
     "ParkedMessage",
     "ParkingFailed",
     "Poison",
@@ -140,6 +143,8 @@ __all__ = [
     "StoreUnavailable",
     "Transaction",
     "Unconfirmed",
+    "move_messages",
+    "move_messages_async",
     "new_message_id",
     "parked_messages",
     "parked_messages_async",

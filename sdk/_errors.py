@@ -12,7 +12,8 @@ why every constructor passes all its arguments on to ``Exception.__init__``::
     ├── QueueError
     │   ├── QueueNotFound                     passive check of a queue that does not exist
     │   ├── QueueMismatch                     the queue exists with other arguments
-    │   └── ReplayError                       a parked message could not be sent back
+    │   ├── ReplayError                       a parked message could not be sent back
+    │   └── MoveError                         a message could not be moved to another queue
     ├── PublishError                          a message could not be published safely
     │   ├── MessageNacked                     the broker nacked it, retries exhausted
     │   ├── MessageReturned                   unroutable with mandatory on

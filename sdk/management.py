@@ -133,6 +133,29 @@ class Management:
         """The bindings of a queue (the default exchange's included, with source ``""``)."""
         return self._parse(api.queue_bindings(vhost, name), api.parse_bindings)
 
+    def delete_queue(self, name: str, vhost: str = "/", *, if_empty: bool = True) -> None:
+        """Delete a queue; by default only if it is empty (``ManagementError``, 400,
+        otherwise)."""
+        self._send(api.delete_queue(vhost, name, if_empty=if_empty))
+
+    # ------------------------------------------------------------------ exchanges, bindings
+
+    def put_exchange(self, name: str, kind: str = "direct", vhost: str = "/", *,
+                     durable: bool = True) -> None:
+        self._send(api.put_exchange(vhost, name, kind, durable=durable))
+
+    def delete_exchange(self, name: str, vhost: str = "/") -> None:
+        self._send(api.delete_exchange(vhost, name))
+
+    def bind_queue(self, queue: str, exchange: str, routing_key: str,
+                   arguments: Mapping[str, Any] | None = None, vhost: str = "/") -> None:
+        """Bind ``queue`` to ``exchange`` (binding the same twice is one binding)."""
+        self._send(api.bind_queue(vhost, queue, exchange, routing_key, arguments))
+
+    def unbind_queue(self, queue: str, binding: BindingInfo, vhost: str = "/") -> None:
+        """Remove one of the bindings ``queue_bindings`` listed."""
+        self._send(api.unbind_queue(vhost, queue, binding.source, binding.properties_key))
+
     # ------------------------------------------------------------------ policies, parameters
 
     def policies(self, vhost: str | None = None) -> list[PolicyInfo]:
@@ -191,6 +214,24 @@ class Management:
 
     async def aqueue_bindings(self, name: str, vhost: str = "/") -> list[BindingInfo]:
         return await asyncio.to_thread(self.queue_bindings, name, vhost)
+
+    async def adelete_queue(self, name: str, vhost: str = "/", *,
+                            if_empty: bool = True) -> None:
+        await asyncio.to_thread(lambda: self.delete_queue(name, vhost, if_empty=if_empty))
+
+    async def aput_exchange(self, name: str, kind: str = "direct", vhost: str = "/", *,
+                            durable: bool = True) -> None:
+        await asyncio.to_thread(lambda: self.put_exchange(name, kind, vhost, durable=durable))
+
+    async def adelete_exchange(self, name: str, vhost: str = "/") -> None:
+        await asyncio.to_thread(self.delete_exchange, name, vhost)
+
+    async def abind_queue(self, queue: str, exchange: str, routing_key: str,
+                          arguments: Mapping[str, Any] | None = None, vhost: str = "/") -> None:
+        await asyncio.to_thread(self.bind_queue, queue, exchange, routing_key, arguments, vhost)
+
+    async def aunbind_queue(self, queue: str, binding: BindingInfo, vhost: str = "/") -> None:
+        await asyncio.to_thread(self.unbind_queue, queue, binding, vhost)
 
     async def apolicies(self, vhost: str | None = None) -> list[PolicyInfo]:
         return await asyncio.to_thread(self.policies, vhost)

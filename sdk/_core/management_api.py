@@ -136,6 +136,36 @@ def queue_bindings(vhost: str, name: str) -> Request:
     return Request("queue_bindings", "GET", f"/api/queues/{_q(vhost)}/{_q(name)}/bindings")
 
 
+def delete_queue(vhost: str, name: str, *, if_empty: bool = True) -> Request:
+    """Delete a queue; by default only an empty one (the broker answers 400 otherwise)."""
+    query = "?if-empty=true" if if_empty else ""
+    return Request("delete_queue", "DELETE", f"/api/queues/{_q(vhost)}/{_q(name)}{query}")
+
+
+def put_exchange(vhost: str, name: str, kind: str = "direct", *, durable: bool = True) -> Request:
+    body = {"type": kind, "durable": durable, "auto_delete": False, "internal": False,
+            "arguments": {}}
+    return Request("put_exchange", "PUT", f"/api/exchanges/{_q(vhost)}/{_q(name)}", _json(body))
+
+
+def delete_exchange(vhost: str, name: str) -> Request:
+    return Request("delete_exchange", "DELETE", f"/api/exchanges/{_q(vhost)}/{_q(name)}")
+
+
+def bind_queue(vhost: str, queue: str, exchange: str, routing_key: str,
+               arguments: Mapping[str, Any] | None = None) -> Request:
+    body = {"routing_key": routing_key, "arguments": dict(arguments or {})}
+    return Request("bind_queue", "POST",
+                   f"/api/bindings/{_q(vhost)}/e/{_q(exchange)}/q/{_q(queue)}", _json(body))
+
+
+def unbind_queue(vhost: str, queue: str, exchange: str, properties_key: str) -> Request:
+    """``properties_key`` names the binding (``BindingInfo.properties_key``)."""
+    return Request("unbind_queue", "DELETE",
+                   f"/api/bindings/{_q(vhost)}/e/{_q(exchange)}/q/{_q(queue)}/"
+                   f"{_q(properties_key)}")
+
+
 def list_policies(vhost: str | None = None) -> Request:
     path = "/api/policies" if vhost is None else f"/api/policies/{_q(vhost)}"
     return Request("policies", "GET", path)
@@ -261,8 +291,11 @@ class QueueInfo:
 @attrs.frozen
 class BindingInfo:
     source: str
+    """The exchange (``""``: the default exchange, which binds every queue by its name)."""
     routing_key: str
     arguments: Mapping[str, Any]
+    properties_key: str = ""
+    """What names the binding when it is deleted."""
 
 
 @attrs.frozen
@@ -382,7 +415,8 @@ def parse_bindings(data: Any) -> list[BindingInfo]:
         found.append(BindingInfo(source=_str(entry, "source", "a binding"),
                              routing_key=_str(entry, "routing_key", "a binding"),
                              arguments=dict(_obj(entry.get("arguments") or {},
-                                                 "a binding's arguments"))))
+                                                 "a binding's arguments")),
+                             properties_key=_opt_str(entry.get("properties_key")) or ""))
     return found
 
 

@@ -280,3 +280,30 @@ def test_a_read_is_retried_on_5xx_a_write_never(busy_node: tuple[str, list[str]]
         client.put_policy("p", ".*", {"max-length": 1})
     assert hits == ["PUT"]  # it may have been applied: never sent again
     assert str(write.value).startswith("management API put_policy(): PUT /api/policies/%2F/p")
+
+
+def test_exchanges_bindings_and_queue_deletion(
+    cluster: LocalCluster, management: Management, queue_name: str
+) -> None:
+    exchange = f"x-{queue_name}"
+    with contextlib.closing(amqp(cluster)) as connection:
+        channel = connection.channel()
+        channel.queue_declare(queue_name, durable=True)
+        management.put_exchange(exchange, "topic")
+        management.bind_queue(queue_name, exchange, "orders.*", {"x-note": "kept"})
+        bindings = management.queue_bindings(queue_name)
+        assert [(b.source, b.routing_key) for b in bindings] == [
+            ("", queue_name), (exchange, "orders.*")]
+        ours = bindings[1]
+        assert ours.arguments == {"x-note": "kept"}
+        assert ours.properties_key
+        channel.basic_publish(exchange, "orders.new", b"routed")
+        with pytest.raises(ManagementError) as not_empty:
+            management.delete_queue(queue_name)  # only an empty one, by default
+        assert not_empty.value.status == 400
+        management.unbind_queue(queue_name, ours)
+        assert [b.source for b in management.queue_bindings(queue_name)] == [""]
+        management.delete_exchange(exchange)
+        management.delete_queue(queue_name, if_empty=False)
+        with pytest.raises(ManagementNotFound):
+            management.queue(queue_name)

@@ -21,11 +21,13 @@ FACE = [
     "Management", "ManagementError", "ManagementNotFound", "ManagementRefused",
     "ManagementSettings", "ManagementUnreachable", "MemoryStore",
     "MessageIdFrom", "MessageNacked", "MessageReturned", "MessageTooLarge", "MissingMessageId",
+    "MoveError", "Moved",
     "ParkedMessage", "ParkingFailed", "Poison", "PostgresStore", "PublishError", "Publisher",
     "PublisherSettings", "PublisherStats", "QueueError", "QueueMismatch", "QueueNotFound",
     "QueueSettings", "ReplayError", "Retention", "Role", "SQLiteStore", "SacError",
     "SchemaMismatch", "StaleEpoch", "Store", "StoreError", "StoreUnavailable", "Transaction",
-    "Unconfirmed", "new_message_id", "parked_messages", "parked_messages_async",
+    "Unconfirmed", "move_messages", "move_messages_async", "new_message_id", "parked_messages",
+    "parked_messages_async",
     "replay_parked", "replay_parked_async",
 ]
 
