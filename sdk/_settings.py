@@ -29,6 +29,8 @@ from ._core.consuming import Parking
 from ._core.management_api import parse_endpoint
 from ._core.outbox import OutboxPolicy
 from ._core.poison import MessageIdFrom, worst_case
+from ._core.urls import mask_url as mask_url  # re-exported: the transport and tests use it here
+from ._core.urls import split_url
 from ._errors import ConfigurationError
 
 DEFAULT_MAX_MESSAGE_SIZE = 128 * 1024 * 1024  # RabbitMQ 3.10's default max_message_size
@@ -37,52 +39,12 @@ DEFAULT_MAX_MESSAGE_SIZE = 128 * 1024 * 1024  # RabbitMQ 3.10's default max_mess
 def parse_amqp_url(url: str) -> urllib.parse.SplitResult:
     """Validate one AMQP URL; raise ConfigurationError naming what is wrong (never the
     password)."""
-    if not isinstance(url, str) or not url.strip():
-        raise ConfigurationError(f"AMQP URL must be a non-empty string, got {type(url).__name__}")
-    parts = urllib.parse.urlsplit(url.strip())
-    shown = mask_url(url)
-    if parts.scheme not in ("amqp", "amqps"):
-        raise ConfigurationError(
-            f"AMQP URL {shown!r} must start with amqp:// or amqps://, not {parts.scheme!r}"
-        )
-    if not parts.hostname:
-        raise ConfigurationError(f"AMQP URL {shown!r} has no host")
-    try:
-        port = parts.port
-    except ValueError:
-        # not chained: urllib's message quotes the port text, which is part of the password
-        # when the password holds an unescaped '/'
-        raise ConfigurationError(f"AMQP URL {shown!r} has an invalid port") from None
-    if port == 0:
-        raise ConfigurationError(f"AMQP URL {shown!r} has an invalid port 0")
+    parts = split_url(url, ("amqp", "amqps"), "AMQP URL")
     if parts.path.count("/") > 1:
         raise ConfigurationError(
-            f"AMQP URL {shown!r}: the vhost must be one path segment (write '/' as %2F)"
+            f"AMQP URL {mask_url(url)!r}: the vhost must be one path segment (write '/' as %2F)"
         )
     return parts
-
-
-def mask_url(url: str) -> str:
-    """The URL with its password replaced by ``***``: safe to log."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        if parts.password is None:
-            if "@" in url and "@" not in parts.netloc:
-                # user info the parser did not see as such (no scheme, an unescaped '/' in
-                # the password, ...): hide everything before the last '@'
-                head, _, tail = url.rpartition("@")
-                scheme = head.partition("://")[0] + "://" if "://" in head else ""
-                return f"{scheme}***@{tail}"
-            return url
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        netloc = f"{parts.username}:***@{host}"
-        if parts.port is not None:
-            netloc += f":{parts.port}"
-        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-    except ValueError:
-        return "<unparseable URL>"
 
 
 def _urls(value: str | Sequence[str]) -> tuple[str, ...]:
@@ -363,10 +325,7 @@ def _management_urls(value: str | Sequence[str]) -> tuple[str, ...]:
     if not items:
         raise ConfigurationError("at least one management URL is needed")
     for url in items:
-        try:
-            parse_endpoint(url)
-        except ValueError as exc:
-            raise ConfigurationError(str(exc)) from None
+        parse_endpoint(url)
     return tuple(u.strip() for u in items)
 
 

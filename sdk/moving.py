@@ -27,12 +27,12 @@ import attrs
 import pika.exceptions
 from pika.spec import BasicProperties
 
-from ._delivery import OTHER_PROPERTIES, other_properties
+from ._delivery import OTHER_PROPERTIES
 from ._errors import ConfigurationError, ConnectError, QueueError
-from ._forward import Forwarder, Refused
+from ._forward import Refused
 from ._settings import ConnectionSettings
 from ._transport import LinkLost, node_of
-from .parking import _connect, _get, _passive
+from .parking import _connect, _move, _passive
 
 MOVED_PROPERTIES = frozenset(OTHER_PROPERTIES) - {"user_id"}
 """The properties a moved copy keeps besides its id, headers, content type, correlation id and
@@ -72,31 +72,17 @@ async def move_messages_async(
     if source == target:
         raise ConfigurationError(f"source and target are the same queue {source!r}")
     link = await _connect(connection)
-    moved = 0
     try:
         source_before = await link.declare_queue(_passive(source))
         target_before = await link.declare_queue(_passive(target))
-        forwarder = Forwarder(link)
-        for _ in range(source_before if limit is None else min(source_before, limit)):
-            got = await _get(link, source)
-            if got is None:
-                break
-            method, props, body = got
-            kept = {k: v for k, v in other_properties(props).items() if k in MOVED_PROPERTIES}
-            copy = BasicProperties(
-                content_type=props.content_type, headers=props.headers, delivery_mode=2,
-                correlation_id=props.correlation_id, message_id=props.message_id,
-                timestamp=props.timestamp, **kept)
-            try:
-                await forwarder.send(target, body, copy)
-            except Refused as exc:
-                raise MoveError(
-                    f"moving message {props.message_id!r} to {target!r} failed after {moved} "
-                    f"moved: {exc}; it stays in {source!r}") from exc
-            channel = link.channel
-            assert channel is not None
-            channel.basic_ack(method.delivery_tag)
-            moved += 1
+
+        def refused(props: BasicProperties, done: int, exc: Refused) -> Exception:
+            return MoveError(f"moving message {props.message_id!r} to {target!r} failed after "
+                             f"{done} moved: {exc}; it stays in {source!r}")
+
+        moved = await _move(link, source, target,
+                            source_before if limit is None else min(source_before, limit),
+                            lambda props: props.headers, MOVED_PROPERTIES, refused)
         return Moved(source, target, moved, source_before,
                      await link.declare_queue(_passive(source)), target_before,
                      await link.declare_queue(_passive(target)))
@@ -104,10 +90,9 @@ async def move_messages_async(
         cause = exc.__cause__
         if isinstance(cause, pika.exceptions.ChannelClosedByBroker) and cause.reply_code == 405:
             # RabbitMQ 3.10 refuses basic.get on a quorum queue with single active consumer
-            raise MoveError(f"cannot take messages from {source!r} ({moved} moved): "
-                            f"{cause.reply_text}") from exc
-        raise ConnectError(f"{node_of(link.url)}: the connection was lost after {moved} "
-                           f"moved ({exc}); what was not confirmed stays in {source!r}") from exc
+            raise MoveError(f"cannot take messages from {source!r}: {cause.reply_text}") from exc
+        raise ConnectError(f"{node_of(link.url)}: the connection was lost during the move "
+                           f"({exc}); what was not confirmed stays in {source!r}") from exc
     finally:
         await link.close()
 

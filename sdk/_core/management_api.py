@@ -23,10 +23,15 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import attrs
+
+from .._errors import ConfigurationError
+from .urls import mask_url, split_url
+
+T = TypeVar("T")
 
 # ---------------------------------------------------------------------------- URLs
 
@@ -58,40 +63,23 @@ DEFAULT_PORTS = {"http": 15672, "https": 15671}
 
 
 def parse_endpoint(url: str) -> Endpoint:
-    """Validate one management URL; raise ValueError naming what is wrong (never the
+    """Validate one management URL; raise ConfigurationError naming what is wrong (never the
     password: the message shows the URL with ``***`` for it)."""
-    if not isinstance(url, str) or not url.strip():
-        raise ValueError(f"a management URL must be a non-empty string, got {url!r}")
-    parts = urllib.parse.urlsplit(url.strip())
-    shown = _masked(parts)
-    if parts.scheme not in DEFAULT_PORTS:
-        raise ValueError(f"management URL {shown!r} must start with http:// or https://")
-    if not parts.hostname:
-        raise ValueError(f"management URL {shown!r} has no host")
-    try:
-        port = parts.port
-    except ValueError:
-        raise ValueError(f"management URL {shown!r} has an invalid port") from None
-    if port == 0:
-        raise ValueError(f"management URL {shown!r} has an invalid port 0")
+    parts = split_url(url, tuple(DEFAULT_PORTS), "management URL")
+    shown = mask_url(url)
     if parts.username is None or parts.password is None:
-        raise ValueError(f"management URL {shown!r} needs a user and a password "
-                         "(http://user:password@host:15672)")
+        raise ConfigurationError(f"management URL {shown!r} needs a user and a password "
+                                 "(http://user:password@host:15672)")
     if parts.query or parts.fragment:
-        raise ValueError(f"management URL {shown!r} must not have a query or a fragment")
+        raise ConfigurationError(f"management URL {shown!r} must not have a query or a "
+                                 "fragment")
+    assert parts.hostname is not None
     return Endpoint(
-        scheme=parts.scheme, host=parts.hostname, port=port or DEFAULT_PORTS[parts.scheme],
+        scheme=parts.scheme, host=parts.hostname,
+        port=parts.port or DEFAULT_PORTS[parts.scheme],
         user=urllib.parse.unquote(parts.username),
         password=urllib.parse.unquote(parts.password),
         prefix=parts.path.rstrip("/"))
-
-
-def _masked(parts: urllib.parse.SplitResult) -> str:
-    netloc = parts.netloc.rpartition("@")[2]
-    if "@" in parts.netloc:
-        user = parts.netloc.rpartition("@")[0].partition(":")[0]
-        netloc = f"{user}:***@{netloc}"
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 # ---------------------------------------------------------------------------- requests
@@ -408,59 +396,64 @@ def parse_queues(data: Any) -> list[QueueInfo]:
     return [parse_queue(q) for q in _list(data, "the queues")]
 
 
+def _each(data: Any, what: str, one: Callable[[Mapping[str, Any]], T]) -> list[T]:
+    """A list answer (of ``what``, a plural), each entry an object read by ``one``."""
+    return [one(_obj(item, f"an entry of {what}")) for item in _list(data, f"the {what}")]
+
+
+def _binding(entry: Mapping[str, Any]) -> BindingInfo:
+    return BindingInfo(
+        source=_str(entry, "source", "a binding"),
+        routing_key=_str(entry, "routing_key", "a binding"),
+        arguments=dict(_obj(entry.get("arguments") or {}, "a binding's arguments")),
+        properties_key=_opt_str(entry.get("properties_key")) or "")
+
+
+def _policy(entry: Mapping[str, Any]) -> PolicyInfo:
+    what = f"policy {entry.get('name')!r}"
+    return PolicyInfo(
+        vhost=_str(entry, "vhost", what), name=_str(entry, "name", what),
+        pattern=_str(entry, "pattern", what),
+        apply_to=_opt_str(entry.get("apply-to")) or "all",
+        priority=_int(entry.get("priority")),
+        definition=dict(_obj(entry.get("definition") or {}, f"{what}'s definition")))
+
+
+def _connection(entry: Mapping[str, Any]) -> ConnectionInfo:
+    client = _details(entry.get("client_properties"))
+    return ConnectionInfo(
+        name=_str(entry, "name", "a connection"),
+        client_name=_opt_str(client.get("connection_name")),
+        user=_opt_str(entry.get("user")), vhost=_opt_str(entry.get("vhost")),
+        node=_opt_str(entry.get("node")))
+
+
+def _channel(entry: Mapping[str, Any]) -> ChannelInfo:
+    connection = _details(entry.get("connection_details"))
+    return ChannelInfo(
+        name=_str(entry, "name", "a channel"),
+        connection=_opt_str(connection.get("name")),
+        number=_int(entry.get("number")),
+        prefetch_count=_int(entry.get("prefetch_count")),
+        global_prefetch_count=_int(entry.get("global_prefetch_count")),
+        consumer_count=_int(entry.get("consumer_count")),
+        vhost=_opt_str(entry.get("vhost")))
+
+
 def parse_bindings(data: Any) -> list[BindingInfo]:
-    found = []
-    for item in _list(data, "the bindings"):
-        entry = _obj(item, "a binding")
-        found.append(BindingInfo(source=_str(entry, "source", "a binding"),
-                             routing_key=_str(entry, "routing_key", "a binding"),
-                             arguments=dict(_obj(entry.get("arguments") or {},
-                                                 "a binding's arguments")),
-                             properties_key=_opt_str(entry.get("properties_key")) or ""))
-    return found
+    return _each(data, "bindings", _binding)
 
 
 def parse_policies(data: Any) -> list[PolicyInfo]:
-    found = []
-    for item in _list(data, "the policies"):
-        entry = _obj(item, "a policy")
-        what = f"policy {entry.get('name')!r}"
-        found.append(PolicyInfo(
-            vhost=_str(entry, "vhost", what), name=_str(entry, "name", what),
-            pattern=_str(entry, "pattern", what),
-            apply_to=_opt_str(entry.get("apply-to")) or "all",
-            priority=_int(entry.get("priority")),
-            definition=dict(_obj(entry.get("definition") or {}, f"{what}'s definition"))))
-    return found
+    return _each(data, "policies", _policy)
 
 
 def parse_connections(data: Any) -> list[ConnectionInfo]:
-    found = []
-    for item in _list(data, "the connections"):
-        entry = _obj(item, "a connection")
-        client = _details(entry.get("client_properties"))
-        found.append(ConnectionInfo(
-            name=_str(entry, "name", "a connection"),
-            client_name=_opt_str(client.get("connection_name")),
-            user=_opt_str(entry.get("user")), vhost=_opt_str(entry.get("vhost")),
-            node=_opt_str(entry.get("node"))))
-    return found
+    return _each(data, "connections", _connection)
 
 
 def parse_channels(data: Any) -> list[ChannelInfo]:
-    found = []
-    for item in _list(data, "the channels"):
-        entry = _obj(item, "a channel")
-        connection = _details(entry.get("connection_details"))
-        found.append(ChannelInfo(
-            name=_str(entry, "name", "a channel"),
-            connection=_opt_str(connection.get("name")),
-            number=_int(entry.get("number")),
-            prefetch_count=_int(entry.get("prefetch_count")),
-            global_prefetch_count=_int(entry.get("global_prefetch_count")),
-            consumer_count=_int(entry.get("consumer_count")),
-            vhost=_opt_str(entry.get("vhost"))))
-    return found
+    return _each(data, "channels", _channel)
 
 
 def decode(body: bytes) -> Any:
