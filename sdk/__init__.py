@@ -17,6 +17,7 @@ if __name__ != "sac.sdk":  # one name per module: a second would load a second c
     )
 
 from ._core.backoff import Backoff
+from ._core.guarding import GuardStatus, LeaderRecord, Leadership, SessionState
 from ._core.ids import new_message_id
 from ._core.poison import MessageIdFrom
 from ._core.roles import Role
@@ -48,7 +49,13 @@ from ._errors import (
     Unconfirmed,
 )
 from ._history import HistoryRecorder
-from ._settings import ConnectionSettings, ConsumerSettings, PublisherSettings, QueueSettings
+from ._settings import (
+    ConnectionSettings,
+    ConsumerSettings,
+    GuardSettings,
+    PublisherSettings,
+    QueueSettings,
+)
 from .consumer import AsyncConsumer, Consumer, ConsumerStats
 from .dedup import (
     Inbox,
@@ -88,9 +95,13 @@ __all__ = [
     "ConsumerSettings",
     "ConsumerStats",
     "Delivery",
+    "GuardSettings",
+    "GuardStatus",
     "HistoryRecorder",
     "Inbox",
     "InboxStats",
+    "LeaderRecord",
+    "Leadership",
     "LifecycleError",
     "LookupPolicy",
     "MemoryStore",
@@ -117,6 +128,7 @@ __all__ = [
     "SQLiteStore",
     "SacError",
     "SchemaMismatch",
+    "SessionState",
     "StaleEpoch",
     "Store",
     "StoreError",

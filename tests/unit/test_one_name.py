@@ -17,14 +17,14 @@ FACE = [
     "RETRANSMIT_HEADER", "AsyncConsumer", "AsyncPublisher", "AuthenticationError", "Backoff",
     "BlockedTimeout", "ClosedError", "ConfigurationError", "ConfirmTimeout", "ConnectError",
     "ConnectionSettings", "Consumer", "ConsumerError", "ConsumerSettings", "ConsumerStats",
-    "Delivery", "HistoryRecorder", "Inbox", "InboxStats", "LifecycleError", "LookupPolicy",
-    "MemoryStore",
+    "Delivery", "GuardSettings", "GuardStatus", "HistoryRecorder", "Inbox", "InboxStats",
+    "LeaderRecord", "Leadership", "LifecycleError", "LookupPolicy", "MemoryStore",
     "MessageIdFrom", "MessageNacked", "MessageReturned", "MessageTooLarge", "MissingMessageId",
     "ParkedMessage", "ParkingFailed", "Poison", "PostgresStore", "PublishError", "Publisher",
     "PublisherSettings", "PublisherStats", "QueueError", "QueueMismatch", "QueueNotFound",
     "QueueSettings", "ReplayError", "Retention", "Role", "SQLiteStore", "SacError",
-    "SchemaMismatch", "StaleEpoch", "Store", "StoreError", "StoreUnavailable", "Transaction",
-    "Unconfirmed", "new_message_id", "parked_messages", "parked_messages_async",
+    "SchemaMismatch", "SessionState", "StaleEpoch", "Store", "StoreError", "StoreUnavailable",
+    "Transaction", "Unconfirmed", "new_message_id", "parked_messages", "parked_messages_async",
     "replay_parked", "replay_parked_async",
 ]
 

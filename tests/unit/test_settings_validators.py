@@ -17,7 +17,7 @@ from sac.sdk import ConfigurationError, ConnectionSettings, QueueSettings
 from sac.sdk._core.backoff import Backoff
 from sac.sdk._core.outbox import OutboxPolicy
 from sac.sdk._core.poison import MessageIdFrom
-from sac.sdk._settings import ConsumerSettings, PublisherSettings
+from sac.sdk._settings import ConsumerSettings, GuardSettings, PublisherSettings
 from sac.sdk.dedup._store import Retention
 
 CONN = ConnectionSettings("amqp://app:pw@localhost/")
@@ -30,6 +30,7 @@ MAKE: dict[type, Callable[..., object]] = {
     ConsumerSettings: lambda **kw: ConsumerSettings(CONN, QUEUE, **kw),
     Backoff: Backoff,
     Retention: Retention,
+    GuardSettings: lambda **kw: GuardSettings(**{"hosts": "zk:2181", "group": "/g", **kw}),
     OutboxPolicy: lambda **kw: OutboxPolicy(**{"window": 10, "nack_backoff": Backoff(), **kw}),
 }
 
@@ -54,6 +55,12 @@ BAD: dict[tuple[type, str], Any] = {
     (ConsumerSettings, "stop_timeout"): 0,
     (ConsumerSettings, "retry"): Backoff(initial=600, maximum=600, max_elapsed=None),
     (ConsumerSettings, "message_id_from"): "x-order-id",
+    (ConsumerSettings, "guard"): "zk:2181/sac",
+    (GuardSettings, "hosts"): "zk:two",
+    (GuardSettings, "group"): "/sac/",
+    (GuardSettings, "session_timeout"): 0,
+    (GuardSettings, "connect_timeout"): -1,
+    (GuardSettings, "retry"): 3,
     (OutboxPolicy, "window"): 0,
     (OutboxPolicy, "nack_backoff"): None,
     (OutboxPolicy, "throttle_on_nack"): "yes",
