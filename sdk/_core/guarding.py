@@ -327,9 +327,8 @@ class GuardMachine:
         if delay is None:
             self.standing = Standing.STOPPED
             return [GiveUp(error, self._failures)]
-        self.attempt += 1
         self._due = now + delay
-        return [ContendLater(self.attempt, self._due)]
+        return [ContendLater(self.attempt + 1, self._due)]
 
     def fenced(self, now: float) -> Sequence[GuardAction]:
         """A commit under this leader's token was refused: a newer token exists, so this
@@ -350,7 +349,7 @@ class GuardMachine:
         if self.session is not SessionState.CONNECTED:
             self._rejoin = True
             return ()
-        return [Contend(self.attempt)]
+        return [self._contend()]
 
     def stop(self, now: float) -> Sequence[GuardAction]:
         standing, self.standing = self.standing, Standing.STOPPED
