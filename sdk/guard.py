@@ -134,6 +134,7 @@ class ZooKeeperGuard:
         """Open the session (blocking): ``ConnectError`` if no server answers within
         ``connect_timeout``, ``ConfigurationError`` if the server grants another lease."""
         settings = self.settings
+        self.client.add_listener(self._listener)  # before: no state change goes unseen
         try:
             self.client.start(timeout=settings.connect_timeout)
         except self.client.handler.timeout_exception:
@@ -149,7 +150,6 @@ class ZooKeeperGuard:
         if why is not None:
             self._stop_client()
             raise ConfigurationError(why)
-        self.client.add_listener(self._listener)
         try:
             self.client.ensure_path(self.paths.election)
         except KazooException as exc:
