@@ -122,12 +122,6 @@ class ZooKeeperGuard:
         self._mutex = threading.Lock()
         self._closing = False
 
-    @property
-    def session_id(self) -> int | None:
-        """The current session's id (for logs and tests), None before the first one."""
-        client_id = self.client.client_id
-        return None if client_id is None else int(client_id[0])
-
     # ------------------------------------------------------------------ blocking calls
 
     def connect(self) -> None:
