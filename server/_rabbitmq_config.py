@@ -178,17 +178,8 @@ def rabbitmq_conf(spec: ClusterSpec, node: Node, creds: Credentials, tls_dir: Pa
     )
 
 
-DEAD_LETTER_RESEND_MS = 5000
-"""How long the broker's at-least-once dead-letter worker waits for the target queue's
-confirm before it sends a dead-lettered message again (RabbitMQ's default: 180 s). A parking
-queue that refused a copy (busy, mid-election) otherwise holds the message in the source
-queue, neither ready nor parked, for three minutes; a second copy in the parking queue is
-harmless (it has the same id)."""
-
-
 def advanced_config() -> str:
-    return ("[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, "
-            f"{DEAD_LETTER_RESEND_MS}}}]}}].\n")
+    return "[].\n"
 
 
 def enabled_plugins(plugins: Sequence[str] = PLUGINS) -> str:

@@ -99,8 +99,6 @@ def test_settings_reach_the_nodes_and_state(ns_cluster: LocalCluster,
     assert ns_cluster.ctl(node, "eval", "net_kernel:get_net_ticktime().").strip() == "5"
     assert ns_cluster.ctl(node, "eval", "application:get_env(rabbit, "
                           "cluster_partition_handling).").strip() == "{ok,pause_minority}"
-    assert ns_cluster.ctl(node, "eval", "application:get_env(rabbit, "
-                          "dead_letter_worker_publisher_confirm_timeout).").strip() == "{ok,5000}"
     again = LocalCluster.attach(ns_cluster.name, home=ns_cluster.spec.home)
     assert again.spec == attrs.evolve(ns_cluster.spec, base_port=ns_cluster.layout.base)
     assert again.netns == ns_cluster.netns

@@ -72,8 +72,7 @@ def test_every_file_with_a_secret_is_owner_only(tmp_path: Path) -> None:
 
 
 def test_erlang_terms() -> None:
-    assert advanced_config() == (
-        "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 5000}]}].\n")
+    assert advanced_config() == "[].\n"
     assert enabled_plugins(["a", "b"]) == "[a,b].\n"
 
 
