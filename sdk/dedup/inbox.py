@@ -61,18 +61,20 @@ class LookupPolicy(enum.Enum):
     running twice, and it saves running the effect for a duplicate.
     """
 
-    DEFAULT = "flagged"
-    """Look up only a message that may be a copy: ``redelivered``, carrying
-    ``x-delivery-count``, or marked as a retransmission by our publisher. Known gap (found by
-    ``sac sim``): a publish held on a silent link can reach the broker *after* its marked
-    retransmission and arrive unflagged; it is not looked up. The record's unique key still
-    refuses its commit (rolling back an effect written through the transaction), but an
-    effect outside the transaction runs twice: use ``ALWAYS`` for such effects."""
     ALWAYS = "always"
-    """Look up every message: also catches duplicates from publishers that do not mark their
-    retransmissions."""
+    """Look up every message before its effect runs (the default). Needed for effects the
+    store cannot roll back: a copy is not always flagged. ``sac sim`` found one: a publish
+    held on a silent link can reach the broker *after* its marked retransmission and arrive
+    with ``redelivered`` false, no delivery count and no mark."""
+    FLAGGED = "flagged"
+    """Look up only a message that may be a copy: ``redelivered``, carrying
+    ``x-delivery-count``, or marked as a retransmission by our publisher. Saves a read per
+    fresh message; only for effects written entirely through the store's transaction (the
+    record's unique key refuses the unflagged copy's commit and rolls its effect back)."""
     NEVER = "never"
     """Never look up: only for effects written entirely through the store's transaction."""
+    DEFAULT = "always"
+    """``ALWAYS`` (an alias: the same member)."""
 
 
 class Outcome(enum.Enum):
@@ -333,7 +335,7 @@ class Inbox:
         if not message_id:
             return MissingMessageId(queue, delivery.delivery_tag)
         if policy is LookupPolicy.ALWAYS or (
-            policy is LookupPolicy.DEFAULT and delivery.maybe_duplicate
+            policy is LookupPolicy.FLAGGED and delivery.maybe_duplicate
         ):
             self._lookups += 1
             if batch.seen(message_id):
