@@ -77,6 +77,11 @@ class LookupPolicy(enum.Enum):
     """``ALWAYS`` (an alias: the same member)."""
 
 
+def _looks_up(policy: LookupPolicy, delivery: Delivery) -> bool:
+    return policy is LookupPolicy.ALWAYS or (
+        policy is LookupPolicy.FLAGGED and delivery.maybe_duplicate)
+
+
 class Outcome(enum.Enum):
     COMMITTED = "committed"
     DUPLICATE = "duplicate"
@@ -298,8 +303,12 @@ class Inbox:
         results: list[Outcome | Exception] = []
         try:
             with store.batch(queue, epoch, self.consumer) as batch:
+                # One read for the batch; ids staged in it are added as they commit.
+                seen = batch.committed_among([
+                    d.message_id for d in deliveries
+                    if d.message_id and _looks_up(policy, d)])
                 for delivery in deliveries:
-                    result = self._one(batch, delivery, queue, policy, events)
+                    result = self._one(batch, delivery, queue, policy, seen, events)
                     results.append(result)
                     if isinstance(result, Exception):
                         break  # what follows waits: the consumer retries or parks this first
@@ -330,15 +339,13 @@ class Inbox:
         return results
 
     def _one(self, batch: Batch, delivery: Delivery, queue: str, policy: LookupPolicy,
-             events: list[tuple[str, dict[str, Any]]]) -> Outcome | Exception:
+             seen: set[str], events: list[tuple[str, dict[str, Any]]]) -> Outcome | Exception:
         message_id = delivery.message_id
         if not message_id:
             return MissingMessageId(queue, delivery.delivery_tag)
-        if policy is LookupPolicy.ALWAYS or (
-            policy is LookupPolicy.FLAGGED and delivery.maybe_duplicate
-        ):
+        if _looks_up(policy, delivery):
             self._lookups += 1
-            if batch.seen(message_id):
+            if message_id in seen:
                 self._dup_lookup += 1
                 events.append(("duplicate_skipped", {
                     "msg": message_id,
@@ -356,6 +363,7 @@ class Inbox:
             raise  # not this message's fault: the whole batch is refused or tried again
         except Exception as exc:  # noqa: BLE001 - the consumer logs it and requeues
             return exc
+        seen.add(message_id)  # a second copy in this batch is a duplicate too
         return Outcome.COMMITTED
 
     def _queue(self) -> str:

@@ -91,6 +91,25 @@ def test_the_default_looks_up_an_unflagged_copy(make_store: StoreFactory) -> Non
         inbox.close()
 
 
+def test_a_batch_is_looked_up_at_once_and_a_copy_inside_it_is_caught(
+    make_store: StoreFactory,
+) -> None:
+    """One read per batch: what was committed before it, and what it committed so far."""
+    inbox, sink = make_inbox(make_store())
+    try:
+        assert inbox.process(delivery("m-1"), 1) is Outcome.COMMITTED
+        batch = [delivery("m-1", tag=2), delivery("m-2", tag=3), delivery("m-2", tag=4),
+                 delivery("m-3", tag=5)]
+        assert inbox.process_batch(batch, 1) == [
+            Outcome.DUPLICATE, Outcome.COMMITTED, Outcome.DUPLICATE, Outcome.COMMITTED]
+        assert sink.runs == ["m-1", "m-2", "m-3"]
+        assert inbox.stats.lookups == 5
+        assert inbox.stats.duplicates_looked_up == 2
+        assert inbox.stats.duplicates_at_commit == 0
+    finally:
+        inbox.close()
+
+
 def test_without_lookup_a_sql_store_rolls_the_copy_back(make_store: StoreFactory) -> None:
     store = make_store()
     inbox, sink = make_inbox(store, LookupPolicy.NEVER)
