@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 import attrs
 
-from sac.sdk import ConfigurationError, ConnectionSettings, QueueSettings
+from sac.sdk import ConfigurationError, ConnectionSettings, QueueSettings, SacError
 from sac.server import LocalCluster, ServerError
 
 PROVED, NOT_PROVED, BAD_INPUT = 0, 1, 2
@@ -132,6 +132,43 @@ def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None 
     except KeyboardInterrupt:
         print("interrupted", flush=True)
         return NOT_PROVED
+
+
+def attempt(broker: Broker, queue: QueueSettings, body: Callable[[], int]) -> int:
+    """``body()``'s exit status: an SDK error or a wait that ran out is said in one line and
+    not proved; the recipe's queue is removed afterwards in any case."""
+    try:
+        return body()
+    except (SacError, TimeoutError) as exc:
+        print(f"FAILED: {type(exc).__name__}: {exc}")
+        return NOT_PROVED
+    finally:
+        try:
+            print(broker.remove(queue))
+        except Exception as exc:  # noqa: BLE001 - tidying up must not hide the verdict
+            print(f"could not delete the queue: {exc}")
+
+
+def verdict(checks: dict[str, bool], proved: str) -> int:
+    """Print each check that failed, or ``proved``; the exit status."""
+    for what, ok in checks.items():
+        if not ok:
+            print(f"NOT PROVED: {what}")
+    if all(checks.values()):
+        print(f"PROVED: {proved}")
+        return PROVED
+    return NOT_PROVED
+
+
+def poll(condition: Callable[[], bool], timeout: float, every: float = 0.05) -> bool:
+    """Until ``condition()`` holds (checked every ``every`` s) or ``timeout``; whether it
+    held. For what nothing signals, such as rows appearing in a database."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(every)
+    return True
 
 
 # --------------------------------------------------------------------------- processes

@@ -40,7 +40,6 @@ import os
 import shutil
 import sqlite3
 import tempfile
-import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,24 +59,24 @@ from sac.sdk import (
     Publisher,
     PublisherSettings,
     QueueSettings,
-    SacError,
     SQLiteStore,
     Store,
     Transaction,
 )
 
 from ._common import (
-    NOT_PROVED,
-    PROVED,
     BadInput,
     Broker,
     ConsumerProcess,
     Parser,
     Reporter,
     add_broker_arguments,
+    attempt,
     find_broker,
+    poll,
     positive,
     run,
+    verdict,
 )
 
 CRASHED = 3
@@ -223,19 +222,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
         raise
+    print(f"broker: {broker.description}")
+    print(f"store: {database.describe()}")
+    print(f"queue {queue.name}: {queue.type}, single active consumer")
     try:
-        print(f"broker: {broker.description}")
-        print(f"store: {database.describe()}")
-        print(f"queue {queue.name}: {queue.type}, single active consumer")
-        return Recipe(args, broker, queue, database).run()
-    except (SacError, TimeoutError) as exc:
-        print(f"FAILED: {type(exc).__name__}: {exc}")
-        return NOT_PROVED
+        return attempt(broker, queue, Recipe(args, broker, queue, database).run)
     finally:
-        try:
-            print(broker.remove(queue))
-        except Exception as exc:  # noqa: BLE001 - tidying up must not hide the verdict
-            print(f"could not delete the queue: {exc}")
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
 
@@ -261,13 +253,11 @@ class Recipe:
         return Publisher(PublisherSettings(conn, queue=self.queue))
 
     def wait_effects(self, ids: set[str]) -> None:
-        """Until each of ``ids`` has an effect (checked every 50 ms), or ``TimeoutError``."""
-        deadline = time.monotonic() + self.args.timeout
-        while not ids <= set(self.database.effects(self.queue.name)):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"messages still without an effect after "
-                                   f"{self.args.timeout:g} s")
-            time.sleep(0.05)
+        """Until each of ``ids`` has an effect, or ``TimeoutError``."""
+        if not poll(lambda: ids <= set(self.database.effects(self.queue.name)),
+                    self.args.timeout):
+            raise TimeoutError(f"messages still without an effect after "
+                               f"{self.args.timeout:g} s")
 
     def stats(self, process: ConsumerProcess) -> tuple[InboxStats, int | None]:
         """Stop ``process`` gracefully; its inbox's statistics and exit status."""
@@ -348,14 +338,8 @@ class Recipe:
             "no effect twice": not twice,
             "consumers 2 and 3 stopped gracefully": second_status == 0 and third_status == 0,
         }
-        for what, ok in checks.items():
-            if not ok:
-                print(f"NOT PROVED: {what}")
-        if all(checks.values()):
-            print("PROVED: each message's effect happened exactly once, through a forced "
-                  "redelivery and a publisher's retransmission.")
-            return PROVED
-        return NOT_PROVED
+        return verdict(checks, "each message's effect happened exactly once, through a "
+                       "forced redelivery and a publisher's retransmission.")
 
 
 if __name__ == "__main__":

@@ -58,16 +58,17 @@ from sac.sdk import (
 )
 
 from ._common import (
-    NOT_PROVED,
-    PROVED,
     Broker,
     ConsumerProcess,
     Parser,
     Reporter,
     add_broker_arguments,
+    attempt,
     find_broker,
+    poll,
     positive,
     run,
+    verdict,
 )
 
 # --------------------------------------------------------------------------- the consumer
@@ -205,15 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"queue {queue.name}: {queue.type}, single active consumer "
           f"{'on' if queue.single_active_consumer else 'off'} (the SDK's defaults)")
     try:
-        return Takeover(args, broker, queue, work).run()
-    except (SacError, TimeoutError) as exc:
-        print(f"FAILED: {type(exc).__name__}: {exc}")
-        return NOT_PROVED
+        return attempt(broker, queue, Takeover(args, broker, queue, work).run)
     finally:
-        try:
-            print(broker.remove(queue))
-        except Exception as exc:  # noqa: BLE001 - tidying up must not hide the verdict
-            print(f"could not delete the queue: {exc}")
         if args.keep:
             print(f"effect files kept in {work}")
         else:
@@ -275,14 +269,10 @@ class Takeover:
                             a_status, b_status)
 
     def drain(self, confirmed: set[str]) -> None:
-        """Until every confirmed message has an effect (checked every 50 ms) or the
-        timeout: what is still missing then is reported as missing."""
-        deadline = time.monotonic() + self.args.timeout
-        while time.monotonic() < deadline:
-            done = {e.msg for path in self.files.values() for e in read_effects(path)}
-            if confirmed <= done:
-                return
-            time.sleep(0.05)
+        """Until every confirmed message has an effect, or the timeout: what is still
+        missing then is reported as missing."""
+        poll(lambda: confirmed <= {e.msg for path in self.files.values()
+                                   for e in read_effects(path)}, self.args.timeout)
 
     def verdict(self, confirmed: set[str], failed: list[str], asked: float, b_before: int,
                 a_status: int | None, b_status: int | None) -> int:
@@ -314,14 +304,8 @@ class Takeover:
             and gap > 0,
             "both stopped gracefully (exit 0)": a_status == 0 and b_status == 0,
         }
-        for what, ok in checks.items():
-            if not ok:
-                print(f"NOT PROVED: {what}")
-        if all(checks.values()):
-            print("PROVED: only one consumer worked at a time; the standby took over after "
-                  "a graceful stop; no message was lost or done twice.")
-            return PROVED
-        return NOT_PROVED
+        return verdict(checks, "only one consumer worked at a time; the standby took over "
+                       "after a graceful stop; no message was lost or done twice.")
 
 
 def _sample(ids: list[str]) -> str:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 from sac.server import LocalCluster
-from tests.recipes.conftest import Recipe, number, run_recipe
+from tests.recipes.conftest import ROOT, Recipe, number, run_recipe
 
 
 def test_a_standby_takes_over_after_a_graceful_stop(recipe: Recipe,
@@ -43,3 +46,18 @@ def test_a_cluster_that_is_not_running_is_bad_input() -> None:
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1
     assert "cluster 'no-such-cluster' is not running" in done.stderr
+
+
+def test_the_takeover_benchmark_says_how_to_run_it() -> None:
+    """The benchmark is not run by the tests; its command line is."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "bench.takeover", "--help"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "native-graceful" in done.stdout
+    assert "native-frozen" in done.stdout
+    refused = subprocess.run([sys.executable, "-m", "bench.takeover", "--modes", "nope"],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+                             check=False)
+    assert refused.returncode == 2
+    assert "choose from native-graceful, native-frozen" in refused.stderr
