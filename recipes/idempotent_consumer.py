@@ -21,7 +21,8 @@ duplicates suppressed, on SQLite (a file; the default) or PostgreSQL (``--dsn``)
    message at ``--crash-at``: right after the commit of that message's batch, before the
    batch's ack was sent. The broker sees the connection close and gives the unacked
    messages back. consumer-2, the restarted service, gets them flagged ``redelivered``: the
-   inbox looks each one up, and skips those whose effect was committed;
+   inbox looks each one up, and skips those whose effect was committed (a fresh message
+   published after the crash, delivered after the returned ones, says when it is done);
 3. (b) the first ``--retransmit`` message ids are published again, each twice: once marked as
    the SDK's publisher marks a retransmission (looked up and skipped), once unmarked (not
    looked up under the default policy: its effect runs, and the store's unique key on the
@@ -288,12 +289,18 @@ class Recipe:
         print(f"  consumer-1 exited with status {first_status}; effects committed: "
               f"{len(after_crash)}, message {args.crash_at}'s among them: "
               f"{'yes' if crash_id in after_crash else 'no'}")
+        first.kill()  # if it is still there, the broker would keep it the active one
+        # A fresh message behind the returned ones (a queue delivers those first): once its
+        # effect is in, consumer-2 has been through every redelivered message.
+        with self.publisher() as publisher:
+            after = publisher.publish(b"an order after the crash")
         second = self.consumer(2)
-        self.wait_effects(set(ids))
+        self.wait_effects({*ids, after})
         redelivery, second_status = self.stats(second)
         print(f"  consumer-2, the restart: {redelivery.lookups} redelivered messages looked "
               f"up, {redelivery.duplicates_looked_up} already committed: suppressed (not run "
-              f"again); {redelivery.committed} committed")
+              f"again); {redelivery.committed} committed (with one fresh message published "
+              "after the crash)")
 
         m = args.retransmit
         print(f"\n(b) publisher retransmission: the first {m} ids published again, marked "
@@ -315,7 +322,7 @@ class Recipe:
               f"{retransmission.committed} committed")
 
         effects = self.database.effects(self.queue.name)
-        published = [*ids, last]
+        published = [*ids, after, last]
         missing = [i for i in published if i not in effects]
         twice = [i for i, n in effects.items() if n > 1]
         suppressed = (redelivery.duplicates_looked_up + retransmission.duplicates_looked_up

@@ -6,21 +6,34 @@ import re
 
 import pytest
 
-from sac.server import LocalPostgres
-from tests.recipes.conftest import Recipe, number
+from sac.server import LocalCluster, LocalPostgres
+from tests.recipes.conftest import Recipe, number, run_recipe
 
 
 def test_duplicates_are_suppressed_on_sqlite(recipe: Recipe) -> None:
     done = recipe("idempotent_consumer", "--messages", "120", "--crash-at", "60",
                   "--retransmit", "5")
-    check_report(done.returncode, done.stdout + done.stderr, published=121, copies=5)
+    check_report(done.returncode, done.stdout + done.stderr, published=122, copies=5)
 
 
 def test_duplicates_are_suppressed_on_postgres(recipe: Recipe, postgres: LocalPostgres) -> None:
     dsn = postgres.create_database("recipe_idempotent")  # its rows are kept apart by queue
     done = recipe("idempotent_consumer", "--dsn", dsn, "--messages", "120", "--retransmit",
                   "5")
-    check_report(done.returncode, done.stdout + done.stderr, published=121, copies=5)
+    check_report(done.returncode, done.stdout + done.stderr, published=122, copies=5)
+
+
+def test_any_broker_by_url(cluster: LocalCluster) -> None:
+    """With ``--url`` the recipe knows no management API: it leaves its queues and says so."""
+    urls = [f"--url={url}" for url in cluster.urls()]
+    done = run_recipe("idempotent_consumer", *urls, "--messages", "40", "--retransmit", "2")
+    out = done.stdout + done.stderr
+    left = re.search(r"left on the broker: queue\(s\) (\S+), (\S+) ", out)
+    assert left is not None, out
+    for name in left.groups():
+        cluster.management_api(f"queues/%2F/{name}", method="DELETE")
+    check_report(done.returncode, out, published=42, copies=2)
+    assert cluster.credentials.password not in out
 
 
 def check_report(status: int, out: str, published: int, copies: int) -> None:
