@@ -4,7 +4,7 @@ one queue migrated without losing a message.
 Classic queue mirroring (``ha-mode`` policies) is deprecated; quorum queues replace it. A
 queue cannot change its type in place, so a migration declares a quorum *twin* and moves
 the messages there. This script, against a ``sac server up`` cluster (``--cluster``) or any
-broker (``--amqp-url`` and ``--management-url``):
+broker (``--url`` and ``--management-url``, once per node):
 
 1. reads the policies and queues through the management API and says, for each classic
    queue an ``ha-mode`` policy mirrors, whether it can become a quorum queue (an exclusive,
@@ -44,21 +44,19 @@ Run it::
     python -m recipes.mirrored_to_quorum --cluster dev --migrate orders --delete-source
 
 Exit status: 0 the report (and the migration) done and proved, 1 a migration that could not
-be proved, 2 bad arguments or a broker that cannot be reached.
+be proved, 2 bad input (one line: no such cluster, a queue that cannot be migrated, consumers
+that do not stop).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import os
-import sys
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -77,7 +75,16 @@ from sac.sdk import (
     move_messages,
 )
 from sac.sdk.management import ChannelInfo, QueueInfo
-from sac.server import LocalCluster, ServerError
+
+from ._common import (
+    NOT_PROVED,
+    PROVED,
+    BadInput,
+    Parser,
+    add_broker_arguments,
+    find_broker,
+    run,
+)
 
 TWIN_SUFFIX = "-quorum"
 
@@ -178,35 +185,38 @@ def twin_settings(assessment: Assessment, name: str) -> QueueSettings:
 
 
 @attrs.frozen
-class Broker:
+class Reach:
+    """The broker, through AMQP and its management API."""
+
     connection: ConnectionSettings
     management: Management
     statistics_interval: float
     vhost: str
 
 
-def connect(args: argparse.Namespace) -> Broker:
-    if args.amqp_url or args.management_url:
-        amqp = args.amqp_url or os.environ.get("SAC_AMQP_URLS")
-        http = args.management_url or os.environ.get("SAC_MANAGEMENT_URLS")
-        if not amqp or not http:
-            raise SystemExit("give both --amqp-url and --management-url (or SAC_AMQP_URLS "
-                             "and SAC_MANAGEMENT_URLS)")
-        interval = args.statistics_interval
-        settings = ManagementSettings.from_url(http, statistics_interval=interval)
-        connection = ConnectionSettings.from_url(amqp, name="sac-mirrored-to-quorum")
+def connect(args: argparse.Namespace) -> Reach:
+    """The broker the command line names (``BadInput`` when there is none to use)."""
+    found = find_broker(args)
+    if found.cluster is not None:
+        interval = found.cluster.spec.statistics_interval_ms / 1000
+        urls = found.cluster.management_urls()
+    elif args.management_url:
+        interval, urls = args.statistics_interval, args.management_url
     else:
-        cluster = LocalCluster.attach(args.cluster, home=args.home)
-        interval = cluster.spec.statistics_interval_ms / 1000
-        settings = ManagementSettings(cluster.management_urls(), statistics_interval=interval)
-        connection = ConnectionSettings(cluster.urls(), name="sac-mirrored-to-quorum")
-    return Broker(connection, Management(settings), interval, args.vhost)
+        raise BadInput("with --url, give the management API too: --management-url "
+                       "http://user:password@host:15672 (once per node)")
+    try:
+        settings = ManagementSettings(urls, statistics_interval=interval)
+    except SacError as exc:
+        raise BadInput(f"--management-url: {exc}") from None
+    return Reach(found.connection("sac-mirrored-to-quorum"), Management(settings), interval,
+                 found.connection("-").vhost)
 
 
 # ---------------------------------------------------------------------------- the report
 
 
-def report(broker: Broker) -> dict[str, Assessment]:
+def report(broker: Reach) -> dict[str, Assessment]:
     api = broker.management
     policies = [p for p in api.policies(broker.vhost) if "ha-mode" in p.definition]
     print(f"policies with ha-mode in vhost {broker.vhost!r}: "
@@ -248,18 +258,18 @@ class Migrated:
     source_left: int
 
 
-def wait_without_consumers(broker: Broker, queue: str, timeout: float) -> None:
+def wait_without_consumers(broker: Reach, queue: str, timeout: float) -> None:
     """Until the API lists no consumer of ``queue`` (a stop takes effect in the API within
     its statistics interval)."""
     deadline = time.monotonic() + timeout
     while (count := broker.management.queue(queue, broker.vhost).consumer_count) > 0:
         if time.monotonic() > deadline:
-            raise SystemExit(f"{queue!r} still has {count} consumer(s) after {timeout:g} s: "
-                             "stop them (gracefully) and run this again")
+            raise BadInput(f"{queue!r} still has {count} consumer(s) after {timeout:g} s: "
+                           "stop them (gracefully) and run this again")
         time.sleep(broker.statistics_interval / 2)
 
 
-def migrate(broker: Broker, assessment: Assessment, twin: str, *, wait: float,
+def migrate(broker: Reach, assessment: Assessment, twin: str, *, wait: float,
             delete_source: bool) -> Migrated:
     api, conn, vhost = broker.management, broker.connection, broker.vhost
     source = assessment.queue.name
@@ -324,7 +334,7 @@ class AppConsumer:
         self.thread.join(60)
 
 
-def demo(broker: Broker, count: int, *, wait: float, keep: bool) -> bool:
+def demo(broker: Reach, count: int, *, wait: float, keep: bool) -> bool:
     api, conn = broker.management, broker.connection
     prefix = f"mtq-demo-{uuid.uuid4().hex[:6]}"
     policy = f"{prefix}-ha"
@@ -388,13 +398,13 @@ def demo(broker: Broker, count: int, *, wait: float, keep: bool) -> bool:
                     api.delete_queue(name, broker.vhost, if_empty=False)
 
 
-def wait_for_policy(broker: Broker, queues: Sequence[str], policy: str) -> None:
+def wait_for_policy(broker: Reach, queues: Sequence[str], policy: str) -> None:
     """The API shows a new policy on a queue within its statistics interval."""
     deadline = time.monotonic() + 10 * broker.statistics_interval + 5
     for name in queues:
         while broker.management.queue(name, broker.vhost).policy != policy:
             if time.monotonic() > deadline:
-                raise SystemExit(f"policy {policy!r} does not show on {name!r}")
+                raise TimeoutError(f"policy {policy!r} does not show on {name!r}")
             time.sleep(broker.statistics_interval / 2)
 
 
@@ -403,23 +413,16 @@ def wait_for_policy(broker: Broker, queues: Sequence[str], policy: str) -> None:
 
 def parser() -> argparse.ArgumentParser:
     first = (__doc__ or "").split("\n\n")[0]
-    cli = argparse.ArgumentParser(
+    cli = Parser(
         prog="python -m recipes.mirrored_to_quorum", description=first,
         epilog="Consumers are switched by a graceful stop on the old queue and a start on the "
                "twin; messages move confirmed before acked. See the module docstring.")
-    where = cli.add_argument_group("the broker")
-    where.add_argument("--cluster", default="sac",
-                       help="a `sac server up` cluster by name (default: sac)")
-    where.add_argument("--home", type=Path, default=None,
-                       help="its state directory root (default: $SAC_HOME or .sac)")
-    where.add_argument("--amqp-url", help="AMQP URL(s), comma-separated, instead of --cluster")
-    where.add_argument("--management-url",
-                       help="management URL(s) http(s)://user:pass@host:15672, instead of "
-                            "--cluster")
-    where.add_argument("--statistics-interval", type=float, default=5.0, metavar="S",
-                       help="the broker's statistics interval with URLs (default: 5, "
-                            "RabbitMQ's)")
-    where.add_argument("--vhost", default="/", help="virtual host (default: /)")
+    add_broker_arguments(cli)
+    api = cli.add_argument_group("management API (with --url)")
+    api.add_argument("--management-url", action="append", default=[], metavar="URL",
+                     help="http(s)://user:password@host:15672, repeated once per node")
+    api.add_argument("--statistics-interval", type=float, default=5.0, metavar="S",
+                     help="the broker's statistics interval (default: 5, RabbitMQ's)")
     what = cli.add_argument_group("what to do (default: the report only)")
     what.add_argument("--migrate", metavar="QUEUE", help="migrate this mirrored queue")
     what.add_argument("--twin", help=f"the twin's name (default: QUEUE{TWIN_SUFFIX})")
@@ -435,28 +438,30 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    cli = parser()
+    args = cli.parse_args(argv)
     if args.demo is not None and (args.demo < 3 or args.migrate):
-        parser().error("--demo takes N >= 3, and not with --migrate")
+        cli.error("--demo takes N >= 3, and not with --migrate")
+    broker = connect(args)
     try:
-        broker = connect(args)
         if args.demo is not None:
-            return 0 if demo(broker, args.demo, wait=args.wait, keep=args.keep) else 1
+            return PROVED if demo(broker, args.demo, wait=args.wait, keep=args.keep) \
+                else NOT_PROVED
         found = report(broker)
         if args.migrate is None:
-            return 0
+            return PROVED
         item = found.get(args.migrate)
         if item is None or not item.can_migrate:
-            print(f"{args.migrate!r} is not a classic mirrored queue that can become a quorum "
-                  "queue (see above)", file=sys.stderr)
-            return 2
+            raise BadInput(f"{args.migrate!r} is not a classic mirrored queue that can become "
+                           "a quorum queue (see above)")
         result = migrate(broker, item, args.twin or f"{args.migrate}{TWIN_SUFFIX}",
                          wait=args.wait, delete_source=args.delete_source)
-        return 0 if result.source_left == 0 and result.twin_holds >= result.moved else 1
-    except (SacError, ServerError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return PROVED if result.source_left == 0 and result.twin_holds >= result.moved \
+            else NOT_PROVED
+    except (SacError, TimeoutError) as exc:
+        print(f"FAILED: {type(exc).__name__}: {' '.join(str(exc).split())}")
+        return NOT_PROVED
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run(main))

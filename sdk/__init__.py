@@ -17,6 +17,7 @@ if __name__ != "sac.sdk":  # one name per module: a second would load a second c
     )
 
 from ._core.backoff import Backoff
+from ._core.guarding import GuardStatus, LeaderRecord, Leadership, SessionState
 from ._core.ids import new_message_id
 from ._core.poison import MessageIdFrom
 from ._core.roles import Role
@@ -55,6 +56,7 @@ from ._history import HistoryRecorder
 from ._settings import (
     ConnectionSettings,
     ConsumerSettings,
+    GuardSettings,
     ManagementSettings,
     PublisherSettings,
     QueueSettings,
@@ -100,9 +102,13 @@ __all__ = [
     "ConsumerSettings",
     "ConsumerStats",
     "Delivery",
+    "GuardSettings",
+    "GuardStatus",
     "HistoryRecorder",
     "Inbox",
     "InboxStats",
+    "LeaderRecord",
+    "Leadership",
     "LifecycleError",
     "LookupPolicy",
     "Management",
@@ -137,6 +143,7 @@ __all__ = [
     "SQLiteStore",
     "SacError",
     "SchemaMismatch",
+    "SessionState",
     "StaleEpoch",
     "Store",
     "StoreError",

@@ -10,6 +10,12 @@ Runs (a batch of deliveries for the handler, or for the inbox) go to a worker
 for the asyncio face, in the thread that called ``Consumer.run()`` for the blocking face.
 Both run a batch with the same code (``execute``) and report with the same call
 (``report``), so the two faces differ only in where a run executes.
+
+With ``ConsumerSettings.guard`` the consumer subscribes only while it leads its group in
+ZooKeeper: the guard's shell (``guard.py``, kazoo) reports to this loop, the guard machine
+(``_core/guarding.py``) decides, and this shell subscribes (``Lead``), pauses and resumes the
+consumer machine, or gives the channel up (``Abandon``). The leader's token is the inbox's
+epoch.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import logging
 import time
 import types
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pika.spec import Basic, BasicProperties
 
@@ -35,6 +41,7 @@ from ._core.consuming import (
     Halt,
     Park,
     Parking,
+    Replaced,
     ResubscribeLater,
     RetryLater,
     RoleChanged,
@@ -44,11 +51,27 @@ from ._core.consuming import (
     Why,
     permanent_failure,
 )
+from ._core.guarding import (
+    Abandon,
+    Contend,
+    ContendLater,
+    GiveUp,
+    GuardAction,
+    GuardMachine,
+    GuardStatus,
+    Lead,
+    Leadership,
+    Pause,
+    Resume,
+    SessionState,
+    Withdraw,
+)
 from ._core.lifecycle import Lifecycle, Phase
 from ._core.poison import LogBudget, describe_failure, parking_headers
 from ._core.roles import Role, Verdict
 from ._delivery import PARKED_PROPERTIES, Delivery, delivery_count, other_properties
 from ._errors import (
+    ConfigurationError,
     ConsumerError,
     LifecycleError,
     ParkingFailed,
@@ -60,9 +83,12 @@ from ._forward import Forwarder, Refused
 from ._history import HistoryRecorder
 from ._recovery import Recovering
 from ._role_poll import RolePoller
-from ._settings import ConsumerSettings
+from ._settings import ConsumerSettings, GuardSettings
 from ._transport import Link, LinkLost
 from .dedup.inbox import Inbox
+
+if TYPE_CHECKING:
+    from .guard import ZooKeeperGuard
 
 log = logging.getLogger("sac.consumer")
 
@@ -114,7 +140,8 @@ class ConsumerEngine(Recovering):
             permanent=permanent_failure,
             # An inbox commits a run in one transaction: one at a time, each as large as
             # what waits. Handlers run one message at a time anyway: keep the worker fed.
-            pipeline=1 if inbox is not None else None)
+            pipeline=1 if inbox is not None else None,
+            rejoins=settings.guard is not None)
         self.life = Lifecycle("consumer")
         self._worker = worker
         self._on_role_change = on_role_change
@@ -130,6 +157,13 @@ class ConsumerEngine(Recovering):
         self.stop_requested = False
         """Set from any thread by ``request_stop``: the run under way ends after the
         delivery in hand, before the loop has begun the stop."""
+        self._guard: ZooKeeperGuard | None = None
+        self._guard_machine: GuardMachine | None = None
+        self._led: tuple[int, int] | None = None
+        """(generation, token): the channel generation subscribed under a leadership."""
+        self._batch_generation = 0
+        if settings.guard is not None:
+            self._make_guard(settings.guard, inbox)
         self._poller = None if settings.role_poll is None else RolePoller(
             settings, lambda: self._consumer_tag, lambda: self.machine.role, self._role_seen)
 
@@ -139,6 +173,11 @@ class ConsumerEngine(Recovering):
     def failure(self) -> SacError | None:
         """What stopped the consumer, if it was an error."""
         return self.life.failure
+
+    @property
+    def guard_status(self) -> GuardStatus | None:
+        machine = self._guard_machine
+        return None if machine is None else machine.status
 
     @property
     def counts(self) -> tuple[int, int, int, int, int, int, int, int]:
@@ -151,6 +190,14 @@ class ConsumerEngine(Recovering):
         self.life.start()
         loop = self._loop = asyncio.get_running_loop()
         self._carry_out(self.machine.start(loop.time()))
+        guard = self._guard
+        if guard is not None:
+            # No ZooKeeper session, or another lease than asked for: fails here, first.
+            try:
+                await loop.run_in_executor(None, guard.connect)
+            except BaseException:
+                self._ended()
+                raise
         inbox = self.inbox
         if inbox is not None:
             # A store that cannot be used fails here, before any message is consumed.
@@ -158,6 +205,7 @@ class ConsumerEngine(Recovering):
                 await loop.run_in_executor(inbox.executor, inbox.open)
             except BaseException:
                 await loop.run_in_executor(None, inbox.close)
+                await self._close_guard()
                 self._ended()
                 raise
         self._worker.begin(self)
@@ -169,9 +217,12 @@ class ConsumerEngine(Recovering):
             await self._worker.finish()
             if inbox is not None:
                 await loop.run_in_executor(None, inbox.close)
+            await self._close_guard()
             self._ended()
             raise
         self.life.started()
+        if self._guard_machine is not None:
+            self._carry_out_guard(self._guard_machine.start(loop.time()))
         if self._poller is not None:
             self._poller.start()
 
@@ -221,6 +272,9 @@ class ConsumerEngine(Recovering):
         self._link = None
         if link is not None:
             await link.close()
+        # Only now, the subscription gone: the next contender leads once this one's
+        # session ends (its election node goes with it).
+        await self._close_guard()
         if self.inbox is not None:
             await loop.run_in_executor(None, self.inbox.close)
         self._ended()
@@ -248,6 +302,7 @@ class ConsumerEngine(Recovering):
         if inbox is not None:
             if not self.live(generation):
                 return 0, None, None
+            self._batch_generation = generation  # for the guard's token (``_guard_token``)
             try:
                 results = inbox.process_batch(run.deliveries, run.activation)
             except (StaleEpoch, StoreUnavailable) as exc:
@@ -264,7 +319,7 @@ class ConsumerEngine(Recovering):
         try:
             for delivery in run.deliveries:
                 # ``live`` inlined: this runs once per message.
-                if (self.stop_requested or machine.stage is not RUNNING
+                if (self.stop_requested or machine.stage is not RUNNING or machine.paused
                         or machine.generation != generation):
                     break
                 try:
@@ -291,7 +346,7 @@ class ConsumerEngine(Recovering):
         machine = self.machine
         done = 0
         for delivery in run.deliveries:
-            if (self.stop_requested or machine.stage is not RUNNING
+            if (self.stop_requested or machine.stage is not RUNNING or machine.paused
                     or machine.generation != generation):
                 break
             try:
@@ -353,6 +408,9 @@ class ConsumerEngine(Recovering):
                 self._replace_recovery(self._resubscribe())
             elif isinstance(action, Halt):
                 self._halt(self._error_of(action))
+            elif isinstance(action, Replaced):
+                assert self._guard_machine is not None
+                self._carry_out_guard(self._guard_machine.fenced(self._now_loop().time()))
             else:  # Cancel: the stop under way does it
                 cancel = True
         return cancel
@@ -598,8 +656,8 @@ class ConsumerEngine(Recovering):
         """One attempt to consume again after a server cancel; the machine decides on the
         next one."""
         link = self._link
-        if link is None or not link.usable:
-            return  # the reconnect path subscribes again
+        if link is None or not link.usable or not self._may_subscribe:
+            return  # the reconnect path (or the next leadership) subscribes again
         try:
             await self._subscribe(link)
         except LinkLost:
@@ -621,7 +679,10 @@ class ConsumerEngine(Recovering):
         await link.rpc(lambda cb: channel.basic_qos(
             prefetch_count=self.settings.prefetch, callback=cb), "basic.qos")
         channel.add_on_cancel_callback(self._on_server_cancel)
-        await self._subscribe(link)
+        if self._may_subscribe:
+            await self._subscribe(link)
+        else:
+            self._carry_out(self.machine.standing_by(self._now_loop().time()))
 
     async def _subscribe(self, link: Link) -> None:
         channel = link.channel
@@ -642,6 +703,9 @@ class ConsumerEngine(Recovering):
             link.release_deliveries(tag)
             raise
         self._consumer_tag = tag
+        guard = self._guard_machine
+        if guard is not None and guard.leadership is not None:
+            self._led = (self.machine.generation, guard.leadership.token)
         self._record("subscribed", queue=queue.name, by="client")
         self._carry_out(self.machine.subscribed(self._now_loop().time()))
 
@@ -655,3 +719,129 @@ class ConsumerEngine(Recovering):
         log.error("consumer of %r gives up: %s", self.settings.queue.name, exc)
         self.life.fail(exc)
         self._stop_soon(1.0)
+
+    # ------------------------------------------------------------------ the guard
+
+    def _make_guard(self, settings: GuardSettings, inbox: Inbox | None) -> None:
+        from . import guard as zk  # kazoo, or a ConfigurationError naming the `zk` extra
+
+        if inbox is not None:
+            if inbox.epoch_source is not None:
+                raise ConfigurationError(
+                    "ConsumerSettings.guard with an Inbox that has its own epoch_source: the "
+                    "guard's fencing token is the inbox's epoch; drop epoch_source")
+            inbox.epoch_source = self._guard_token
+        self._guard_machine = GuardMachine(settings.retry)
+        connection = self.settings.connection.name or f"sac-{self._role}"
+        self._guard = zk.ZooKeeperGuard(
+            settings, zk.identity(self.settings.consumer_name, connection),
+            on_session=lambda state: self._post(self._guard_session, state),
+            on_won=lambda attempt, leadership: self._post(self._guard_won, attempt, leadership),
+            on_failed=lambda attempt, error: self._post(self._guard_failed, attempt, error))
+
+    @property
+    def _may_subscribe(self) -> bool:
+        return self._guard_machine is None or self._guard_machine.leading
+
+    def _post(self, callback: Callable[..., None], *args: Any) -> None:
+        """From kazoo's threads (never blocks): ``callback(*args)`` on the loop."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop is closing: stopping anyway
+                loop.call_soon_threadsafe(callback, *args)
+
+    def _guard_token(self) -> int:
+        """The inbox's epoch source (its thread): the token of the leadership the running
+        batch's channel was subscribed under. A batch of a channel given up is refused."""
+        led = self._led
+        if led is None or led[0] != self._batch_generation:
+            raise StaleEpoch(self._queue_name, 0, 0)
+        return led[1]
+
+    def _guard_session(self, state: SessionState) -> None:
+        machine = self._guard_machine
+        if machine is None or self.life.shutting_down:
+            return
+        log.log(logging.INFO if state is SessionState.CONNECTED else logging.WARNING,
+                "consumer of %r: ZooKeeper session %s", self._queue_name, state.value)
+        self._carry_out_guard(machine.session_changed(state, self._now_loop().time()))
+
+    def _guard_won(self, attempt: int, leadership: Leadership) -> None:
+        machine = self._guard_machine
+        if machine is None or self.life.shutting_down:
+            return  # the session ends with the stop, and the node with it
+        self._carry_out_guard(machine.won(attempt, leadership, self._now_loop().time()))
+
+    def _guard_failed(self, attempt: int, error: Exception) -> None:
+        machine = self._guard_machine
+        if machine is None or self.life.shutting_down:
+            return
+        log.warning("consumer of %r: joining the election failed: %r", self._queue_name, error)
+        self._carry_out_guard(machine.failed(attempt, error, self._now_loop().time()))
+
+    def _guard_tick(self) -> None:
+        machine = self._guard_machine
+        if machine is not None and not self.life.shutting_down:
+            self._carry_out_guard(machine.tick(self._now_loop().time()))
+
+    def _carry_out_guard(self, actions: Sequence[GuardAction]) -> None:
+        guard = self._guard
+        assert guard is not None
+        for action in actions:
+            if isinstance(action, Lead):
+                self._lead(action.leadership)
+            elif isinstance(action, Pause):
+                self._carry_out(self.machine.pause(self._now_loop().time()))
+            elif isinstance(action, Resume):
+                self._carry_out(self.machine.resume(self._now_loop().time()))
+            elif isinstance(action, Abandon):
+                self._abandon(action.why)
+            elif isinstance(action, Contend):
+                guard.contend(action.attempt)
+            elif isinstance(action, ContendLater):
+                self._now_loop().call_at(action.at, self._guard_tick)
+            elif isinstance(action, Withdraw):
+                guard.withdraw(action.attempt)
+            else:  # GiveUp
+                assert isinstance(action, GiveUp)
+                self._halt(ConsumerError(
+                    f"could not join the election of {guard.settings.group!r} in ZooKeeper "
+                    f"({action.attempts} attempts): {action.error!r}"))
+
+    def _lead(self, leadership: Leadership) -> None:
+        previous = leadership.previous
+        log.info("consumer of %r leads with token %d (before it: %s); subscribing",
+                 self._queue_name, leadership.token,
+                 "nobody" if previous is None else f"token {previous.token}, connection "
+                 f"{previous.connection!r}")
+        link = self._link
+        if self._opening or link is None or not link.usable or self._consumer_tag is not None:
+            return  # the link being set up subscribes at its end (``_setup``)
+        self._spawn(self._subscribe_leader(link))
+
+    async def _subscribe_leader(self, link: Link) -> None:
+        try:
+            await self._subscribe(link)
+        except LinkLost:
+            return  # the reconnect subscribes
+        except SacError as exc:
+            if self._link is link and not link.closing:
+                link.abandon(f"subscribing as the leader failed: {exc}")
+
+    def _abandon(self, why: str) -> None:
+        """Give the channel up: the subscription goes, and the broker requeues every
+        unacked delivery, those in flight too (their runs end unacked: a new generation)."""
+        log.warning("consumer of %r gives its channel up, acking nothing in hand: %s",
+                    self._queue_name, why)
+        self._led = None
+        link = self._link
+        if link is not None and not link.closing:
+            link.abandon(why)
+
+    async def _close_guard(self) -> None:
+        """End the ZooKeeper session (once; blocking work in a thread)."""
+        guard, machine = self._guard, self._guard_machine
+        if guard is None or machine is None:
+            return
+        machine.stop(self._now_loop().time())  # its Withdraw: the session's end does it
+        await self._now_loop().run_in_executor(None, guard.close)

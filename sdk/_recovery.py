@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Coroutine
 from typing import Any
 
-from ._core.attempts import Attempts
-from ._errors import AuthenticationError, ConnectError, SacError
+from ._errors import SacError
 from ._history import HistoryRecorder
 from ._settings import ConnectionSettings
-from ._transport import Link, LinkLost, node_of, open_link
+from ._transport import Link, LinkLost, connect_any, open_link
 
 log = logging.getLogger("sac.recovery")
 
@@ -66,33 +64,16 @@ class Recovering:
         under the reconnect backoff. A loss at any step is one more failed attempt; only the
         backoff decides to give up, with a ``ConnectError`` that names every attempt."""
         token = self._opener = object()
-        settings = self._connection
-        plan = Attempts([node_of(u) for u in settings.urls], self._node_index,
-                        settings.reconnect, retry)
-        began = time.monotonic()
+
+        def told(node: str, cause: str, delay: float) -> None:
+            if retry:
+                log.warning("%s: attempt to %s failed (%s); next in %.2f s",
+                            self._role, node, cause, delay)
+
         try:
-            while True:
-                index = plan.index
-                try:
-                    await self._attempt(settings.urls[index], retry)
-                    self._node_index = index
-                    return
-                except AuthenticationError:
-                    raise  # wrong credentials do not get better
-                except (ConnectError, LinkLost) as exc:
-                    cause = str(exc).removeprefix(f"{plan.nodes[index]}: ")
-                    if isinstance(exc, LinkLost):
-                        cause = exc.reason
-                    elapsed = time.monotonic() - began
-                    delay = plan.failed(cause, elapsed)
-                    if delay is None:
-                        raise ConnectError(plan.summary(elapsed), plan.causes()) from None
-                    if retry:
-                        log.warning("%s: attempt %d to %s failed (%s); next in %.2f s",
-                                    self._role, len(plan.failures), plan.nodes[index], cause,
-                                    delay)
-                    if delay > 0:
-                        await asyncio.sleep(delay)
+            _, self._node_index = await connect_any(
+                self._connection, lambda url: self._attempt(url, retry),
+                start=self._node_index, retry=retry, on_retry=told)
         finally:
             if self._opener is token:
                 self._opener = None

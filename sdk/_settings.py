@@ -410,6 +410,88 @@ def _id_source(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> No
             f"got {value!r}")
 
 
+def _zk_path(what: str, value: Any) -> None:
+    """An absolute ZooKeeper path, as ZooKeeper takes it (no trailing '/', no empty, '.' or
+    '..' segment), outside ZooKeeper's own ``/zookeeper``."""
+    segments = value.split("/")[1:] if isinstance(value, str) else []
+    if (not isinstance(value, str) or not value.startswith("/") or value == "/"
+            or any(seg in ("", ".", "..") for seg in segments)
+            or segments[0] == "zookeeper" or "\0" in value):
+        raise ConfigurationError(
+            f"{what} must be an absolute ZooKeeper path such as '/sac/orders' (no trailing "
+            f"'/', no empty, '.' or '..' part, not under /zookeeper), got {value!r}")
+
+
+def _zk_group(_inst: object, _attribute: attrs.Attribute[Any], value: Any) -> None:
+    _zk_path("GuardSettings.group", value)
+
+
+def _zk_hosts(_inst: object, _attribute: attrs.Attribute[Any], value: Any) -> None:
+    """ZooKeeper's connection string: ``host:port,host:port[/chroot]``."""
+    what = "GuardSettings.hosts"
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(
+            f"{what} must be ZooKeeper's connection string ('host:port,host:port[/chroot]'), "
+            f"got {value!r}")
+    servers, slash, chroot = value.partition("/")
+    for server in servers.split(","):
+        server = server.strip()
+        host, port = server, "2181"  # kazoo's default port
+        if server.rfind(":") > server.rfind("]"):  # a port, not a colon of [IPv6]
+            host, _, port = server.rpartition(":")
+        if not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigurationError(f"{what}: {server!r} in {value!r} is not a host:port")
+    if slash:
+        _zk_path(f"{what}'s chroot", f"/{chroot}")
+
+
+def _session_timeout(_inst: object, _attribute: attrs.Attribute[Any], value: Any) -> None:
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not 0.001 <= value <= 3600):
+        raise ConfigurationError(
+            f"GuardSettings.session_timeout must be a number of seconds in [0.001, 3600] (the "
+            f"ZooKeeper server's bounds apply too), got {value!r}")
+
+
+GUARD_RETRY = Backoff(initial=0.1, maximum=5.0, max_attempts=None, max_elapsed=60.0)
+"""How long a guarded consumer keeps joining its election while ZooKeeper is connected but
+refuses (no permission on the group's path, a path that cannot exist): then it stops."""
+
+
+@attrs.frozen
+class GuardSettings:
+    """One consumer of a group at a time, elected in ZooKeeper, fencing its inbox with the
+    election's token (extra ``zk``: kazoo). Give it to ``ConsumerSettings.guard``.
+
+    The consumer subscribes only while it leads ``group``. Its ZooKeeper session is the
+    lease: a leader whose process freezes or whose host is lost is replaced once the session
+    expires (``session_timeout``), never earlier; a leader cut off from ZooKeeper pauses
+    (starts no new work) once kazoo notices, about two thirds of the lease later, and gives
+    its channel up when told the session is gone.
+
+    Example::
+
+        guard = GuardSettings("zk1:2181,zk2:2181,zk3:2181", "/sac/orders", session_timeout=4)
+        Consumer(ConsumerSettings(conn, QueueSettings("orders"), guard=guard), inbox).run()
+    """
+
+    hosts: str = attrs.field(validator=_zk_hosts)
+    """ZooKeeper's connection string: ``host:port,host:port[/chroot]``."""
+    group: str = attrs.field(validator=_zk_group)
+    """The election's path: every consumer that must never work at the same time as another
+    one (of one queue, or of a queue federated across clusters) names the same group."""
+    session_timeout: float = attrs.field(default=10.0, validator=_session_timeout)
+    """Seconds: the lease. Takeover after a leader froze takes about this long; too short and
+    a GC pause or a slow network costs a leadership. The server must grant it exactly (it
+    allows 2 to 20 x its tickTime by default): anything else fails ``start()`` with a
+    ``ConfigurationError`` naming the server's bound."""
+    connect_timeout: float = attrs.field(default=10.0, validator=_positive)
+    """How long ``start()`` waits for a ZooKeeper session."""
+    retry: Backoff = attrs.field(factory=lambda: GUARD_RETRY, validator=_kind(Backoff))
+    """Joining the election again after a failure while connected (full jitter); spent,
+    the consumer stops. (A lost connection is not a failure: kazoo reconnects.)"""
+
+
 @attrs.frozen
 class ConsumerSettings:
     """A consumer with manual acks, sent only after the handler returned."""
@@ -430,6 +512,12 @@ class ConsumerSettings:
     message_id_from: MessageIdFrom | None = attrs.field(default=None, validator=_id_source)
     """Where a message published without a ``message_id`` gets one (for the inbox):
     ``MessageIdFrom.header(name)`` or ``MessageIdFrom.content(headers=...)``."""
+    guard: GuardSettings | None = attrs.field(default=None,
+                                              validator=_optional(_kind(GuardSettings)))
+    """Subscribe only while leading a ZooKeeper election (extra ``zk``); its token becomes
+    the inbox's epoch. A setting, not an object, so the consumer owns the session's life
+    (joins after its link is up, leaves only after its graceful handover) and can wire the
+    token into its inbox itself."""
     management: ManagementSettings | None = attrs.field(
         default=None, validator=_optional(_kind(ManagementSettings)))
     """With it, a consumer of a single-active queue asks the management API which consumer

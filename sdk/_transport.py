@@ -22,9 +22,10 @@ import asyncio
 import contextlib
 import re
 import ssl
+import time
 import urllib.parse
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import pika
 import pika.exceptions
@@ -35,7 +36,9 @@ from pika.adapters.utils.connection_workflow import (
 )
 from pika.channel import Channel
 
+from ._core.attempts import Attempts
 from ._core.queues import parse_inequivalent
+from ._core.retry import Retry
 from ._errors import (
     AuthenticationError,
     ConfigurationError,
@@ -47,6 +50,8 @@ from ._errors import (
 from ._settings import ConnectionSettings, QueueSettings, mask_url
 from ._wire.deliveries import DeliveryCallback
 from ._wire.pika_hooks import BatchedAsyncioConnection, PublishFrames
+
+T = TypeVar("T")
 
 
 class LinkLost(SacError):
@@ -403,6 +408,49 @@ async def open_link(
         await link.close()
         raise
     return link
+
+
+async def connect_any(
+    settings: ConnectionSettings,
+    attempt: Callable[[str], Awaitable[T]],
+    *,
+    start: int = 0,
+    retry: bool = False,
+    on_retry: Callable[[str, str, float], None] | None = None,
+) -> tuple[T, int]:
+    """``attempt(url)`` node after node until one works: its result and the node's index.
+
+    A first connect (``retry=False``) tries each node once and fails fast; a reconnect goes
+    round the nodes under ``settings.reconnect``. A refused login is raised at once; any other
+    failure (``ConnectError``, or ``LinkLost`` half-way through the attempt's setup) is one
+    more failed attempt, and giving up raises a ``ConnectError`` naming every attempt.
+    ``on_retry(node, cause, delay)`` is told before each wait."""
+    plan = Attempts([node_of(u) for u in settings.urls], start, settings.reconnect, retry)
+    began = time.monotonic()
+
+    async def one() -> tuple[T, int]:
+        index = plan.index
+        try:
+            return await attempt(settings.urls[index]), index
+        except LinkLost as exc:
+            plan.record(exc.reason)
+            raise
+        except ConnectError as exc:
+            if not isinstance(exc, AuthenticationError):
+                plan.record(str(exc).removeprefix(f"{plan.nodes[index]}: "))
+            raise
+
+    def give_up(_failures: int, _elapsed: float, _last: BaseException) -> BaseException:
+        return ConnectError(plan.summary(time.monotonic() - began), plan.causes())
+
+    def told(_failures: int, delay: float, _last: BaseException) -> None:
+        if on_retry is not None:
+            node, cause = plan.failures[-1]
+            on_retry(node, cause, delay)
+
+    return await Retry(plan.delays, time.monotonic, asyncio.sleep).run_async(
+        one, retry_on=(ConnectError, LinkLost), permanent=AuthenticationError,
+        give_up=give_up, on_retry=told)
 
 
 async def _tls_failure(params: pika.URLParameters, timeout: float) -> str | None:

@@ -23,7 +23,11 @@ What they do for you:
   close, so the broker requeues what was prefetched but not started, for the next consumer;
 - given an ``sac.sdk.dedup.Inbox`` instead of a handler, each message's effect commits once, with
   its dedup record, before the ack; a consumer that was replaced (fenced by a newer epoch)
-  stops without acking, and ``wait()``/``run()`` raise ``StaleEpoch``.
+  stops without acking, and ``wait()``/``run()`` raise ``StaleEpoch``;
+- given ``ConsumerSettings.guard`` (ZooKeeper, extra ``zk``), it subscribes only while it
+  leads its group, pauses while its session is suspended, gives its channel up (nothing in
+  hand acked) when the session is lost and contends again; the leader's token fences its
+  inbox (``guard`` tells its standing).
 
 Both are faces of one engine (``_consumer_engine.py``) around one state machine
 (``_core/consuming.py``): the asyncio face runs handlers on its loop, the blocking face in the
@@ -53,6 +57,7 @@ import attrs
 
 from ._consumer_engine import ConsumerEngine, Handler, RoleCallback
 from ._consumer_workers import AsyncWorker, ThreadWorker
+from ._core.guarding import GuardStatus
 from ._core.lifecycle import Phase
 from ._core.roles import Role
 from ._delivery import Delivery
@@ -103,6 +108,13 @@ class AsyncConsumer:
     @property
     def stats(self) -> ConsumerStats:
         return ConsumerStats(*self._engine.counts)
+
+    @property
+    def guard(self) -> GuardStatus | None:
+        """With ``ConsumerSettings.guard``: the ZooKeeper session's state, the leadership
+        (its fencing token, and the leader before it) or None while contending, and whether
+        new work is paused. None without a guard."""
+        return self._engine.guard_status
 
     async def start(self) -> Self:
         """Connect, declare or check the queue, subscribe. Fails fast if no node answers."""
@@ -168,6 +180,11 @@ class Consumer:
     @property
     def stats(self) -> ConsumerStats:
         return ConsumerStats(*self._engine.counts)
+
+    @property
+    def guard(self) -> GuardStatus | None:
+        """See ``AsyncConsumer.guard``."""
+        return self._engine.guard_status
 
     def start(self) -> Self:
         """Connect and subscribe; deliveries wait until ``run()`` handles them."""

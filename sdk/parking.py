@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,7 +32,6 @@ from pika import spec
 from pika.channel import Channel
 from pika.spec import BasicProperties
 
-from ._core.attempts import Attempts
 from ._core.poison import (
     AT_HEADER,
     ATTEMPTS_HEADER,
@@ -45,10 +43,10 @@ from ._core.poison import (
     text,
 )
 from ._delivery import PARKED_PROPERTIES, other_properties
-from ._errors import AuthenticationError, ConfigurationError, ConnectError, QueueError
+from ._errors import ConfigurationError, ConnectError, QueueError
 from ._forward import Forwarder, Refused
 from ._settings import ConnectionSettings, QueueSettings
-from ._transport import Link, LinkLost, node_of, open_link
+from ._transport import Link, LinkLost, connect_any, node_of, open_link
 
 
 @attrs.frozen
@@ -107,19 +105,9 @@ def _parked(props: BasicProperties, body: bytes) -> ParkedMessage:
 
 async def _connect(connection: ConnectionSettings) -> Link:
     """Each node once, as a client's first connect: the same plan and the same error."""
-    plan = Attempts([node_of(u) for u in connection.urls], 0, connection.reconnect, retry=False)
-    began = time.monotonic()
-    while True:
-        node = plan.nodes[plan.index]
-        try:
-            return await open_link(connection.urls[plan.index], connection, "parking",
-                                   lambda _link, _why: None)
-        except AuthenticationError:
-            raise  # refused credentials: no other node will take them
-        except ConnectError as exc:
-            elapsed = time.monotonic() - began
-            if plan.failed(str(exc).removeprefix(f"{node}: "), elapsed) is None:
-                raise ConnectError(plan.summary(elapsed), plan.causes()) from None
+    link, _ = await connect_any(connection, lambda url: open_link(
+        url, connection, "parking", lambda _link, _why: None))
+    return link
 
 
 async def _get(link: Link, queue: str) -> tuple[Any, BasicProperties, bytes] | None:

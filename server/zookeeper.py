@@ -4,10 +4,15 @@
 class with Java directly, with a config of our own: the admin server off (it would open port
 8080) and only the four-letter words we use for probes.
 
+``tick_time_ms`` sets ZooKeeper's tickTime, its unit of time: a session may be as short as
+2 ticks (``min_session_timeout``) and expires within a tick of its timeout. The default
+(2000 ms, ZooKeeper's) allows sessions of 4 s to 60 s; a short tick makes short leases
+possible (100 ms: sessions from 0.2 s), for takeover tests and measurements.
+
 Example::
 
-    with LocalZooKeeper(name="zk") as zk:
-        KazooClient(hosts=zk.hosts)
+    with LocalZooKeeper(name="zk", tick_time_ms=100) as zk:
+        KazooClient(hosts=zk.hosts, timeout=0.5)
 """
 
 from __future__ import annotations
@@ -56,6 +61,10 @@ def four_letter(port: int, word: str, timeout: float = 1.0) -> str | None:
     return b"".join(chunks).decode(errors="replace")
 
 
+DEFAULT_TICK_MS = 2000
+MAX_SESSION_TIMEOUT_MS = 60000
+
+
 class LocalZooKeeper:
     """One ZooKeeper server (standalone mode) with its state under one directory."""
 
@@ -68,7 +77,13 @@ class LocalZooKeeper:
         start_timeout: float = 30.0,
         java: str | None = None,
         jars: tuple[Path, ...] = JARS,
+        tick_time_ms: int = DEFAULT_TICK_MS,
     ) -> None:
+        if (isinstance(tick_time_ms, bool) or not isinstance(tick_time_ms, int)
+                or not 1 <= tick_time_ms <= MAX_SESSION_TIMEOUT_MS // 20):
+            raise ValueError(f"tick_time_ms must be an integer in [1, "
+                              f"{MAX_SESSION_TIMEOUT_MS // 20}], got {tick_time_ms!r}")
+        self.tick_time_ms = tick_time_ms
         self.home = default_home() if home is None else Path(home).resolve()
         self.dir = self.home / name
         self.name = name
@@ -91,7 +106,8 @@ class LocalZooKeeper:
         state = read_json(probe.dir / "zookeeper.json")
         if state is None:
             raise NotRunningError(f"ZooKeeper {name!r} is not running (no state in {probe.dir})")
-        return cls(name=name, home=home, port=int(state["port"]))
+        return cls(name=name, home=home, port=int(state["port"]),
+                   tick_time_ms=int(state.get("tick_time_ms", DEFAULT_TICK_MS)))
 
     def __repr__(self) -> str:
         return f"LocalZooKeeper(dir={self.dir}, port={self._port})"
@@ -101,6 +117,16 @@ class LocalZooKeeper:
         if self._port is None:
             raise NotRunningError("ZooKeeper has no port yet: call up() first")
         return self._port
+
+    @property
+    def min_session_timeout(self) -> float:
+        """The shortest session (seconds) this server grants: 2 x tickTime."""
+        return 2 * self.tick_time_ms / 1000
+
+    @property
+    def max_session_timeout(self) -> float:
+        """The longest session (seconds) this server grants."""
+        return MAX_SESSION_TIMEOUT_MS / 1000
 
     @property
     def hosts(self) -> str:
@@ -152,7 +178,7 @@ class LocalZooKeeper:
         (self.dir / "zoo.cfg").write_text(
             "\n".join(
                 [
-                    "tickTime=2000",
+                    f"tickTime={self.tick_time_ms}",
                     "initLimit=10",
                     "syncLimit=5",
                     f"dataDir={self.dir / 'data'}",
@@ -160,13 +186,14 @@ class LocalZooKeeper:
                     "clientPortAddress=127.0.0.1",
                     "admin.enableServer=false",
                     "4lw.commands.whitelist=ruok,srvr,stat,mntr,envi,conf",
-                    "maxSessionTimeout=60000",
+                    f"maxSessionTimeout={MAX_SESSION_TIMEOUT_MS}",
                     "",
                 ]
             )
         )
         (self.dir / "log4j.properties").write_text(LOG4J.format(log=self.log_file))
-        state: dict[str, Any] = {"port": self.port, "pid": None}
+        state: dict[str, Any] = {"port": self.port, "pid": None,
+                                 "tick_time_ms": self.tick_time_ms}
         if self._owns_block:
             state["base_port"] = block - (PortLayout(1024).zookeeper - 1024)
         write_json(self.dir / "zookeeper.json", state)
@@ -249,6 +276,7 @@ class LocalZooKeeper:
             "pid": pid,
             "running": self.is_running(),
             "mode": mode,
+            "tick_time_ms": self.tick_time_ms,
             "log": str(self.log_file),
             "logs": [str(p) for p in self.log_files()],
         }

@@ -46,7 +46,7 @@ from sac.sdk._errors import (
     StoreUnavailable,
 )
 from sac.sdk._settings import PARK_NACK_RETRY, ConsumerSettings
-from sac.sdk.dedup import Inbox, Transaction
+from sac.sdk.dedup import Inbox, LookupPolicy, Transaction
 from sac.sdk.dedup.inbox import STORE_RETRY
 
 from .harness import Action as WorldAction
@@ -121,8 +121,10 @@ class ConsumerClient(Shell):
                  effect_time: tuple[float, float] = (0.002, 0.02),
                  store_retry: Backoff = STORE_RETRY,
                  machine: type[ConsumerMachine[Delivery]] = ConsumerMachine,
-                 inbox: type[Inbox] = Inbox) -> None:
+                 inbox: type[Inbox] = Inbox,
+                 lookup: LookupPolicy = LookupPolicy.DEFAULT) -> None:
         super().__init__(name, settings.connection, rng)
+        self.lookup = lookup
         self.settings = settings
         self.store = store
         self.effect = effect
@@ -153,7 +155,8 @@ class ConsumerClient(Shell):
         self.machine = self._machine_type(
             batch=s.ack_batch, retry=s.retry, resubscribe=s.connection.reconnect,
             parking=s.queue.parking_target, permanent=permanent_failure, rng=self.rng.random)
-        self.inbox = self._inbox_type(self.store, self.effect, store_retry=self.store_retry,
+        self.inbox = self._inbox_type(self.store, self.effect, policy=self.lookup,
+                                      store_retry=self.store_retry,
                                       clock=lambda: self.now, rng=self.rng.random)
         self.inbox.bind(s.queue.name, self.process, None)
         self.tag: str | None = None

@@ -58,6 +58,15 @@ def zookeeper(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalZooK
 
 
 @pytest.fixture(scope="session")
+def zookeeper_short_tick(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalZooKeeper]:
+    """A ZooKeeper with a 100 ms tick: sessions (leases) from 0.2 s, expired within a tick."""
+    local = LocalZooKeeper(name=f"zk-tick-{os.getpid()}", home=sac_home, tick_time_ms=100)
+    pytestconfig.stash[_servers_key].append(local)
+    with local:
+        yield local
+
+
+@pytest.fixture(scope="session")
 def postgres(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalPostgres]:
     local = LocalPostgres(name=f"pg-{os.getpid()}", home=sac_home)
     pytestconfig.stash[_servers_key].append(local)

@@ -17,6 +17,18 @@ import attrs
 from .backoff import Backoff
 
 
+@attrs.frozen
+class OncePerNode:
+    """A first connect's plan: the next node at once, until each was tried once."""
+
+    nodes: int
+
+    def delay(
+        self, attempt: int, elapsed: float, rng: Callable[[], float] = random.random
+    ) -> float | None:
+        return 0.0 if attempt < self.nodes else None
+
+
 @attrs.define
 class Attempts:
     """``retry=False`` (a first connect) tries each node once, without waiting, and fails
@@ -38,16 +50,22 @@ class Attempts:
         """The node the next attempt goes to."""
         return (self.start + len(self.failures)) % len(self.nodes)
 
+    @property
+    def delays(self) -> Backoff | OncePerNode:
+        """When to try again (a ``Retry``'s plan)."""
+        return self.policy if self.retry else OncePerNode(len(self.nodes))
+
+    def record(self, cause: str) -> None:
+        """The attempt at ``index`` failed because of ``cause``."""
+        self.failures.append((self.nodes[self.index], cause))
+
     def failed(
         self, cause: str, elapsed: float, rng: Callable[[], float] = random.random
     ) -> float | None:
         """Record that the attempt at ``index`` failed; the seconds to wait before the next
         one, or None: give up (``elapsed`` is the time since the first attempt began)."""
-        self.failures.append((self.nodes[self.index], cause))
-        count = len(self.failures)
-        if not self.retry:
-            return 0.0 if count < len(self.nodes) else None
-        return self.policy.delay(count, elapsed, rng)
+        self.record(cause)
+        return self.delays.delay(len(self.failures), elapsed, rng)
 
     def causes(self) -> list[str]:
         """Every attempt's cause, one line each: ``attempt 3, 10.0.0.2:5672: ...``."""

@@ -30,6 +30,8 @@ Events (methods; each returns the actions to carry out, usually none)
     went: after ``channel_lost`` that is no error, the broker has the original back).
 ``subscribed(now)``
     consume-ok: a subscription is in place (at start, after a reconnect, after a cancel).
+``standing_by(now)``
+    connected, but not subscribing: a guarded consumer that does not lead (role waiting).
 ``subscribe_failed(now, error)``
     a ``Subscribe`` attempt failed (not through a lost channel).
 ``server_cancel(now)``
@@ -47,6 +49,10 @@ Events (methods; each returns the actions to carry out, usually none)
     closed).
 ``tick(now)``
     time passed: retries and resubscribes that are due.
+``pause(now)`` / ``resume(now)``
+    start no new work (a guarded consumer's ZooKeeper session is suspended): the run under
+    way ends after its delivery in hand, what arrives waits; acks of what is done still go
+    out / start work again.
 
 Actions (what the shell carries out)
 ------------------------------------
@@ -79,6 +85,10 @@ Actions (what the shell carries out)
 ``Halt(why, error, delivery, attempts)``
     the consumer cannot go on: stop it (the shell calls ``stop``) and raise the error from
     ``wait``/``run``. Nothing of the failing run is acked.
+``Replaced``
+    only with ``rejoins``: the inbox refused a run of the current channel (fenced) because a
+    newer leader took over: give the channel up (nothing in hand is acked) and let the guard
+    contend again, instead of halting.
 
 What a checker reads off the actions: every ``Ack`` follows the ``ran``/``parked`` that
 made its deliveries done, within the same call or a later one, never across a
@@ -246,6 +256,14 @@ class RoleChanged:
 
 
 @attrs.frozen
+class Replaced:
+    pass
+
+
+REPLACED = Replaced()
+
+
+@attrs.frozen
 class Halt(Generic[D]):
     why: Why
     error: Exception | None
@@ -254,7 +272,7 @@ class Halt(Generic[D]):
 
 
 Action = (Wake | Run[D] | Ack | Reject | RetryLater[D] | Park[D] | ResubscribeLater | Subscribe
-          | Cancel | RoleChanged | Halt[D])
+          | Cancel | RoleChanged | Halt[D] | Replaced)
 Actions = Sequence[Action[D]]
 NONE: tuple[()] = ()
 
@@ -302,8 +320,11 @@ class ConsumerMachine(Generic[D]):
         permanent: Callable[[Exception], bool] = lambda _exc: False,
         rng: Callable[[], float] = random.random,
         pipeline: int | None = 1,
+        rejoins: bool = False,
     ) -> None:
         self.batch = batch
+        self._rejoins = rejoins
+        """A guarded consumer: a fenced run is not the end (the guard contends again)."""
         self._pipeline = pipeline
         """Runs handed out at once at most (None: no limit). One keeps each run as large as
         what waits (an inbox commits a run in one transaction); more keep a worker in
@@ -316,6 +337,8 @@ class ConsumerMachine(Generic[D]):
         self._acks = AckBatcher(batch)
         self._roles = RoleTracker()
         self.stage = Stage.RUNNING
+        self.paused = False
+        """No new work starts (``pause``); read by the worker through ``live``."""
         self.generation = 0
         """Bumped by every lost channel: runs and tags of an older one are stale."""
         self.activation = 0
@@ -372,7 +395,7 @@ class ConsumerMachine(Generic[D]):
     def live(self, generation: int) -> bool:
         """Whether a run of ``generation`` should go on to its next delivery (read by the
         worker, in whatever thread it runs)."""
-        return self.stage is RUNNING and generation == self.generation
+        return self.stage is RUNNING and not self.paused and generation == self.generation
 
     # ------------------------------------------------------------------ events
 
@@ -387,14 +410,14 @@ class ConsumerMachine(Generic[D]):
         if self.stage is not RUNNING:
             return actions  # not taken: it goes back to the queue with the channel
         self._waiting.append(delivery)
-        if self._woken or self._failing is not None or not self._room():
+        if self._woken or self._failing is not None or self.paused or not self._room():
             return actions
         self._woken = True
         return [*actions, WAKE]
 
     def dispatch(self, now: float) -> Actions[D]:
         self._woken = False
-        if self._failing is not None or self.stage is not Stage.RUNNING:
+        if self._failing is not None or self.stage is not Stage.RUNNING or self.paused:
             return NONE
         return self._next_runs()
 
@@ -431,6 +454,10 @@ class ConsumerMachine(Generic[D]):
         failing = self._failing
         if failing is not None and run.attempt > 1:
             self._failing = None
+        if fenced and self._rejoins and self.stage is Stage.RUNNING:
+            if run.generation != self.generation:
+                return self._free()  # its channel was given up already: nothing more to do
+            return [*self._acks.flush(), REPLACED]
         # Whatever channel the run came on: a fenced consumer was replaced, and a store
         # that stays unavailable fails every run after this one too.
         if self.stage is Stage.RUNNING:
@@ -466,6 +493,9 @@ class ConsumerMachine(Generic[D]):
             self._resubscribing = None
             self.counts.resubscribes += 1
         return self._changed(self._roles.subscribed())
+
+    def standing_by(self, now: float) -> Actions[D]:
+        return self._changed(self._roles.standing_by())
 
     def subscribe_failed(self, now: float, error: Exception) -> Actions[D]:
         state = self._resubscribing
@@ -535,11 +565,25 @@ class ConsumerMachine(Generic[D]):
         self.stage = Stage.CLOSED
         return self._changed(self._roles.stopped())
 
+    def pause(self, now: float) -> Actions[D]:
+        self.paused = True
+        return NONE
+
+    def resume(self, now: float) -> Actions[D]:
+        if not self.paused:
+            return NONE
+        self.paused = False
+        if self.stage is not Stage.RUNNING:
+            return NONE
+        if self._failing is not None:
+            return self.tick(now)  # its retry, if it fell due meanwhile
+        return self._next_runs()
+
     def tick(self, now: float) -> Actions[D]:
         actions: list[Action[D]] = []
         failing = self._failing
         if (failing is not None and failing.at is not None and now >= failing.at
-                and not self._runs):
+                and not self._runs and not self.paused):
             failing.at = None
             if self.stage is Stage.RUNNING:
                 self.counts.retried += 1
@@ -581,7 +625,7 @@ class ConsumerMachine(Generic[D]):
         """A run ended: the next ones, or (idle) the acks of what is done."""
         if self._failing is not None:
             return NONE
-        if self._waiting and self.stage is Stage.RUNNING:
+        if self._waiting and self.stage is Stage.RUNNING and not self.paused:
             runs = self._next_runs()
             if runs:
                 return runs

@@ -14,11 +14,9 @@ from __future__ import annotations
 import inspect
 import random
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import attrs
-
-from .backoff import Backoff
 
 T = TypeVar("T")
 
@@ -27,6 +25,17 @@ GiveUp = Callable[[int, float, BaseException], BaseException]
 
 OnRetry = Callable[[int, float, BaseException], None]
 """``(failures, delay, last)``: told before each wait (to log it, count it)."""
+
+
+class DelayPlan(Protocol):
+    """When to try again: ``Backoff`` is one; a first connect's once-per-node is another."""
+
+    def delay(
+        self, attempt: int, elapsed: float, rng: Callable[[], float] = ...
+    ) -> float | None: ...
+
+
+Errors = type[BaseException] | tuple[type[BaseException], ...]
 
 
 class RetryExhausted(Exception):
@@ -61,7 +70,7 @@ class Retry:
     returns early when interrupted (``threading.Event.wait``) makes a stop prompt.
     """
 
-    policy: Backoff
+    policy: DelayPlan
     clock: Callable[[], float]
     sleep: Callable[[float], Any]
     interrupted: Callable[[], bool] = _never
@@ -96,18 +105,23 @@ class Retry:
         self,
         attempt: Callable[[], T],
         *,
-        retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
+        retry_on: Errors = Exception,
+        permanent: Errors = (),
         give_up: GiveUp = _exhausted,
         on_retry: OnRetry | None = None,
     ) -> Generator[float, None, T]:
         """``run`` as a generator: it yields each delay instead of sleeping it and returns
         the result. A driver on virtual time (the simulator) lets time pass between two
-        steps while everything else goes on; ``run`` drives it with ``sleep``."""
+        steps while everything else goes on; ``run`` drives it with ``sleep``. A failure
+        that is also one of ``permanent`` is raised at once (wrong credentials do not get
+        better)."""
         failed = self._failures(give_up, on_retry)
         while True:
             try:
                 return attempt()
             except retry_on as exc:
+                if isinstance(exc, permanent):
+                    raise
                 delay, last = failed(exc), exc
             yield delay
             if self.interrupted():
@@ -117,18 +131,20 @@ class Retry:
         self,
         attempt: Callable[[], T],
         *,
-        retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
+        retry_on: Errors = Exception,
+        permanent: Errors = (),
         give_up: GiveUp = _exhausted,
         on_retry: OnRetry | None = None,
     ) -> T:
-        return drive(self.steps(attempt, retry_on=retry_on, give_up=give_up,
-                                on_retry=on_retry), self.sleep)
+        return drive(self.steps(attempt, retry_on=retry_on, permanent=permanent,
+                                give_up=give_up, on_retry=on_retry), self.sleep)
 
     async def run_async(
         self,
         attempt: Callable[[], Awaitable[T]],
         *,
-        retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
+        retry_on: Errors = Exception,
+        permanent: Errors = (),
         give_up: GiveUp = _exhausted,
         on_retry: OnRetry | None = None,
     ) -> T:
@@ -137,6 +153,8 @@ class Retry:
             try:
                 return await attempt()
             except retry_on as exc:
+                if isinstance(exc, permanent):
+                    raise
                 delay, last = failed(exc), exc
             slept = self.sleep(delay)
             if inspect.isawaitable(slept):

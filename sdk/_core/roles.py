@@ -55,6 +55,12 @@ class RoleTracker:
             return None  # its first delivery came in the same read as its consume-ok
         return self._to(Role.WAITING)
 
+    def standing_by(self) -> Change | None:
+        """Connected, not subscribed: a guarded consumer waits for its leadership."""
+        if self.role is Role.STOPPING:
+            return None
+        return self._to(Role.WAITING)
+
     def delivered(self) -> Change | None:
         # CONNECTING too: with a backlog, the first deliveries arrive in the same read as
         # the consume-ok and are taken before the subscribe call returns.

@@ -30,7 +30,7 @@ import abc
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .._errors import ClosedError, SchemaMismatch, StaleEpoch, StoreUnavailable
@@ -55,6 +55,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
 """What brings a store of version n to n + 1, in place, on ``open``: additive only, so that
 a consumer of the older version still running beside it keeps working (its claims leave the
 holder empty, and an empty holder is never ended or killed)."""
+
+
+_LOOKUP_CHUNK = 500
+"""Ids per lookup statement (SQLite allows 32 766 parameters, PostgreSQL 65 535)."""
 
 
 class SqlStore(Store):
@@ -327,6 +331,17 @@ class _SqlBatch(Batch):
         # Inside the transaction: this batch's own records count too.
         return self._conn.execute(
             self._store._sql_seen, (self.queue, message_id)).fetchone() is not None
+
+    def committed_among(self, message_ids: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        p = self._store.placeholder
+        for start in range(0, len(message_ids), _LOOKUP_CHUNK):
+            chunk = message_ids[start:start + _LOOKUP_CHUNK]
+            rows = self._conn.execute(
+                f"SELECT message_id FROM {RECORDS} WHERE queue = {p} AND message_id IN "
+                f"({', '.join([p] * len(chunk))})", (self.queue, *chunk)).fetchall()
+            found.update(row[0] for row in rows)
+        return found
 
     @contextlib.contextmanager
     def message(self, message_id: str) -> Iterator[Transaction]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -121,6 +121,12 @@ class Batch(abc.ABC):
     @abc.abstractmethod
     def seen(self, message_id: str) -> bool:
         """Committed before, or staged earlier in this batch."""
+
+    def committed_among(self, message_ids: Sequence[str]) -> set[str]:
+        """Which of ``message_ids`` were committed before this batch: the inbox looks a
+        whole batch up at once, so that looking every message up costs one read a batch,
+        not one a message. Stores override this with one query; this default asks each."""
+        return {message_id for message_id in message_ids if self.seen(message_id)}
 
     def _stage(self, message_id: str, tx: Transaction) -> None:
         self.staged.append(message_id)

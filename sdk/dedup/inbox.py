@@ -61,18 +61,25 @@ class LookupPolicy(enum.Enum):
     running twice, and it saves running the effect for a duplicate.
     """
 
-    DEFAULT = "flagged"
-    """Look up only a message that may be a copy: ``redelivered``, carrying
-    ``x-delivery-count``, or marked as a retransmission by our publisher. Known gap (found by
-    ``sac sim``): a publish held on a silent link can reach the broker *after* its marked
-    retransmission and arrive unflagged; it is not looked up. The record's unique key still
-    refuses its commit (rolling back an effect written through the transaction), but an
-    effect outside the transaction runs twice: use ``ALWAYS`` for such effects."""
     ALWAYS = "always"
-    """Look up every message: also catches duplicates from publishers that do not mark their
-    retransmissions."""
+    """Look up every message before its effect runs (the default). Needed for effects the
+    store cannot roll back: a copy is not always flagged. ``sac sim`` found one: a publish
+    held on a silent link can reach the broker *after* its marked retransmission and arrive
+    with ``redelivered`` false, no delivery count and no mark."""
+    FLAGGED = "flagged"
+    """Look up only a message that may be a copy: ``redelivered``, carrying
+    ``x-delivery-count``, or marked as a retransmission by our publisher. Saves a read per
+    fresh message; only for effects written entirely through the store's transaction (the
+    record's unique key refuses the unflagged copy's commit and rolls its effect back)."""
     NEVER = "never"
     """Never look up: only for effects written entirely through the store's transaction."""
+    DEFAULT = "always"
+    """``ALWAYS`` (an alias: the same member)."""
+
+
+def _looks_up(policy: LookupPolicy, delivery: Delivery) -> bool:
+    return policy is LookupPolicy.ALWAYS or (
+        policy is LookupPolicy.FLAGGED and delivery.maybe_duplicate)
 
 
 class Outcome(enum.Enum):
@@ -296,8 +303,12 @@ class Inbox:
         results: list[Outcome | Exception] = []
         try:
             with store.batch(queue, epoch, self.consumer) as batch:
+                # One read for the batch; ids staged in it are added as they commit.
+                seen = batch.committed_among([
+                    d.message_id for d in deliveries
+                    if d.message_id and _looks_up(policy, d)])
                 for delivery in deliveries:
-                    result = self._one(batch, delivery, queue, policy, events)
+                    result = self._one(batch, delivery, queue, policy, seen, events)
                     results.append(result)
                     if isinstance(result, Exception):
                         break  # what follows waits: the consumer retries or parks this first
@@ -328,15 +339,13 @@ class Inbox:
         return results
 
     def _one(self, batch: Batch, delivery: Delivery, queue: str, policy: LookupPolicy,
-             events: list[tuple[str, dict[str, Any]]]) -> Outcome | Exception:
+             seen: set[str], events: list[tuple[str, dict[str, Any]]]) -> Outcome | Exception:
         message_id = delivery.message_id
         if not message_id:
             return MissingMessageId(queue, delivery.delivery_tag)
-        if policy is LookupPolicy.ALWAYS or (
-            policy is LookupPolicy.DEFAULT and delivery.maybe_duplicate
-        ):
+        if _looks_up(policy, delivery):
             self._lookups += 1
-            if batch.seen(message_id):
+            if message_id in seen:
                 self._dup_lookup += 1
                 events.append(("duplicate_skipped", {
                     "msg": message_id,
@@ -354,6 +363,7 @@ class Inbox:
             raise  # not this message's fault: the whole batch is refused or tried again
         except Exception as exc:  # noqa: BLE001 - the consumer logs it and requeues
             return exc
+        seen.add(message_id)  # a second copy in this batch is a duplicate too
         return Outcome.COMMITTED
 
     def _queue(self) -> str:

@@ -57,8 +57,8 @@ def make_inbox(store: Store, policy: LookupPolicy = LookupPolicy.DEFAULT,
     return inbox, sink
 
 
-def test_default_policy_looks_up_only_flagged_messages(make_store: StoreFactory) -> None:
-    inbox, sink = make_inbox(make_store())
+def test_the_flagged_policy_looks_up_only_flagged_messages(make_store: StoreFactory) -> None:
+    inbox, sink = make_inbox(make_store(), LookupPolicy.FLAGGED)
     try:
         assert inbox.process(delivery("m-1"), 1) is Outcome.COMMITTED
         assert inbox.stats.lookups == 0
@@ -77,14 +77,35 @@ def test_default_policy_looks_up_only_flagged_messages(make_store: StoreFactory)
         inbox.close()
 
 
-def test_always_looks_up_an_unflagged_copy(make_store: StoreFactory) -> None:
-    """A publisher that does not mark its retransmissions sends an unflagged copy."""
-    inbox, sink = make_inbox(make_store(), LookupPolicy.ALWAYS)
+def test_the_default_looks_up_an_unflagged_copy(make_store: StoreFactory) -> None:
+    """A publisher that does not mark its retransmissions sends an unflagged copy; so does
+    ours when the original was held on a silent link (``tests/sim/test_findings.py``)."""
+    inbox, sink = make_inbox(make_store())
+    assert inbox.policy is LookupPolicy.ALWAYS
     try:
         inbox.process(delivery("m-1"), 1)
         assert inbox.process(delivery("m-1"), 1) is Outcome.DUPLICATE
         assert sink.runs == ["m-1"]
         assert inbox.stats.lookups == 2
+    finally:
+        inbox.close()
+
+
+def test_a_batch_is_looked_up_at_once_and_a_copy_inside_it_is_caught(
+    make_store: StoreFactory,
+) -> None:
+    """One read per batch: what was committed before it, and what it committed so far."""
+    inbox, sink = make_inbox(make_store())
+    try:
+        assert inbox.process(delivery("m-1"), 1) is Outcome.COMMITTED
+        batch = [delivery("m-1", tag=2), delivery("m-2", tag=3), delivery("m-2", tag=4),
+                 delivery("m-3", tag=5)]
+        assert inbox.process_batch(batch, 1) == [
+            Outcome.DUPLICATE, Outcome.COMMITTED, Outcome.DUPLICATE, Outcome.COMMITTED]
+        assert sink.runs == ["m-1", "m-2", "m-3"]
+        assert inbox.stats.lookups == 5
+        assert inbox.stats.duplicates_looked_up == 2
+        assert inbox.stats.duplicates_at_commit == 0
     finally:
         inbox.close()
 

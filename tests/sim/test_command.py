@@ -49,7 +49,9 @@ def test_a_bad_variant_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> N
     assert "unknown variant 'nope'" in capsys.readouterr().err
 
 
-def test_the_flagged_copies_check_is_opt_in(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_flagged_lookup_is_checked_for_what_it_relies_on(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert main(["sim", "--replay", "1625", "--tail", "0"]) == 0
-    assert main(["sim", "--replay", "1625", "--tail", "0", "--flagged-copies"]) == 1
+    assert main(["sim", "--replay", "1625", "--tail", "0", "--lookup", "flagged"]) == 1
     assert "without a flag" in capsys.readouterr().out

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from sac.sdk._core.attempts import Attempts
 from sac.sdk._core.backoff import Backoff
 from sac.sdk._core.retry import Interrupted, Retry, RetryExhausted
 
@@ -142,3 +143,45 @@ def test_steps_end_with_the_same_errors_as_run() -> None:
     with pytest.raises(RuntimeError, match="2") as info:
         next(steps)
     assert str(info.value.__cause__) == "failure 2"
+
+
+class Refused(OSError):
+    """A failure of the retried kind that no retry cures (like refused credentials)."""
+
+
+def _async(attempt: object) -> object:
+    async def wrapped() -> object:
+        return attempt()  # type: ignore[operator]
+
+    return wrapped
+
+
+def test_a_permanent_failure_is_raised_at_once_though_it_is_of_a_retried_kind() -> None:
+    clock = Clock()
+    _calls, attempt = failing(5, Refused)
+    retry = Retry(Backoff(), clock, clock.sleep)
+    with pytest.raises(Refused, match="failure 1"):
+        retry.run(attempt, retry_on=OSError, permanent=Refused)  # type: ignore[arg-type]
+    assert clock.slept == []
+    with pytest.raises(Refused, match="failure 1"):
+        asyncio.run(retry.run_async(_async(failing(5, Refused)[1]), retry_on=OSError,
+                                    permanent=Refused))
+    assert clock.slept == []
+
+
+def test_a_first_connect_tries_each_node_once_then_gives_up_with_every_cause() -> None:
+    clock = Clock()
+    plan = Attempts(["a:1", "b:1", "c:1"], start=1, policy=Backoff(), retry=False)
+    tried: list[str] = []
+
+    def attempt() -> str:
+        tried.append(plan.nodes[plan.index])
+        plan.record("refused")
+        raise OSError("refused")
+
+    retry = Retry(plan.delays, clock, clock.sleep)
+    with pytest.raises(RuntimeError, match="3 attempt") as info:
+        retry.run(attempt, give_up=lambda *_: RuntimeError(plan.summary(0.0)))
+    assert tried == ["b:1", "c:1", "a:1"]
+    assert clock.slept == [0.0, 0.0]
+    assert isinstance(info.value.__cause__, OSError)

@@ -17,7 +17,12 @@ from sac.sdk import ConfigurationError, ConnectionSettings, QueueSettings
 from sac.sdk._core.backoff import Backoff
 from sac.sdk._core.outbox import OutboxPolicy
 from sac.sdk._core.poison import MessageIdFrom
-from sac.sdk._settings import ConsumerSettings, ManagementSettings, PublisherSettings
+from sac.sdk._settings import (
+    ConsumerSettings,
+    GuardSettings,
+    ManagementSettings,
+    PublisherSettings,
+)
 from sac.sdk.dedup._store import Retention
 
 CONN = ConnectionSettings("amqp://app:pw@localhost/")
@@ -31,6 +36,7 @@ MAKE: dict[type, Callable[..., object]] = {
     ManagementSettings: lambda **kw: ManagementSettings("http://app:pw@localhost:15672", **kw),
     Backoff: Backoff,
     Retention: Retention,
+    GuardSettings: lambda **kw: GuardSettings(**{"hosts": "zk:2181", "group": "/g", **kw}),
     OutboxPolicy: lambda **kw: OutboxPolicy(**{"window": 10, "nack_backoff": Backoff(), **kw}),
 }
 
@@ -55,6 +61,12 @@ BAD: dict[tuple[type, str], Any] = {
     (ConsumerSettings, "stop_timeout"): 0,
     (ConsumerSettings, "retry"): Backoff(initial=600, maximum=600, max_elapsed=None),
     (ConsumerSettings, "message_id_from"): "x-order-id",
+    (ConsumerSettings, "guard"): "zk:2181/sac",
+    (GuardSettings, "hosts"): "zk:two",
+    (GuardSettings, "group"): "/sac/",
+    (GuardSettings, "session_timeout"): 0,
+    (GuardSettings, "connect_timeout"): -1,
+    (GuardSettings, "retry"): 3,
     (ConsumerSettings, "management"): "http://app:pw@localhost:15672",
     (ConsumerSettings, "role_poll_interval"): 0,
     (ManagementSettings, "timeout"): 0,

@@ -1,0 +1,456 @@
+"""Takeover time: how long a single-active queue goes unserved when its active consumer goes
+away, per way of taking over (a *mode*), over many trials, with no effect lost or doubled.
+
+A trial: a fresh quorum queue with single active consumer (the SDK's defaults); consumer A
+(node 2) subscribes first and becomes the active one, consumer B (node 3) waits; an SDK
+``Publisher`` in this process (node 1, so node 1 leads the queue) publishes at a steady
+``--rate`` before, during and after the event. A and B are the chaos suite's consumer actor
+(``sac.chaos.actors.consumer``, each a process of its own), writing one row per message to a
+SQLite sink *through the inbox* (``Inbox`` over ``SQLiteStore``, fencing on), as a user who
+cares about duplicates runs them. Then the mode's event strikes A:
+
+``native-graceful``
+    SIGTERM: the SDK's graceful stop (the running handler finishes and is acked, then the
+    subscription is cancelled); the broker hands the queue to B at once.
+``native-frozen``
+    SIGSTOP: nothing closes A's socket, so only the broker's heartbeat check notices (two
+    silent checks in a row, one per heartbeat interval: 2H to 3H after the freeze, expected
+    11-15 s at H = 5 s). The event falls at a random point of the heartbeat cycle (a random
+    0-H seconds of extra warm-up, ``--seed``). If A froze in a batch holding the SQLite
+    write lock, B's epoch claim kills it (``SQLiteStore(evict_frozen_holder=True)``).
+
+Takeover time: from the event (``time.time()`` just before the signal) to B's first effect
+(the ``ts`` the actor gives the row when the effect runs, ``time.time()`` on the same host).
+``b_active_s`` is to B's first delivery (its role change, on the monotonic clock). Each trial
+then publishes a tail (``--tail``), waits until every confirmed message has a row, stops B
+gracefully and checks: no message twice in the sink (``duplicates``), none confirmed without a
+row (``missing``), and B had no effect before the event (A was alone).
+
+Later modes (issue 13: the ZooKeeper guard after a clean stop, after a session expiry, and a
+lease eviction of a frozen consumer) plug in as a ``Mode`` subclass: what the actors need
+(``actor``: e.g. the guard's options, from the ``Servers`` the bench started) and how the
+event strikes (``strike``); add it to ``MODES``. Every mode is compared with
+``native-frozen``, the time the guard's lease is meant to beat (``vs_native_frozen``), and
+with the same mode in an earlier result file (``--baseline``).
+
+One local 3-node cluster (``--cluster-name``) serves every trial; rounds are outermost, so a
+slow spell of the machine hits each mode alike. Each wait is bounded (``--timeout``). Results:
+a table on stdout and ``bench/results/takeover-<UTC>.json``. ``python -m bench.takeover --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import attrs
+
+from sac.chaos._process import ActorProcess
+from sac.chaos.actors import ConsumerActor, Sink
+from sac.chaos.errors import ChaosError
+from sac.sdk import ConnectionSettings, PublisherSettings, QueueSettings, Role
+from sac.server import LocalCluster
+
+from ._report import conditions, positive_int, save
+from .handover import SteadyPublisher
+
+STEP_TIMEOUT = 60.0
+"""Seconds allowed for a consumer to subscribe or become active, for the warm-up and tail."""
+REFERENCE = "native-frozen"
+
+
+@dataclass(frozen=True)
+class Servers:
+    """What the bench started, for the modes that need more than the cluster."""
+
+    cluster: LocalCluster
+
+
+@dataclass(frozen=True)
+class Strike:
+    wall: float
+    """``time.time()`` just before the event: the clock of the sink's ``ts``."""
+    monotonic: float
+    """``time.monotonic()`` at the same moment: the clock of the actors' role changes."""
+
+
+class Mode:
+    """One way for B to take over from A. Subclasses set ``name`` and ``strike``."""
+
+    name: ClassVar[str]
+    random_phase: ClassVar[bool] = False
+    """Add 0-H s of warm-up (H: the heartbeat), so that the event falls at a random point of
+    the broker's heartbeat cycle."""
+
+    def actor(self, spec: ConsumerActor, servers: Servers) -> ConsumerActor:
+        """The settings of A and B in this mode (the native modes take them as they are)."""
+        return spec
+
+    def strike(self, a: ActorProcess) -> Strike:
+        raise NotImplementedError
+
+    @staticmethod
+    def signal(a: ActorProcess, sig: signal.Signals) -> Strike:
+        at = Strike(time.time(), time.monotonic())
+        a.signal(sig)
+        return at
+
+
+class NativeGraceful(Mode):
+    name = "native-graceful"
+
+    def strike(self, a: ActorProcess) -> Strike:
+        return self.signal(a, signal.SIGTERM)
+
+
+class NativeFrozen(Mode):
+    name = "native-frozen"
+    random_phase = True
+
+    def strike(self, a: ActorProcess) -> Strike:
+        return self.signal(a, signal.SIGSTOP)
+
+
+MODES: dict[str, Mode] = {mode.name: mode for mode in (NativeGraceful(), NativeFrozen())}
+
+
+# --------------------------------------------------------------------------- one trial
+
+
+@dataclass
+class Trial:
+    mode: str
+    index: int
+    queue: str
+    heartbeat: int
+    warmup_messages: int = 0
+    takeover_s: float | None = None
+    """The event to B's first effect."""
+    b_active_s: float | None = None
+    """The event to B's first delivery."""
+    a_last_after_event_s: float | None = None
+    """A's last effect, relative to the event (graceful: the handler it finished)."""
+    overlap: bool | None = None
+    """B's first effect came before A's last one: two consumers working at once."""
+    published: int = 0
+    effects_a: int = 0
+    effects_b: int = 0
+    duplicates: int = 0
+    """Sink rows beyond the first for a message id."""
+    missing: int = 0
+    missing_sample: list[str] = field(default_factory=list)
+    a_exit: int | None = None
+    """A's exit status before the bench ended it: 0 after a graceful stop, -9 when B's claim
+    evicted it as a frozen lock holder, None when it was still there (frozen)."""
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (self.takeover_s is not None and not self.errors and not self.duplicates
+                and not self.missing and not self.overlap)
+
+
+class Bench:
+    def __init__(self, servers: Servers, args: argparse.Namespace, work: Path) -> None:
+        self.servers = servers
+        self.args = args
+        self.work = work
+        self.rng = random.Random(args.seed)
+        self.urls = servers.cluster.urls()
+
+    def _conn(self, first: int, name: str) -> ConnectionSettings:
+        urls = self.urls[first:] + self.urls[:first]
+        return ConnectionSettings(urls=urls, heartbeat=self.args.heartbeat, name=name)
+
+    def _actor(self, mode: Mode, name: str, first: int, queue: str, run_dir: Path,
+               sink: Sink) -> ActorProcess:
+        spec = ConsumerActor(
+            actor=name, run_dir=str(run_dir), queue=queue,
+            urls=self._conn(first, name).urls, heartbeat=self.args.heartbeat,
+            dedup="inbox", effect_ms=0, sink=sink.location,
+        )
+        return ActorProcess.start(mode.actor(spec, self.servers))
+
+    def run(self, mode: Mode, index: int) -> Trial:
+        args = self.args
+        queue = f"takeover-{mode.name}-{index}-{uuid.uuid4().hex[:6]}"
+        trial = Trial(mode.name, index, queue, args.heartbeat)
+        run_dir = self.work / queue
+        (run_dir / "events").mkdir(parents=True)
+        sink = Sink(f"sqlite:{run_dir / 'sink.db'}")
+        sink.create()
+        publisher = SteadyPublisher(
+            PublisherSettings(self._conn(0, "takeover-publisher"), queue=QueueSettings(queue)),
+            args.rate,
+        )
+        actors: list[ActorProcess] = []
+        try:
+            publisher.connect()  # declares the queue: node 1 leads it
+            a = self._actor(mode, "consumer-a", 1, queue, run_dir, sink)
+            actors.append(a)
+            a.expect("role", STEP_TIMEOUT, role=Role.WAITING.value)
+            b = self._actor(mode, "consumer-b", 2, queue, run_dir, sink)
+            actors.append(b)
+            b.expect("role", STEP_TIMEOUT, role=Role.WAITING.value)
+            publisher.start()
+            a.expect("role", STEP_TIMEOUT, role=Role.ACTIVE.value)
+            trial.warmup_messages = args.warmup
+            if mode.random_phase:
+                trial.warmup_messages += int(self.rng.uniform(0, args.heartbeat) * args.rate)
+            if not publisher.wait_confirmed(trial.warmup_messages, STEP_TIMEOUT):
+                raise RuntimeError(f"warm-up not confirmed: {publisher.error!r}")
+            if b.role == Role.ACTIVE.value:
+                trial.errors.append("B was active before the event: A was not alone")
+
+            at = mode.strike(a)
+            active = b.expect("role", args.timeout, role=Role.ACTIVE.value)
+            trial.b_active_s = float(active["monotonic"]) - at.monotonic
+            if not publisher.wait_confirmed(publisher.count() + args.tail, STEP_TIMEOUT):
+                raise RuntimeError(f"tail not confirmed: {publisher.error!r}")
+            publisher.close()
+            self._drain(set(publisher.confirmed), sink)
+            trial.a_exit = a.returncode
+            if b.stop(STEP_TIMEOUT) != 0:
+                trial.errors.append(f"B did not stop gracefully: {b.log_tail()}")
+            self._account(trial, publisher, sink, at)
+        except (ChaosError, RuntimeError) as exc:
+            trial.errors.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            publisher.close()
+            for actor in actors:
+                actor.close()  # SIGKILL whatever is left (a frozen A): ends a stopped one too
+            if publisher.error is not None:
+                trial.errors.append(f"publisher: {publisher.error!r}")
+            self._delete(queue, trial)
+        if trial.ok and not args.keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        return trial
+
+    def _drain(self, confirmed: set[str], sink: Sink) -> None:
+        """Until every confirmed message has a row (checked every 50 ms), or ``--timeout``
+        (what is still missing then is counted as missing)."""
+        deadline = time.monotonic() + self.args.timeout
+        while not confirmed <= sink.distinct() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    @staticmethod
+    def _account(trial: Trial, publisher: SteadyPublisher, sink: Sink, at: Strike) -> None:
+        rows = list(sink.rows())
+        a = [r for r in rows if r["actor"] == "consumer-a"]
+        b = [r for r in rows if r["actor"] == "consumer-b"]
+        confirmed = set(publisher.confirmed)
+        counts = Counter(str(r["msg"]) for r in rows)
+        missing = sorted(confirmed - set(counts))
+        trial.published = len(confirmed)
+        trial.effects_a, trial.effects_b = len(a), len(b)
+        trial.duplicates = sum(n - 1 for n in counts.values())
+        trial.missing, trial.missing_sample = len(missing), missing[:10]
+        if not b:
+            trial.errors.append("B made no effect")
+            return
+        first_b = min(float(r["ts"]) for r in b)
+        trial.takeover_s = first_b - at.wall
+        if a:
+            last_a = max(float(r["ts"]) for r in a)
+            trial.a_last_after_event_s = last_a - at.wall
+            trial.overlap = first_b < last_a
+        if first_b < at.wall:
+            trial.errors.append("B made an effect before the event")
+
+    def _delete(self, queue: str, trial: Trial) -> None:
+        cluster = self.servers.cluster
+        for name in (queue, f"{queue}.parked"):
+            try:
+                cluster.management_api(f"queues/%2F/{name}", method="DELETE")
+            except Exception as exc:  # noqa: BLE001 - one failed trial must not end the bench
+                trial.errors.append(f"deleting {name}: {exc}")
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _stats(values: Sequence[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "min": None, "max": None}
+    return {"p50": round(statistics.median(values), 4), "min": round(min(values), 4),
+            "max": round(max(values), 4)}
+
+
+def summarize(trials: Sequence[Trial]) -> dict[str, dict[str, Any]]:
+    summary: dict[str, dict[str, Any]] = {}
+    for name in dict.fromkeys(t.mode for t in trials):
+        runs = [t for t in trials if t.mode == name]
+        taken = [t.takeover_s for t in runs if t.takeover_s is not None]
+        summary[name] = {
+            "trials": len(runs),
+            "trials_ok": sum(t.ok for t in runs),
+            "takeover_s": _stats(taken),
+            "b_active_s": _stats([t.b_active_s for t in runs if t.b_active_s is not None]),
+            "duplicates": sum(t.duplicates for t in runs),
+            "missing": sum(t.missing for t in runs),
+            "overlaps": sum(bool(t.overlap) for t in runs),
+            "a_evicted": sum(t.a_exit == -signal.SIGKILL for t in runs),
+            "errors": sum(len(t.errors) for t in runs),
+        }
+    return summary
+
+
+def compare(summary: dict[str, dict[str, Any]], baseline: dict[str, Any] | None
+            ) -> dict[str, dict[str, Any]]:
+    """Each mode against ``native-frozen`` of this run, and against itself in ``baseline``
+    (an earlier ``takeover-*.json``): ratios of p50 and max (below 1: faster)."""
+
+    def ratio(new: float | None, old: float | None) -> float | None:
+        return None if new is None or not old else round(new / old, 3)
+
+    out: dict[str, dict[str, Any]] = {}
+    reference = summary.get(REFERENCE, {}).get("takeover_s", {})
+    old = (baseline or {}).get("summary", {})
+    for name, s in summary.items():
+        now = s["takeover_s"]
+        entry: dict[str, Any] = {}
+        if name != REFERENCE and reference:
+            entry["vs_native_frozen_p50"] = ratio(now["p50"], reference.get("p50"))
+        if name in old:
+            before = old[name]["takeover_s"]
+            entry["vs_baseline_p50"] = ratio(now["p50"], before.get("p50"))
+            entry["vs_baseline_max"] = ratio(now["max"], before.get("max"))
+        out[name] = entry
+    return out
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def table(summary: dict[str, dict[str, Any]], comparison: dict[str, dict[str, Any]]) -> str:
+    lines = [f"{'mode':<17}{'trials':>7}{'ok':>4} {'p50 s':>8} {'max s':>8} {'min s':>8} "
+             f"{'active p50':>10} {'dups':>5} {'missing':>8} {'evicted':>8} {'errors':>7} "
+             "vs native-frozen p50"]
+    for name, s in summary.items():
+        t = s["takeover_s"]
+        versus = comparison.get(name, {}).get("vs_native_frozen_p50")
+        lines.append(
+            f"{name:<17}{s['trials']:>7}{s['trials_ok']:>4} {_fmt(t['p50']):>8} "
+            f"{_fmt(t['max']):>8} {_fmt(t['min']):>8} {_fmt(s['b_active_s']['p50']):>10} "
+            f"{s['duplicates']:>5} {s['missing']:>8} {s['a_evicted']:>8} {s['errors']:>7} "
+            f"{'' if versus is None else f'x{versus}'}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _modes(text: str) -> list[Mode]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [x for x in names if x not in MODES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(MODES)}, not {text!r}")
+    return [MODES[x] for x in dict.fromkeys(names)]
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.takeover",
+        description="Takeover time of a single-active queue (p50 and max over trials), per "
+        "mode: " + ", ".join(MODES) + "; with no duplicate effect and nothing missing.")
+    parser.add_argument("--trials", type=positive_int, default=20, help="trials per mode")
+    parser.add_argument("--modes", type=_modes, default=list(MODES.values()),
+                        help=f"comma-separated (default: {','.join(MODES)})")
+    parser.add_argument("--rate", type=float, default=200.0, help="publish rate, msg/s")
+    parser.add_argument("--heartbeat", type=positive_int, default=5,
+                        help="AMQP heartbeat (s) of every client")
+    parser.add_argument("--warmup", type=positive_int, default=200,
+                        help="messages confirmed (A active) before the event")
+    parser.add_argument("--tail", type=positive_int, default=200,
+                        help="messages confirmed after B's takeover before publishing stops")
+    parser.add_argument("--timeout", type=float, default=40.0,
+                        help="seconds allowed per trial for B's takeover, and for the drain")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of the random heartbeat phase (native-frozen)")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="an earlier bench/results/takeover-*.json to compare with")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep every trial's directory (sink, actor logs and histories); "
+                        "a failed trial's is always kept")
+    parser.add_argument("--cluster-name", default="takeover", help="LocalCluster name")
+    args = parser.parse_args(argv)
+    if args.rate <= 0 or args.timeout <= 0:
+        parser.error("--rate and --timeout must be positive")
+    if args.baseline is not None and not args.baseline.is_file():
+        parser.error(f"--baseline: no file {args.baseline}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    baseline = json.loads(args.baseline.read_text()) if args.baseline else None
+    started = dt.datetime.now(dt.UTC)
+    load_before = os.getloadavg()
+    work = Path(tempfile.mkdtemp(prefix="bench-takeover-"))
+    trials: list[Trial] = []
+    print(f"booting a 3-node cluster {args.cluster_name!r} ...", file=sys.stderr, flush=True)
+    with LocalCluster(name=args.cluster_name, nodes=3) as cluster:
+        overview = cluster.management_api("overview")
+        bench = Bench(Servers(cluster), args, work)
+        for index in range(args.trials):  # rounds outermost
+            for mode in args.modes:
+                t = bench.run(mode, index)
+                trials.append(t)
+                print(f"  {t.mode:<16} trial {index + 1}: takeover {_fmt(t.takeover_s)} s "
+                      f"(B active {_fmt(t.b_active_s)} s), published {t.published}, "
+                      f"A {t.effects_a}, B {t.effects_b}, dups {t.duplicates}, "
+                      f"missing {t.missing}, A exit {t.a_exit}"
+                      + (f", errors: {t.errors}" if t.errors else ""),
+                      file=sys.stderr, flush=True)
+    summary = summarize(trials)
+    comparison = compare(summary, baseline)
+    report = {
+        "benchmark": "single-active takeover",
+        "timestamp": started.isoformat(timespec="seconds"),
+        "modes": [mode.name for mode in args.modes],
+        "trials_per_mode": args.trials,
+        "rate_msg_per_s": args.rate,
+        "heartbeat_s": args.heartbeat,
+        "warmup_messages": args.warmup,
+        "tail_messages": args.tail,
+        "seed": args.seed,
+        "takeover": "event (signal sent) to B's first effect (sink row ts), wall clock, "
+                    "one host; b_active_s: to B's first delivery (monotonic)",
+        "consumers": "sac.chaos.actors.consumer, Inbox over SQLiteStore (fencing on), "
+                     "prefetch " + str(attrs.fields(ConsumerActor).prefetch.default),
+        "placement": {"publisher": "node 1 (queue leader)", "A": "node 2", "B": "node 3"},
+        "reference": {REFERENCE: "11-15 s expected at heartbeat 5 (2-3 heartbeats)",
+                      "guard modes (issue 13 target)": "p50 <= 1.5 s, no duplicate effect"},
+        "baseline": None if args.baseline is None else str(args.baseline),
+        **conditions(overview, len(cluster.nodes), load_before),
+        "summary": summary,
+        "comparison": comparison,
+        "trials": [asdict(t) | {"ok": t.ok} for t in trials],
+    }
+    save("takeover", started, report, table(summary, comparison))
+    kept = [t.queue for t in trials if not t.ok or args.keep]
+    if kept:
+        print(f"trial directories kept in {work}: {', '.join(kept)}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if all(t.ok for t in trials) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Recipes are what users copy: they use the SDK's public face (``sac.sdk`` and its public
+modules, such as ``sac.sdk.dedup``) and ``sac.server`` to find a local cluster; nothing private,
+nothing of the chaos suite."""
+
+from __future__ import annotations
+
+import ast
+import sys
+
+from tests.recipes.conftest import ROOT
+
+LIBRARIES = {"attrs", "psycopg"}
+
+
+def allowed(module: str) -> bool:
+    parts = module.split(".")
+    if parts[0] in LIBRARIES:
+        return True
+    public = not any(part.startswith("_") for part in parts)
+    return public and (parts[:2] == ["sac", "sdk"] or module == "sac.server")
+
+
+def imports(path: str) -> set[str]:
+    tree = ast.parse((ROOT / path).read_text(), path)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_the_rule_refuses_what_it_should() -> None:
+    assert allowed("sac.sdk.dedup")
+    assert not allowed("sac.sdk._settings")
+    assert not allowed("sac.chaos.actors")
+    assert not allowed("sac.server._rabbitmq_config")
+    assert not allowed("pika")
+
+
+def test_recipes_import_only_the_public_face() -> None:
+    paths = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "recipes").glob("*.py"))
+    assert "recipes/takeover.py" in paths
+    assert "recipes/idempotent_consumer.py" in paths
+    offenders = {}
+    for path in paths:
+        ours = {name for name in imports(path)
+                if name.split(".")[0] not in sys.stdlib_module_names and name != "__future__"}
+        if refused := sorted(name for name in ours if not allowed(name)):
+            offenders[path] = refused
+    assert offenders == {}
