@@ -453,9 +453,15 @@ class ConsumerEngine(Recovering):
 
     def _role_seen(self, verdict: Verdict, active_tag: str | None) -> None:
         """The management API named the queue's active consumer: this one (it is active,
-        delivery or not), or another while this one thought itself active."""
+        delivery or not), or another while this one thought itself active; or said the queue
+        is gone while this consumer is subscribed to it."""
         now = self._now_loop().time()
-        if verdict is Verdict.ACTIVE:
+        if verdict is Verdict.GONE:
+            log.warning("queue %r does not exist, yet this consumer (%s) is subscribed to it "
+                        "(management API): consuming again", self._queue_name,
+                        self._consumer_tag)
+            self._on_server_cancel(None)  # as if the broker had cancelled the orphan
+        elif verdict is Verdict.ACTIVE:
             log.info("the broker names this consumer (%s) active on %r (management API)",
                      self._consumer_tag, self._queue_name)
             self._carry_out(self.machine.confirmed_active(now))

@@ -21,7 +21,7 @@ import attrs
 
 from ._core.backoff import Backoff
 from ._core.roles import Role, RoleWatch, Sighting, Verdict
-from ._errors import ManagementError
+from ._errors import ManagementError, ManagementNotFound
 from ._settings import ConsumerSettings
 from .management import Management
 
@@ -86,6 +86,13 @@ class RolePoller:
             try:
                 queue = await loop.run_in_executor(self._executor, self.client.queue,
                                                    self._queue, self._vhost)
+            except ManagementNotFound as exc:
+                gone = self.watch.missing(tag, self._tag())
+                if gone is not None:
+                    self._verdict(gone, None)
+                else:
+                    self._complain(exc)
+                continue
             except ManagementError as exc:
                 self._complain(exc)
                 continue

@@ -370,13 +370,14 @@ class ManagementSettings:
     @classmethod
     def from_env(cls, prefix: str = "SAC_",
                  environ: Mapping[str, str] | None = None) -> ManagementSettings:
-        """From ``SAC_MANAGEMENT_URLS`` (comma-separated) and optional ``SAC_CA_FILE``."""
+        """From ``SAC_MANAGEMENT_URLS`` (comma-separated) and optional
+        ``SAC_MANAGEMENT_CA_FILE``."""
         env = os.environ if environ is None else environ
         urls = env.get(f"{prefix}MANAGEMENT_URLS")
         if not urls:
             raise ConfigurationError(f"{prefix}MANAGEMENT_URLS is not set")
         try:
-            return cls(urls=urls, ca_file=env.get(f"{prefix}CA_FILE") or None)
+            return cls(urls=urls, ca_file=env.get(f"{prefix}MANAGEMENT_CA_FILE") or None)
         except ConfigurationError as exc:
             raise ConfigurationError(f"{prefix}MANAGEMENT_URLS: {exc}") from None
 

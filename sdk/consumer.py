@@ -18,7 +18,8 @@ What they do for you:
   consumed with ``x-cancel-on-ha-failover``) leads to a new ``basic.consume`` with backoff;
 - a dead connection (closed, reset, or silent for two heartbeat intervals) leads to a
   reconnect to the next node and a new subscription;
-- the consumer knows whether it is the active one: from its first delivery on;
+- the consumer knows whether it is the active one: from its first delivery on, or, with
+  ``ConsumerSettings.management``, as soon as the management API names it (empty queue too);
 - ``stop()`` hands over gracefully: cancel, let the running handler finish and ack, then
   close, so the broker requeues what was prefetched but not started, for the next consumer;
 - given an ``sac.sdk.dedup.Inbox`` instead of a handler, each message's effect commits once, with
@@ -101,8 +102,9 @@ class AsyncConsumer:
 
     @property
     def role(self) -> Role:
-        """``waiting`` until the broker hands this consumer its first message, then
-        ``active``; ``connecting`` while it recovers; ``stopped`` after ``stop()``."""
+        """``waiting`` until the broker hands this consumer its first message (or the
+        management API names it), then ``active``; ``connecting`` while it recovers;
+        ``stopped`` after ``stop()``."""
         return self._engine.machine.role
 
     @property

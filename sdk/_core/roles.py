@@ -95,6 +95,14 @@ class Verdict(enum.Enum):
     """The broker named this consumer: it is the active one (no delivery needed)."""
     LOST = "lost"
     """The broker named another consumer while this one thought itself active."""
+    GONE = "gone"
+    """The queue does not exist while this consumer is subscribed to it: the subscription is
+    an orphan. (RabbitMQ 3.10 can take a consumer that subscribes again after its queue was
+    deleted, while the deletion is still under way, and cancel it never.)"""
+
+
+MISSING_ANSWERS = 2
+"""Answers in a row saying the queue does not exist before it counts as gone."""
 
 
 @attrs.frozen
@@ -124,12 +132,16 @@ class RoleWatch:
       other as active, in an answer asked at least ``lag`` after this consumer became active
       (an older one may show the consumer it took over from);
     - an answer about a subscription that has ended since means nothing, and so does one
-      that names nobody, or several others.
+      that names nobody, or several others;
+    - ``MISSING_ANSWERS`` answers in a row saying the queue does not exist, while subscribed
+      with the same tag, mean the subscription is an orphan: the consumer must subscribe
+      again (declaring the queue anew), as after a server cancel.
     """
 
     def __init__(self, lag: float) -> None:
         self.lag = lag
         self._active_since: float | None = None
+        self._missing = 0
 
     def changed(self, role: Role, now: float) -> None:
         """The consumer's role changed at ``now`` (on the poll's clock)."""
@@ -137,6 +149,7 @@ class RoleWatch:
 
     def judge(self, seen: Sighting, role: Role, tag: str | None) -> Verdict | None:
         """What ``seen`` means for a consumer now in ``role`` and subscribed as ``tag``."""
+        self._missing = 0
         if tag is None or seen.own_tag != tag:
             return None
         if seen.own_status == ACTIVE_STATUS:
@@ -147,6 +160,19 @@ class RoleWatch:
                 and since is not None and seen.asked_at >= since + self.lag):
             return Verdict.LOST
         return None
+
+
+    def missing(self, own_tag: str, tag: str | None) -> Verdict | None:
+        """The API answered a question asked as ``own_tag`` that the queue does not exist;
+        the consumer is now subscribed as ``tag``."""
+        if tag is None or own_tag != tag:
+            self._missing = 0
+            return None
+        self._missing += 1
+        if self._missing < MISSING_ANSWERS:
+            return None
+        self._missing = 0
+        return Verdict.GONE
 
 
 ACTIVE_STATUS = "single_active"

@@ -105,3 +105,20 @@ def test_the_machine_counts_a_confirmed_activation_and_a_demotion_starts_a_new_o
     assert machine.role is Role.WAITING
     assert machine.confirmed_active(4.0) == [RoleChanged(Role.WAITING, Role.ACTIVE, 2)]
     assert machine.activation == 2
+
+
+def test_a_queue_missing_twice_in_a_row_means_an_orphan_subscription() -> None:
+    """RabbitMQ 3.10 can take a consumer that subscribes again while its queue's deletion
+    is under way, and never cancel it: the API then says the queue does not exist."""
+    watch = RoleWatch(LAG)
+    assert watch.missing("me", "me") is None  # once: maybe a moment's answer
+    assert watch.missing("me", "me") is Verdict.GONE
+    assert watch.missing("me", "me") is None  # counted again from nothing
+    # an answer in between, or one about an ended subscription, starts the count again
+    watch.judge(named_active(0.0), Role.ACTIVE, "me")
+    assert watch.missing("me", "me") is None
+    watch.judge(named_active(0.0), Role.ACTIVE, "me")
+    assert watch.missing("me", "me") is None
+    assert watch.missing("me-1", "me-2") is None
+    assert watch.missing("me-2", "me-2") is None
+    assert watch.missing("me-2", None) is None

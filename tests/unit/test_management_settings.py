@@ -78,8 +78,11 @@ def test_a_ca_file_needs_an_https_url() -> None:
 
 
 def test_from_env() -> None:
-    env = {"SAC_MANAGEMENT_URLS": URL}
+    env = {"SAC_MANAGEMENT_URLS": URL, "SAC_CA_FILE": "/for/amqps.pem"}  # not the API's
     assert ManagementSettings.from_env(environ=env).urls == (URL,)
+    https = f"https://admin:{SECRET}@h:15671"
+    assert ManagementSettings.from_env(environ={
+        "SAC_MANAGEMENT_URLS": https, "SAC_MANAGEMENT_CA_FILE": "/ca.pem"}).ca_file == "/ca.pem"
     with pytest.raises(ConfigurationError, match="SAC_MANAGEMENT_URLS is not set"):
         ManagementSettings.from_env(environ={})
     with pytest.raises(ConfigurationError, match=r"SAC_MANAGEMENT_URLS: .*needs a user") as bad:
