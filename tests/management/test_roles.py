@@ -114,9 +114,9 @@ def test_a_consumer_cancelled_by_the_broker_is_told_and_active_again_on_its_new_
         admin.channel().queue_delete(queue.name)  # the broker cancels the consumer
     # It consumes again (declaring the queue anew) and is the only one: active again. (The
     # API lists the cancelled subscription as active too: a broker quirk the poll sees
-    # through.) When it subscribed again while the deletion was still under way, the broker
-    # kept that orphan subscription and cancelled nothing: the poll finds the queue gone,
-    # and it subscribes once more.
+    # through.) Now and then no basic.cancel reaches the consumer at all (2 of 20 here): the
+    # poll finds its queue gone, and it subscribes again all the same; or the cancel came
+    # while it subscribed again to the queue being deleted: then once more.
     wait_until(lambda: len(only.roles) >= 6 and only.roles[-1] is A, 3 * BOUND,
                "lost, subscribed again, told it is active")
     lost, again = only.roles[:3], only.roles[3:]
