@@ -1,16 +1,12 @@
-"""recipes/mirrored_to_quorum.py: its decisions, and the script end to end in a subprocess
-against the session cluster (``--cluster``), as a user runs it."""
+"""recipes/mirrored_to_quorum.py: its decisions, and the script end to end in a process of
+its own against the session cluster (``--cluster``), as a user runs it."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pika
 import pytest
@@ -20,8 +16,8 @@ from sac.sdk import Management, ManagementNotFound, ManagementSettings
 from sac.sdk._core.management_api import ChannelInfo, parse_queue
 from sac.server import LocalCluster
 from tests.helpers import wait_until
+from tests.recipes.conftest import Recipe, run_recipe
 
-ROOT = Path(__file__).parents[2]
 MIRRORED = {"name": "legacy", "vhost": "/", "type": "classic", "durable": True,
             "exclusive": False, "auto_delete": False, "policy": "ha",
             "effective_policy_definition": {"ha-mode": "all", "ha-sync-mode": "automatic"},
@@ -80,23 +76,20 @@ def test_global_qos_is_found_on_the_channels_consuming_the_queue() -> None:
 # ---------------------------------------------------------------- the script, as users run it
 
 
-def run(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    """The script against the session cluster, found by name as ``sac server up`` left it."""
-    return subprocess.run(
-        [sys.executable, "-m", "recipes.mirrored_to_quorum", "--cluster", cluster.name,
-         "--home", str(cluster.spec.home), *args],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
-        text=True, timeout=240)
-
-
 def test_help() -> None:
-    done = subprocess.run([sys.executable, "-m", "recipes.mirrored_to_quorum", "--help"],
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=60)
+    done = run_recipe("mirrored_to_quorum", "--help")
     assert done.returncode == 0, done.stderr
     assert "--migrate QUEUE" in done.stdout
     assert "graceful stop on the old queue and a start on the twin" in " ".join(
         done.stdout.split())
+
+
+def test_a_broker_by_url_needs_its_management_api_too() -> None:
+    done = run_recipe("mirrored_to_quorum", "--url", "amqp://u:p@127.0.0.1:1/")
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("error: with --url, give the management API too: "
+                                   "--management-url http://user:password@host:15672 (once "
+                                   "per node)")
 
 
 @pytest.fixture
@@ -132,9 +125,9 @@ def odd_queues(cluster: LocalCluster, management: Management) -> Iterator[str]:
 
 
 def test_the_demo_migrates_without_loss_and_reports_what_does_not_carry_over(
-    cluster: LocalCluster, management: Management, odd_queues: str
+    recipe: Recipe, management: Management, odd_queues: str
 ) -> None:
-    done = run(cluster, "--demo", "300")
+    done = recipe("mirrored_to_quorum", "--demo", "300")
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     print(out)
@@ -158,7 +151,7 @@ def test_the_demo_migrates_without_loss_and_reports_what_does_not_carry_over(
 
 
 def test_one_queue_migrated_with_its_binding(
-    cluster: LocalCluster, management: Management, queue_name: str
+    recipe: Recipe, cluster: LocalCluster, management: Management, queue_name: str
 ) -> None:
     name = f"mtq-{queue_name}"[:100]
     exchange = f"{name}-x"
@@ -174,7 +167,7 @@ def test_one_queue_migrated_with_its_binding(
             channel.basic_publish(exchange, "orders", f"{i}".encode(),
                                   pika.BasicProperties(message_id=f"m{i}", delivery_mode=2))
         wait_until(lambda: management.queue(name).policy == f"{name}-ha", 10, "the policy")
-        done = run(cluster, "--migrate", name, "--delete-source")
+        done = recipe("mirrored_to_quorum", "--migrate", name, "--delete-source")
         assert done.returncode == 0, done.stdout + done.stderr
         print(done.stdout)
         assert "c. moved 50 message(s)" in done.stdout
