@@ -36,6 +36,7 @@ def _server_up(args: argparse.Namespace) -> int:
         network=args.network,
         net_ticktime=args.net_ticktime,
         cluster_partition_handling=args.partition_handling,
+        statistics_interval_ms=args.statistics_interval,
     )
     cluster.up()
     print(f"cluster {cluster.name!r} is up: {len(cluster.nodes)} nodes")
@@ -44,6 +45,8 @@ def _server_up(args: argparse.Namespace) -> int:
         print(f"network: namespaces {', '.join(plan.namespaces)} on bridge {plan.bridge} "
               f"({plan.subnet}, host {plan.host_address}); net_ticktime "
               f"{cluster.spec.net_ticktime} s, {cluster.spec.cluster_partition_handling}")
+    print(f"statistics interval: {cluster.spec.statistics_interval_ms} ms (the management "
+          "API's lag)")
     for node, url in zip(cluster.nodes, cluster.display_urls(), strict=True):
         print(f"  {node.name}  {url}  management http://{node.host}:{node.management_port}/")
     if args.zookeeper:
@@ -103,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--partition-handling", choices=PARTITION_HANDLING, default=None,
                     help="RabbitMQ's cluster_partition_handling (default: ignore on loopback, "
                          "pause_minority in netns)")
+    up.add_argument("--statistics-interval", type=int, default=None, metavar="MS",
+                    help="RabbitMQ's collect_statistics_interval in milliseconds: how fresh the "
+                         "management API's consumers are (default: 1000; RabbitMQ's own: 5000)")
     up.set_defaults(func=_server_up)
 
     status = sub.add_parser("status", help="print the cluster's state as JSON")

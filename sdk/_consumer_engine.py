@@ -68,7 +68,7 @@ from ._core.guarding import (
 )
 from ._core.lifecycle import Lifecycle, Phase
 from ._core.poison import LogBudget, describe_failure, parking_headers
-from ._core.roles import Role
+from ._core.roles import Role, Verdict
 from ._delivery import PARKED_PROPERTIES, Delivery, delivery_count, other_properties
 from ._errors import (
     ConfigurationError,
@@ -82,6 +82,7 @@ from ._errors import (
 from ._forward import Forwarder, Refused
 from ._history import HistoryRecorder
 from ._recovery import Recovering
+from ._role_poll import RolePoller
 from ._settings import ConsumerSettings, GuardSettings
 from ._transport import Link, LinkLost
 from .dedup.inbox import Inbox
@@ -163,6 +164,8 @@ class ConsumerEngine(Recovering):
         self._batch_generation = 0
         if settings.guard is not None:
             self._make_guard(settings.guard, inbox)
+        self._poller = None if settings.role_poll is None else RolePoller(
+            settings, lambda: self._consumer_tag, lambda: self.machine.role, self._role_seen)
 
     # ------------------------------------------------------------------ the faces' API
 
@@ -220,6 +223,8 @@ class ConsumerEngine(Recovering):
         self.life.started()
         if self._guard_machine is not None:
             self._carry_out_guard(self._guard_machine.start(loop.time()))
+        if self._poller is not None:
+            self._poller.start()
 
     async def wait(self) -> None:
         if self.life.phase is Phase.NEW:
@@ -237,6 +242,8 @@ class ConsumerEngine(Recovering):
             return
         loop = asyncio.get_running_loop()
         wait = self.settings.stop_timeout if timeout is None else timeout
+        if self._poller is not None:
+            await self._poller.stop()
         self._carry_out(self.machine.stop(loop.time()))  # nothing more is taken or started
         if self.inbox is not None:
             self.inbox.interrupt()  # a batch waiting for a failing store: leave it unacked
@@ -444,7 +451,22 @@ class ConsumerEngine(Recovering):
                 rec.record("reject", msg=self._ids_by_tag.pop(action.tag, None),
                            requeue=action.requeue)
 
+    def _role_seen(self, verdict: Verdict, active_tag: str | None) -> None:
+        """The management API named the queue's active consumer: this one (it is active,
+        delivery or not), or another while this one thought itself active."""
+        now = self._now_loop().time()
+        if verdict is Verdict.ACTIVE:
+            log.info("the broker names this consumer (%s) active on %r (management API)",
+                     self._consumer_tag, self._queue_name)
+            self._carry_out(self.machine.confirmed_active(now))
+        else:
+            log.warning("the broker names consumer %s active on %r, not this one (%s): "
+                        "waiting again", active_tag, self._queue_name, self._consumer_tag)
+            self._carry_out(self.machine.demoted(now))
+
     def _role_changed(self, change: RoleChanged) -> None:
+        if self._poller is not None:
+            self._poller.changed(change.new, self._now_loop().time())
         if change.new is Role.ACTIVE and self.inbox is None:
             # An inbox records it with the epoch it claims.
             self._record("active", queue=self.settings.queue.name, epoch=None)

@@ -12,7 +12,8 @@ why every constructor passes all its arguments on to ``Exception.__init__``::
     ├── QueueError
     │   ├── QueueNotFound                     passive check of a queue that does not exist
     │   ├── QueueMismatch                     the queue exists with other arguments
-    │   └── ReplayError                       a parked message could not be sent back
+    │   ├── ReplayError                       a parked message could not be sent back
+    │   └── MoveError                         a message could not be moved to another queue
     ├── PublishError                          a message could not be published safely
     │   ├── MessageNacked                     the broker nacked it, retries exhausted
     │   ├── MessageReturned                   unroutable with mandatory on
@@ -29,6 +30,10 @@ why every constructor passes all its arguments on to ``Exception.__init__``::
     ├── StoreError                            a dedup store cannot be used (sac.sdk.dedup)
     │   ├── StoreUnavailable                  cannot open or reach it (path, DSN)
     │   └── SchemaMismatch                    its tables are from another SDK version
+    ├── ManagementError                       a management API call failed (sac.sdk.management)
+    │   ├── ManagementUnreachable             no node's API answered (refused, timeout, 5xx)
+    │   ├── ManagementRefused                 401/403: wrong credentials or permissions
+    │   └── ManagementNotFound                404: no such queue, vhost, policy, connection
     └── LifecycleError                        used out of order (start twice, before start)
         └── ClosedError                       use after close()
 """
@@ -233,6 +238,41 @@ class SchemaMismatch(StoreError):
             f"dedup store {self.store} has schema version {self.found}, this SDK uses version "
             f"{self.wanted}; migrate it or point the store elsewhere (nothing was changed)"
         )
+
+
+class ManagementError(SacError):
+    """A management HTTP API call failed. It names the client's call, the method and path,
+    the node, and the broker's answer (its status and text), never the password."""
+
+    def __init__(self, call: str, method: str, path: str, node: str, status: int | None,
+                 answer: str) -> None:
+        super().__init__(call, method, path, node, status, answer)
+        self.call = call
+        self.method = method
+        self.path = path
+        self.node = node
+        self.status = status
+        """The HTTP status, or None when no answer came (refused, timed out)."""
+        self.answer = answer
+
+    def __str__(self) -> str:
+        said = f"answered {self.status}" if self.status is not None else "gave no answer"
+        return (f"management API {self.call}(): {self.method} {self.path} on {self.node} "
+                f"{said}: {self.answer}")
+
+
+class ManagementUnreachable(ManagementError):
+    """No node's API answered usefully: connection refused, timed out, or a 5xx answer (a
+    read was retried under ``ManagementSettings.retry`` first, on every node)."""
+
+
+class ManagementRefused(ManagementError):
+    """401 or 403: the user or password is wrong, or the user lacks the tag or permission
+    the call needs (never retried)."""
+
+
+class ManagementNotFound(ManagementError):
+    """404: the queue, vhost, policy, parameter or connection does not exist."""
 
 
 class LifecycleError(SacError):

@@ -26,8 +26,11 @@ from ._core.checks import kind as _kind
 from ._core.checks import optional as _optional
 from ._core.checks import positive as _positive
 from ._core.consuming import Parking
+from ._core.management_api import parse_endpoint
 from ._core.outbox import OutboxPolicy
 from ._core.poison import MessageIdFrom, worst_case
+from ._core.urls import mask_url as mask_url  # re-exported: the transport and tests use it here
+from ._core.urls import split_url
 from ._errors import ConfigurationError
 
 DEFAULT_MAX_MESSAGE_SIZE = 128 * 1024 * 1024  # RabbitMQ 3.10's default max_message_size
@@ -36,52 +39,12 @@ DEFAULT_MAX_MESSAGE_SIZE = 128 * 1024 * 1024  # RabbitMQ 3.10's default max_mess
 def parse_amqp_url(url: str) -> urllib.parse.SplitResult:
     """Validate one AMQP URL; raise ConfigurationError naming what is wrong (never the
     password)."""
-    if not isinstance(url, str) or not url.strip():
-        raise ConfigurationError(f"AMQP URL must be a non-empty string, got {type(url).__name__}")
-    parts = urllib.parse.urlsplit(url.strip())
-    shown = mask_url(url)
-    if parts.scheme not in ("amqp", "amqps"):
-        raise ConfigurationError(
-            f"AMQP URL {shown!r} must start with amqp:// or amqps://, not {parts.scheme!r}"
-        )
-    if not parts.hostname:
-        raise ConfigurationError(f"AMQP URL {shown!r} has no host")
-    try:
-        port = parts.port
-    except ValueError:
-        # not chained: urllib's message quotes the port text, which is part of the password
-        # when the password holds an unescaped '/'
-        raise ConfigurationError(f"AMQP URL {shown!r} has an invalid port") from None
-    if port == 0:
-        raise ConfigurationError(f"AMQP URL {shown!r} has an invalid port 0")
+    parts = split_url(url, ("amqp", "amqps"), "AMQP URL")
     if parts.path.count("/") > 1:
         raise ConfigurationError(
-            f"AMQP URL {shown!r}: the vhost must be one path segment (write '/' as %2F)"
+            f"AMQP URL {mask_url(url)!r}: the vhost must be one path segment (write '/' as %2F)"
         )
     return parts
-
-
-def mask_url(url: str) -> str:
-    """The URL with its password replaced by ``***``: safe to log."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        if parts.password is None:
-            if "@" in url and "@" not in parts.netloc:
-                # user info the parser did not see as such (no scheme, an unescaped '/' in
-                # the password, ...): hide everything before the last '@'
-                head, _, tail = url.rpartition("@")
-                scheme = head.partition("://")[0] + "://" if "://" in head else ""
-                return f"{scheme}***@{tail}"
-            return url
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        netloc = f"{parts.username}:***@{host}"
-        if parts.port is not None:
-            netloc += f":{parts.port}"
-        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-    except ValueError:
-        return "<unparseable URL>"
 
 
 def _urls(value: str | Sequence[str]) -> tuple[str, ...]:
@@ -160,6 +123,11 @@ class ConnectionSettings:
 
     def display_urls(self) -> list[str]:
         return [mask_url(u) for u in self.urls]
+
+    @property
+    def vhost(self) -> str:
+        """The virtual host the (first) URL names: ``/`` when it names none."""
+        return urllib.parse.unquote(urllib.parse.urlsplit(self.urls[0]).path[1:]) or "/"
 
 
 QueueType = Literal["quorum", "classic"]
@@ -347,6 +315,75 @@ class PublisherSettings:
         )
 
 
+def _management_urls(value: str | Sequence[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        items: list[Any] = [u for u in value.split(",") if u.strip()]
+    elif isinstance(value, Sequence):
+        items = list(value)
+    else:
+        raise ConfigurationError(f"management URLs must be a string or a list, got {value!r}")
+    if not items:
+        raise ConfigurationError("at least one management URL is needed")
+    for url in items:
+        parse_endpoint(url)
+    return tuple(u.strip() for u in items)
+
+
+MANAGEMENT_RETRY = Backoff(initial=0.1, maximum=1.0, max_attempts=3, max_elapsed=5.0)
+"""A read (GET) that got no answer, or a 5xx, is tried again on the next node under this
+policy; a write (PUT, DELETE) never is: it may have been applied."""
+
+
+@attrs.frozen
+class ManagementSettings:
+    """How to reach the management HTTP API: one URL per node
+    (``http(s)://user:password@host:15672``), tried in order while a node does not answer.
+
+    Example::
+
+        ManagementSettings.from_url("http://app:secret@10.0.0.1:15672,http://app:secret@10.0.0.2:15672")
+    """
+
+    urls: tuple[str, ...] = attrs.field(converter=_management_urls, repr=lambda u: repr(
+        tuple(mask_url(x) for x in u)))
+    timeout: float = attrs.field(default=5.0, validator=_positive)
+    """Seconds per request (connect and answer)."""
+    ca_file: str | None = attrs.field(default=None, validator=_optional(_kind(str)))
+    """CA bundle for https:// (default: the system's trust store)."""
+    statistics_interval: float = attrs.field(default=5.0, validator=_positive)
+    """Seconds: how old the API's answers may be. The broker's ``collect_statistics_interval``
+    and its management agent's finest sample step (``management.sample_retention_policies``):
+    5 s in RabbitMQ's defaults, 1 s on ``sac server up`` clusters. A consumer polls its role
+    at half this (``ConsumerSettings.role_poll_interval``)."""
+    retry: Backoff = attrs.field(factory=lambda: MANAGEMENT_RETRY, validator=_kind(Backoff))
+
+    def __attrs_post_init__(self) -> None:
+        if self.ca_file is not None and not any(u.strip().startswith("https:")
+                                                for u in self.urls):
+            raise ConfigurationError("ca_file is only used with https:// management URLs")
+
+    @classmethod
+    def from_url(cls, url: str, **overrides: Any) -> ManagementSettings:
+        """From one URL or a comma-separated list of URLs (one per node)."""
+        return cls(urls=url, **overrides)
+
+    @classmethod
+    def from_env(cls, prefix: str = "SAC_",
+                 environ: Mapping[str, str] | None = None) -> ManagementSettings:
+        """From ``SAC_MANAGEMENT_URLS`` (comma-separated) and optional ``SAC_CA_FILE``."""
+        env = os.environ if environ is None else environ
+        urls = env.get(f"{prefix}MANAGEMENT_URLS")
+        if not urls:
+            raise ConfigurationError(f"{prefix}MANAGEMENT_URLS is not set")
+        try:
+            return cls(urls=urls, ca_file=env.get(f"{prefix}CA_FILE") or None)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{prefix}MANAGEMENT_URLS: {exc}") from None
+
+    def display_urls(self) -> list[str]:
+        return [mask_url(u) for u in self.urls]
+
+
 HANDLER_RETRY = Backoff(initial=0.5, maximum=8.0, max_attempts=4, max_elapsed=60.0)
 PARK_NACK_RETRY = Backoff(initial=0.05, maximum=1.0, max_attempts=40, max_elapsed=30.0)
 """A parked copy the broker nacks is sent again under this policy, then the park fails."""
@@ -481,3 +518,21 @@ class ConsumerSettings:
     the inbox's epoch. A setting, not an object, so the consumer owns the session's life
     (joins after its link is up, leaves only after its graceful handover) and can wire the
     token into its inbox itself."""
+    management: ManagementSettings | None = attrs.field(
+        default=None, validator=_optional(_kind(ManagementSettings)))
+    """With it, a consumer of a single-active queue asks the management API which consumer
+    the broker made active, every ``role_poll_interval``: it becomes ``active`` without
+    waiting for a delivery (an empty queue), and goes back to ``waiting`` when the broker
+    names another consumer while it still thinks itself active. Late by up to the broker's
+    statistics interval plus the poll interval. None: the role comes from deliveries only."""
+    role_poll_interval: float | None = attrs.field(default=None, validator=_optional(_positive))
+    """Seconds between two role polls; None: half ``management.statistics_interval``."""
+
+    @property
+    def role_poll(self) -> float | None:
+        """Seconds between two role polls, or None when the role is not polled."""
+        if self.management is None or not self.queue.single_active_consumer:
+            return None
+        if self.role_poll_interval is not None:
+            return self.role_poll_interval
+        return self.management.statistics_interval / 2

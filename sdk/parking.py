@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -132,6 +132,38 @@ async def _get(link: Link, queue: str) -> tuple[Any, BasicProperties, bytes] | N
     return result
 
 
+async def _move(
+    link: Link, source: str, target: str, count: int,
+    headers: Callable[[BasicProperties], Mapping[str, Any] | None], keep: frozenset[str],
+    refused: Callable[[BasicProperties, int, Refused], Exception],
+) -> int:
+    """Up to ``count`` messages from ``source`` to ``target``, in order: each taken with
+    ``basic.get``, copied (persistent, with ``headers(props)`` and the properties in
+    ``keep``), and acked in ``source`` once ``target`` confirmed the copy; how many.
+    ``refused(props, moved, error)`` makes the error raised when ``target`` refuses one."""
+    forwarder = Forwarder(link)
+    moved = 0
+    for _ in range(count):
+        got = await _get(link, source)
+        if got is None:
+            break
+        method, props, body = got
+        kept = {k: v for k, v in other_properties(props).items() if k in keep}
+        copy = BasicProperties(
+            content_type=props.content_type, headers=headers(props), delivery_mode=2,
+            correlation_id=props.correlation_id, message_id=props.message_id,
+            timestamp=props.timestamp, **kept)
+        try:
+            await forwarder.send(target, body, copy)
+        except Refused as exc:
+            raise refused(props, moved, exc) from exc
+        channel = link.channel
+        assert channel is not None
+        channel.basic_ack(method.delivery_tag)
+        moved += 1
+    return moved
+
+
 def _passive(name: str) -> QueueSettings:
     return QueueSettings(name, single_active_consumer=False, parking_queue=None, declare=False)
 
@@ -173,31 +205,18 @@ async def replay_parked_async(
     try:
         await link.declare_queue(_passive(name))
         count = await link.declare_queue(_passive(parking))
-        forwarder = Forwarder(link)
-        replayed = 0
-        for _ in range(count if limit is None else min(count, limit)):
-            got = await _get(link, parking)
-            if got is None:
-                break
-            method, props, body = got
+
+        def replayed(props: BasicProperties) -> dict[str, Any]:
             headers = replay_headers(props.headers)
             headers[REPLAYED_HEADER] = int(_replays(props.headers)) + 1
-            kept = {k: v for k, v in other_properties(props).items() if k in PARKED_PROPERTIES}
-            copy = BasicProperties(
-                content_type=props.content_type, headers=headers, delivery_mode=2,
-                correlation_id=props.correlation_id, message_id=props.message_id,
-                timestamp=props.timestamp, **kept)
-            try:
-                await forwarder.send(name, body, copy)
-            except Refused as exc:
-                raise ReplayError(
-                    f"replaying message {props.message_id!r} to {name!r} failed after "
-                    f"{replayed} replayed: {exc}; it stays in {parking!r}") from exc
-            channel = link.channel
-            assert channel is not None
-            channel.basic_ack(method.delivery_tag)
-            replayed += 1
-        return replayed
+            return headers
+
+        def refused(props: BasicProperties, done: int, exc: Refused) -> Exception:
+            return ReplayError(f"replaying message {props.message_id!r} to {name!r} failed "
+                               f"after {done} replayed: {exc}; it stays in {parking!r}")
+
+        return await _move(link, parking, name, count if limit is None else min(count, limit),
+                           replayed, PARKED_PROPERTIES, refused)
     except LinkLost as exc:
         raise ConnectError(f"{node_of(link.url)}: the connection was lost during the replay "
                            f"({exc}); what was not confirmed stays parked") from exc

@@ -92,12 +92,14 @@ class LocalCluster:
         network: str = "loopback",
         net_ticktime: int | None = None,
         cluster_partition_handling: str | None = None,
+        statistics_interval_ms: int | None = None,
     ) -> None:
         # None: the network's default (see ClusterSpec).
         tuning: dict[str, Any] = {
             key: value
             for key, value in (("net_ticktime", net_ticktime),
-                               ("cluster_partition_handling", cluster_partition_handling))
+                               ("cluster_partition_handling", cluster_partition_handling),
+                               ("statistics_interval_ms", statistics_interval_ms))
             if value is not None
         }
         self.spec = ClusterSpec(
@@ -138,6 +140,7 @@ class LocalCluster:
             network=state.get("network", "loopback"),
             net_ticktime=state.get("net_ticktime"),
             cluster_partition_handling=state.get("cluster_partition_handling"),
+            statistics_interval_ms=state.get("statistics_interval_ms"),
         )
         cluster._layout = PortLayout(int(state["base_port"]))
         if state.get("subnet") is not None:
@@ -222,6 +225,14 @@ class LocalCluster:
         user = urllib.parse.quote(creds.user, safe="")
         password = urllib.parse.quote(creds.password, safe="")
         return [f"amqp://{user}:{password}@{n.address}/%2F" for n in self.nodes]
+
+    def management_urls(self) -> list[str]:
+        """Management HTTP API URLs with the password, one per node (``http://user:pass@host:port``,
+        what ``sac.sdk.ManagementSettings`` takes): for code, never for printing."""
+        creds = self.credentials
+        user = urllib.parse.quote(creds.user, safe="")
+        password = urllib.parse.quote(creds.password, safe="")
+        return [f"http://{user}:{password}@{n.host}:{n.management_port}" for n in self.nodes]
 
     def tls_urls(self) -> list[str]:
         """``amqps://`` URLs with the password, one per node; verify them with ``ca_file``."""
@@ -563,6 +574,7 @@ class LocalCluster:
             "network": self.spec.network,
             "net_ticktime": self.spec.net_ticktime,
             "cluster_partition_handling": self.spec.cluster_partition_handling,
+            "statistics_interval_ms": self.spec.statistics_interval_ms,
             "pids": {},
         }
         if self._plan is not None:
@@ -781,6 +793,7 @@ class LocalCluster:
             "members": members,
             "epmd": epmd,
             "urls": self.display_urls(),
+            "statistics_interval_ms": self.spec.statistics_interval_ms,
             "credentials_file": str(self.credentials_file),
             "logs": [str(p) for p in self.log_files()],
         }

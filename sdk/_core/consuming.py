@@ -40,6 +40,9 @@ Events (methods; each returns the actions to carry out, usually none)
 ``channel_lost(now)``
     the channel (or its connection) is gone: a new generation begins. Tags of the old one
     are never acked; the broker gives their messages back.
+``confirmed_active(now)`` / ``demoted(now)``
+    the broker named this consumer as the active one / named another one while this one
+    thought itself active (the management API, read by ``roles.RoleWatch``).
 ``stop(now)`` / ``finish(now)`` / ``closed(now)``
     a graceful stop begins (nothing more is taken or started) / goes on once nothing is in
     flight (``busy`` false) or the shell's patience ran out / is complete (the link is
@@ -520,6 +523,12 @@ class ConsumerMachine(Generic[D]):
         if self.stage is Stage.RUNNING:
             return self._changed(self._roles.lost())
         return NONE
+
+    def confirmed_active(self, now: float) -> Actions[D]:
+        return self._changed(self._roles.confirmed_active())
+
+    def demoted(self, now: float) -> Actions[D]:
+        return self._changed(self._roles.demoted())
 
     def stop(self, now: float) -> Actions[D]:
         if self.stage in (Stage.STOPPING, Stage.CLOSED):

@@ -2,8 +2,10 @@
 
 The broker does not tell a consumer that it became active (RabbitMQ 3.10 sends no
 notification), so a consumer counts as active from its first delivery on the current
-subscription; the management API's ``single_active_consumer_ctag`` may confirm it earlier.
-Any loss of the subscription (server cancel, connection lost) makes it a candidate again.
+subscription. With a management URL, ``RoleWatch`` reads the API's answer (which consumer the
+broker made active) into an earlier confirmation, on an empty queue too, and into the news
+that the broker named another consumer while this one still thought itself active. Any loss
+of the subscription (server cancel, connection lost) makes it a candidate again.
 """
 
 from __future__ import annotations
@@ -67,8 +69,13 @@ class RoleTracker:
         return None
 
     def confirmed_active(self) -> Change | None:
-        """The broker named this consumer's tag as the active one."""
-        return self.delivered()
+        """The broker named this consumer's tag as the active one (while subscribed)."""
+        return self._to(Role.ACTIVE) if self.role is Role.WAITING else None
+
+    def demoted(self) -> Change | None:
+        """The broker named another consumer as the active one while this one thought itself
+        active: it waits again (its next delivery makes it active, a new activation)."""
+        return self._to(Role.WAITING) if self.role is Role.ACTIVE else None
 
     def lost(self) -> Change | None:
         """Subscription gone (cancel or connection loss): it will subscribe again."""
@@ -79,3 +86,67 @@ class RoleTracker:
 
     def stopped(self) -> Change | None:
         return self._to(Role.STOPPED)
+
+
+class Verdict(enum.Enum):
+    """What an answer of the management API means for this consumer."""
+
+    ACTIVE = "active"
+    """The broker named this consumer: it is the active one (no delivery needed)."""
+    LOST = "lost"
+    """The broker named another consumer while this one thought itself active."""
+
+
+@attrs.frozen
+class Sighting:
+    """One answer of the management API, and when its question was sent."""
+
+    asked_at: float
+    own_tag: str
+    """This consumer's tag when the question was sent."""
+    own_status: str | None
+    """How the API lists that tag: ``single_active``, ``waiting``, or None (not listed)."""
+    others_active: tuple[str, ...]
+    """Other consumers the API lists as the active one."""
+
+
+class RoleWatch:
+    """Reads the management API's answers into role changes, allowing for their age.
+
+    What the API reports is up to ``lag`` seconds old (the broker's statistics interval:
+    ``collect_statistics_interval`` and its management agent's finest sample step), and it
+    may keep listing a consumer that is gone, so:
+
+    - this consumer's own tag listed as the active one is proof whatever its age, as long as
+      the tag is still this consumer's subscription (a tag is never reused): a waiting
+      consumer becomes active;
+    - the role is lost only when the API lists this consumer as not active and exactly one
+      other as active, in an answer asked at least ``lag`` after this consumer became active
+      (an older one may show the consumer it took over from);
+    - an answer about a subscription that has ended since means nothing, and so does one
+      that names nobody, or several others.
+    """
+
+    def __init__(self, lag: float) -> None:
+        self.lag = lag
+        self._active_since: float | None = None
+
+    def changed(self, role: Role, now: float) -> None:
+        """The consumer's role changed at ``now`` (on the poll's clock)."""
+        self._active_since = now if role is Role.ACTIVE else None
+
+    def judge(self, seen: Sighting, role: Role, tag: str | None) -> Verdict | None:
+        """What ``seen`` means for a consumer now in ``role`` and subscribed as ``tag``."""
+        if tag is None or seen.own_tag != tag:
+            return None
+        if seen.own_status == ACTIVE_STATUS:
+            return Verdict.ACTIVE if role is Role.WAITING else None
+        since = self._active_since
+        if (role is Role.ACTIVE and seen.own_status is not None
+                and len(seen.others_active) == 1
+                and since is not None and seen.asked_at >= since + self.lag):
+            return Verdict.LOST
+        return None
+
+
+ACTIVE_STATUS = "single_active"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol, TypeVar
 
@@ -108,6 +109,8 @@ class ConsumerFace:
         self.face = face
         self.handled: list[str] = []
         self.roles: list[Role] = []
+        self.role_times: list[tuple[float, Role]] = []
+        """Each role change with when it came (``time.monotonic()``)."""
         self._work = work
         self._error: BaseException | None = None
         self._lock = threading.Lock()
@@ -115,7 +118,7 @@ class ConsumerFace:
         if face == "blocking":
             self.blocking: Consumer | None = Consumer(
                 settings, inbox or self._handle, recorder=recorder,
-                on_role_change=self.roles.append,
+                on_role_change=self._role,
             )
             self.inner: AsyncConsumer | None = None
         else:
@@ -125,9 +128,13 @@ class ConsumerFace:
             self._loop_thread.start()
             self.inner = AsyncConsumer(
                 settings, inbox or self._ahandle, recorder=recorder,
-                on_role_change=self.roles.append,
+                on_role_change=self._role,
             )
         self._runner: threading.Thread | None = None
+
+    def _role(self, role: Role) -> None:
+        self.roles.append(role)
+        self.role_times.append((time.monotonic(), role))
 
     def _handle(self, delivery: Delivery) -> None:
         if self._work is not None:

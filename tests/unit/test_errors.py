@@ -17,6 +17,10 @@ from sac.sdk._errors import (
     ConnectError,
     ConsumerError,
     LifecycleError,
+    ManagementError,
+    ManagementNotFound,
+    ManagementRefused,
+    ManagementUnreachable,
     MessageNacked,
     MessageReturned,
     MessageTooLarge,
@@ -64,6 +68,13 @@ EXAMPLES: list[SacError] = [
     StoreError("odd store"),
     StoreUnavailable("cannot open /nope/dedup.db: directory does not exist"),
     SchemaMismatch("sqlite:/tmp/d.db", 0, 1),
+    ManagementError("queue", "GET", "/api/queues/%2F/q", "http://h:15672", 400, "bad"),
+    ManagementUnreachable("queue", "GET", "/api/queues/%2F/q", "http://h:15672", None,
+                          "[Errno 111] Connection refused"),
+    ManagementRefused("policies", "GET", "/api/policies", "http://h:15672", 401,
+                      "not_authorised: Login failed"),
+    ManagementNotFound("queue", "GET", "/api/queues/%2F/nope", "http://h:15672", 404,
+                       "Object Not Found: Not Found"),
     LifecycleError("this publisher was already started (running)"),
     ClosedError("closed"),
 ]
@@ -111,6 +122,9 @@ def test_everything_is_a_sac_error(error: SacError) -> None:
         (MissingMessageId, ConsumerError),
         (StoreUnavailable, StoreError),
         (SchemaMismatch, StoreError),
+        (ManagementUnreachable, ManagementError),
+        (ManagementRefused, ManagementError),
+        (ManagementNotFound, ManagementError),
     ],
 )
 def test_tree(child: type[Exception], parent: type[Exception]) -> None:
@@ -130,6 +144,12 @@ def test_messages_name_what_went_wrong() -> None:
     assert "schema version 0" in schema
     assert "version 1" in schema
     assert "message_id" in str(MissingMessageId("orders", 7))
+    missing = str(ManagementNotFound("queue", "GET", "/api/queues/%2F/nope", "http://h:15672",
+                                     404, "Object Not Found: Not Found"))
+    assert missing == ("management API queue(): GET /api/queues/%2F/nope on http://h:15672 "
+                       "answered 404: Object Not Found: Not Found")
+    refused = str(ManagementUnreachable("queue", "GET", "/api/x", "http://h:1", None, "refused"))
+    assert refused.endswith("on http://h:1 gave no answer: refused")
 
 
 def test_publish_error_attributes() -> None:
@@ -161,7 +181,7 @@ def test_every_error_a_user_can_meet_is_exported() -> None:
     from sac import sdk
     from sac.sdk._transport import LinkLost
 
-    for module in ("consumer", "dedup", "publisher"):  # every module that defines errors
+    for module in ("consumer", "dedup", "management", "moving", "publisher"):  # with errors
         importlib.import_module(f"sac.sdk.{module}")
     ours = {c for c in _subclasses(SacError) if c.__module__.startswith("sac.sdk")} | {SacError}
     exported = {getattr(sdk, name) for name in sdk.__all__}

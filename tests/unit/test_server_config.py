@@ -6,6 +6,8 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from sac.server import ClusterSpec, Credentials, Node
 from sac.server._rabbitmq_config import (
     COOKIE,
@@ -49,6 +51,25 @@ def test_netns_defaults_reach_the_conf(tmp_path: Path) -> None:
     conf = settings(rabbitmq_conf(spec, node(1, tmp_path, "198.18.7.1"), CREDS, tmp_path))
     assert (conf["net_ticktime"], conf["cluster_partition_handling"]) == ("5", "pause_minority")
     assert conf["management.tcp.ip"] == conf["distribution.listener.interface"] == "198.18.7.1"
+
+
+def test_the_statistics_interval_reaches_the_conf(tmp_path: Path) -> None:
+    """The management API's lag: 1000 ms on our clusters unless asked otherwise."""
+    default = settings(rabbitmq_conf(ClusterSpec(name="demo", home=tmp_path), node(1, tmp_path),
+                                     CREDS, tmp_path))
+    assert default["collect_statistics_interval"] == "1000"
+    spec = ClusterSpec(name="demo", home=tmp_path, statistics_interval_ms=250)
+    conf = settings(rabbitmq_conf(spec, node(1, tmp_path), CREDS, tmp_path))
+    assert conf["collect_statistics_interval"] == "250"
+    # the management agent's collectors run at the finest retention step: whole seconds
+    assert conf["management.sample_retention_policies.basic.605"] == "1"
+    assert conf["management.sample_retention_policies.basic.3600"] == "60"
+    slow = ClusterSpec(name="demo", home=tmp_path, statistics_interval_ms=5000)
+    conf = settings(rabbitmq_conf(slow, node(1, tmp_path), CREDS, tmp_path))
+    assert conf["management.sample_retention_policies.detailed.605"] == "5"
+    for bad in (0, 99, True, 1.5):
+        with pytest.raises(ValueError, match="statistics_interval_ms"):
+            ClusterSpec(name="demo", home=tmp_path, statistics_interval_ms=bad)
 
 
 def test_every_file_with_a_secret_is_owner_only(tmp_path: Path) -> None:

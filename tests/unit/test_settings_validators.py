@@ -17,7 +17,12 @@ from sac.sdk import ConfigurationError, ConnectionSettings, QueueSettings
 from sac.sdk._core.backoff import Backoff
 from sac.sdk._core.outbox import OutboxPolicy
 from sac.sdk._core.poison import MessageIdFrom
-from sac.sdk._settings import ConsumerSettings, GuardSettings, PublisherSettings
+from sac.sdk._settings import (
+    ConsumerSettings,
+    GuardSettings,
+    ManagementSettings,
+    PublisherSettings,
+)
 from sac.sdk.dedup._store import Retention
 
 CONN = ConnectionSettings("amqp://app:pw@localhost/")
@@ -28,6 +33,7 @@ MAKE: dict[type, Callable[..., object]] = {
     QueueSettings: lambda **kw: QueueSettings(**{"name": "orders", **kw}),
     PublisherSettings: lambda **kw: PublisherSettings(CONN, **kw),
     ConsumerSettings: lambda **kw: ConsumerSettings(CONN, QUEUE, **kw),
+    ManagementSettings: lambda **kw: ManagementSettings("http://app:pw@localhost:15672", **kw),
     Backoff: Backoff,
     Retention: Retention,
     GuardSettings: lambda **kw: GuardSettings(**{"hosts": "zk:2181", "group": "/g", **kw}),
@@ -61,6 +67,12 @@ BAD: dict[tuple[type, str], Any] = {
     (GuardSettings, "session_timeout"): 0,
     (GuardSettings, "connect_timeout"): -1,
     (GuardSettings, "retry"): 3,
+    (ConsumerSettings, "management"): "http://app:pw@localhost:15672",
+    (ConsumerSettings, "role_poll_interval"): 0,
+    (ManagementSettings, "timeout"): 0,
+    (ManagementSettings, "statistics_interval"): -1.0,
+    (ManagementSettings, "retry"): 5,
+    (ManagementSettings, "ca_file"): 7,
     (OutboxPolicy, "window"): 0,
     (OutboxPolicy, "nack_backoff"): None,
     (OutboxPolicy, "throttle_on_nack"): "yes",

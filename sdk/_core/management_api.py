@@ -1,0 +1,487 @@
+"""The RabbitMQ management HTTP API as requests to make and answers to read: no sockets here.
+
+``sdk/management.py`` sends each ``Request`` (standard library urllib) and hands the answer's
+status and body back to the parsers below, so that what is asked and how an answer is read
+are tested without a broker, and the shell stays a few lines of I/O.
+
+What RabbitMQ 3.10 reports, as measured on our clusters:
+
+- The single active consumer of a queue: each entry of a queue's ``consumer_details`` has an
+  ``activity_status`` (``single_active`` or ``waiting``) for quorum and classic queues alike;
+  only classic queues also carry a queue-level ``single_active_consumer_tag``, and it lags the
+  consumer entries (up to 1.7 s against 1.0 s at a 1 s statistics interval), so the entries
+  come first and the queue-level field only stands in when there are none.
+- Everything here comes from the management agent's statistics: it is as old as the
+  broker's statistics interval (``collect_statistics_interval`` and the agent's finest sample
+  retention step, both 5 s in RabbitMQ's defaults, 1 s on our local clusters). A consumer that
+  just subscribed, or a connection that just opened, may not be listed yet.
+- A quorum queue refuses a global QoS (``basic.qos`` with ``global``): the channel is closed
+  with 540 NOT_IMPLEMENTED. ``ChannelInfo.global_prefetch_count`` shows who uses one.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import attrs
+
+from .._errors import ConfigurationError
+from .urls import mask_url, split_url
+
+T = TypeVar("T")
+
+# ---------------------------------------------------------------------------- URLs
+
+
+@attrs.frozen
+class Endpoint:
+    """One node's management API, from a URL ``http(s)://user:password@host:port[/prefix]``."""
+
+    scheme: str
+    host: str
+    port: int
+    user: str
+    password: str = attrs.field(repr=False)
+    prefix: str
+    """The path the API hangs under (``management.path_prefix``), without a trailing slash."""
+
+    @property
+    def base(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}{self.prefix}"
+
+    @property
+    def shown(self) -> str:
+        """The URL without credentials: safe to log."""
+        return self.base
+
+
+DEFAULT_PORTS = {"http": 15672, "https": 15671}
+
+
+def parse_endpoint(url: str) -> Endpoint:
+    """Validate one management URL; raise ConfigurationError naming what is wrong (never the
+    password: the message shows the URL with ``***`` for it)."""
+    parts = split_url(url, tuple(DEFAULT_PORTS), "management URL")
+    shown = mask_url(url)
+    if parts.username is None or parts.password is None:
+        raise ConfigurationError(f"management URL {shown!r} needs a user and a password "
+                                 "(http://user:password@host:15672)")
+    if parts.query or parts.fragment:
+        raise ConfigurationError(f"management URL {shown!r} must not have a query or a "
+                                 "fragment")
+    assert parts.hostname is not None
+    return Endpoint(
+        scheme=parts.scheme, host=parts.hostname,
+        port=parts.port or DEFAULT_PORTS[parts.scheme],
+        user=urllib.parse.unquote(parts.username),
+        password=urllib.parse.unquote(parts.password),
+        prefix=parts.path.rstrip("/"))
+
+
+# ---------------------------------------------------------------------------- requests
+
+
+@attrs.frozen
+class Request:
+    """One call to the API. ``call`` names the client method that made it, for errors."""
+
+    call: str
+    method: str
+    path: str
+    """From ``/api/`` on, each name quoted (``/api/queues/%2F/orders``)."""
+    body: bytes | None = None
+    reason: str | None = None
+    """Sent as ``X-Reason`` (closing a connection: the client is told why)."""
+
+    @property
+    def idempotent(self) -> bool:
+        """Whether sending it twice is harmless, so that it may be retried after an answer
+        was lost (only reads: a write might have been applied)."""
+        return self.method == "GET"
+
+
+def _q(segment: str) -> str:
+    return urllib.parse.quote(segment, safe="")
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def get_queue(vhost: str, name: str) -> Request:
+    return Request("queue", "GET", f"/api/queues/{_q(vhost)}/{_q(name)}")
+
+
+def list_queues(vhost: str | None = None) -> Request:
+    return Request("queues", "GET", "/api/queues" if vhost is None else f"/api/queues/{_q(vhost)}")
+
+
+def queue_bindings(vhost: str, name: str) -> Request:
+    return Request("queue_bindings", "GET", f"/api/queues/{_q(vhost)}/{_q(name)}/bindings")
+
+
+def delete_queue(vhost: str, name: str, *, if_empty: bool = True) -> Request:
+    """Delete a queue; by default only an empty one (the broker answers 400 otherwise)."""
+    query = "?if-empty=true" if if_empty else ""
+    return Request("delete_queue", "DELETE", f"/api/queues/{_q(vhost)}/{_q(name)}{query}")
+
+
+def put_exchange(vhost: str, name: str, kind: str = "direct", *, durable: bool = True) -> Request:
+    body = {"type": kind, "durable": durable, "auto_delete": False, "internal": False,
+            "arguments": {}}
+    return Request("put_exchange", "PUT", f"/api/exchanges/{_q(vhost)}/{_q(name)}", _json(body))
+
+
+def delete_exchange(vhost: str, name: str) -> Request:
+    return Request("delete_exchange", "DELETE", f"/api/exchanges/{_q(vhost)}/{_q(name)}")
+
+
+def bind_queue(vhost: str, queue: str, exchange: str, routing_key: str,
+               arguments: Mapping[str, Any] | None = None) -> Request:
+    body = {"routing_key": routing_key, "arguments": dict(arguments or {})}
+    return Request("bind_queue", "POST",
+                   f"/api/bindings/{_q(vhost)}/e/{_q(exchange)}/q/{_q(queue)}", _json(body))
+
+
+def unbind_queue(vhost: str, queue: str, exchange: str, properties_key: str) -> Request:
+    """``properties_key`` names the binding (``BindingInfo.properties_key``)."""
+    return Request("unbind_queue", "DELETE",
+                   f"/api/bindings/{_q(vhost)}/e/{_q(exchange)}/q/{_q(queue)}/"
+                   f"{_q(properties_key)}")
+
+
+def list_policies(vhost: str | None = None) -> Request:
+    path = "/api/policies" if vhost is None else f"/api/policies/{_q(vhost)}"
+    return Request("policies", "GET", path)
+
+
+APPLY_TO = ("queues", "exchanges", "all")
+
+
+def put_policy(vhost: str, name: str, pattern: str, definition: Mapping[str, Any], *,
+               priority: int = 0, apply_to: str = "queues") -> Request:
+    if apply_to not in APPLY_TO:
+        raise ValueError(f"apply_to must be one of {', '.join(APPLY_TO)}, got {apply_to!r}")
+    body = {"pattern": pattern, "definition": dict(definition), "priority": priority,
+            "apply-to": apply_to}
+    return Request("put_policy", "PUT", f"/api/policies/{_q(vhost)}/{_q(name)}", _json(body))
+
+
+def delete_policy(vhost: str, name: str) -> Request:
+    return Request("delete_policy", "DELETE", f"/api/policies/{_q(vhost)}/{_q(name)}")
+
+
+def put_parameter(component: str, vhost: str, name: str, value: Any) -> Request:
+    """A runtime parameter (``federation-upstream``, ``shovel``...)."""
+    body = {"component": component, "vhost": vhost, "name": name, "value": value}
+    return Request("put_parameter", "PUT",
+                   f"/api/parameters/{_q(component)}/{_q(vhost)}/{_q(name)}", _json(body))
+
+
+def delete_parameter(component: str, vhost: str, name: str) -> Request:
+    return Request("delete_parameter", "DELETE",
+                   f"/api/parameters/{_q(component)}/{_q(vhost)}/{_q(name)}")
+
+
+def list_connections() -> Request:
+    return Request("connections", "GET", "/api/connections")
+
+
+def close_connection(name: str, reason: str) -> Request:
+    return Request("close_connections", "DELETE", f"/api/connections/{_q(name)}", reason=reason)
+
+
+def list_channels() -> Request:
+    return Request("channels", "GET", "/api/channels")
+
+
+# ---------------------------------------------------------------------------- answers
+
+
+class Malformed(ValueError):
+    """The broker's answer is not what this API returns (the shell names the call)."""
+
+
+@attrs.frozen
+class ConsumerInfo:
+    """One consumer of a queue, as the queue's ``consumer_details`` list it."""
+
+    tag: str
+    active: bool
+    activity_status: str | None
+    """``single_active`` or ``waiting`` on a single-active queue, ``up`` otherwise."""
+    prefetch_count: int
+    channel: str | None
+    """The channel's name (``127.0.0.1:5000 -> 127.0.0.1:5672 (1)``), when still known."""
+    connection: str | None
+    """Its connection's name as the broker names it (not the client-provided one)."""
+
+
+@attrs.frozen
+class QueueInfo:
+    """A queue as the API reports it (from statistics: see the module docstring)."""
+
+    vhost: str
+    name: str
+    type: str
+    durable: bool
+    exclusive: bool
+    auto_delete: bool
+    arguments: Mapping[str, Any]
+    policy: str | None
+    effective_policy: Mapping[str, Any]
+    """The definition of the policy that applies (``ha-mode``, ``queue-mode``...)."""
+    consumers: tuple[ConsumerInfo, ...]
+    """Only a single queue's answer lists them (``queue()``, not ``queues()``)."""
+    consumer_count: int
+    messages: int | None
+    messages_ready: int | None
+    messages_unacknowledged: int | None
+    node: str | None
+    """Where it lives: a classic queue's node, a quorum queue's leader."""
+    reported_single_active_tag: str | None = None
+    """A classic queue's own ``single_active_consumer_tag`` (staler than the consumers)."""
+
+    @property
+    def single_active(self) -> bool:
+        return bool(self.arguments.get("x-single-active-consumer"))
+
+    @property
+    def active_tags(self) -> tuple[str, ...]:
+        """The consumers listed as the single active one. More than one happens: RabbitMQ
+        3.10 keeps listing a consumer the broker cancelled (its queue deleted) while its
+        channel lives, if a queue of that name exists again."""
+        if not self.consumers:
+            tag = self.reported_single_active_tag
+            return () if tag is None else (tag,)
+        return tuple(c.tag for c in self.consumers if c.activity_status == "single_active")
+
+    @property
+    def single_active_consumer_tag(self) -> str | None:
+        """The tag of the consumer the broker made the active one, or None: none known yet,
+        none left, not a single-active queue, or more than one listed (see ``active_tags``)."""
+        tags = self.active_tags
+        return tags[0] if len(tags) == 1 else None
+
+    def activity_of(self, tag: str) -> str | None:
+        """How the queue lists consumer ``tag``: ``single_active``, ``waiting`` (``up`` on a
+        queue without single active consumer), or None when not listed."""
+        for consumer in self.consumers:
+            if consumer.tag == tag:
+                return consumer.activity_status
+        return "single_active" if self.active_tags == (tag,) else None
+
+
+@attrs.frozen
+class BindingInfo:
+    source: str
+    """The exchange (``""``: the default exchange, which binds every queue by its name)."""
+    routing_key: str
+    arguments: Mapping[str, Any]
+    properties_key: str = ""
+    """What names the binding when it is deleted."""
+
+
+@attrs.frozen
+class PolicyInfo:
+    vhost: str
+    name: str
+    pattern: str
+    apply_to: str
+    priority: int
+    definition: Mapping[str, Any]
+
+
+@attrs.frozen
+class ConnectionInfo:
+    name: str
+    """The broker's name for it (``127.0.0.1:5000 -> 127.0.0.1:5672``): what closes it."""
+    client_name: str | None
+    """The name the client gave it (``connection_name``; ``ConnectionSettings.name``)."""
+    user: str | None
+    vhost: str | None
+    node: str | None
+
+
+@attrs.frozen
+class ChannelInfo:
+    name: str
+    connection: str | None
+    number: int
+    prefetch_count: int
+    global_prefetch_count: int
+    """Above 0: the channel set a global QoS (shared by its consumers), which quorum queues
+    refuse."""
+    consumer_count: int
+    vhost: str | None
+
+
+def _obj(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise Malformed(f"{what} should be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: Any, what: str) -> Sequence[Any]:
+    if not isinstance(value, list):
+        raise Malformed(f"{what} should be a JSON list, got {type(value).__name__}")
+    return value
+
+
+def _str(data: Mapping[str, Any], key: str, what: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str):
+        raise Malformed(f"{what} has no {key!r} string (got {value!r})")
+    return value
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _opt_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _details(value: Any) -> Mapping[str, Any]:
+    # The broker sends [] instead of an object once a channel is gone.
+    return value if isinstance(value, Mapping) else {}
+
+
+def parse_consumer(data: Any) -> ConsumerInfo:
+    entry = _obj(data, "a consumer")
+    channel = _details(entry.get("channel_details"))
+    return ConsumerInfo(
+        tag=_str(entry, "consumer_tag", "a consumer"),
+        active=bool(entry.get("active", True)),
+        activity_status=_opt_str(entry.get("activity_status")),
+        prefetch_count=_int(entry.get("prefetch_count")),
+        channel=_opt_str(channel.get("name")),
+        connection=_opt_str(channel.get("connection_name")))
+
+
+def parse_queue(data: Any) -> QueueInfo:
+    entry = _obj(data, "a queue")
+    what = f"queue {entry.get('name')!r}"
+    consumers = tuple(parse_consumer(c) for c in _list(entry.get("consumer_details", []),
+                                                       f"{what}'s consumer_details"))
+    arguments = _obj(entry.get("arguments") or {}, f"{what}'s arguments")
+    effective = entry.get("effective_policy_definition") or {}
+    count = entry.get("consumers")
+    return QueueInfo(
+        vhost=_str(entry, "vhost", what), name=_str(entry, "name", what),
+        type=_opt_str(entry.get("type")) or "classic",
+        durable=bool(entry.get("durable")), exclusive=bool(entry.get("exclusive")),
+        auto_delete=bool(entry.get("auto_delete")),
+        arguments=dict(arguments), policy=_opt_str(entry.get("policy")),
+        effective_policy=dict(_obj(effective, f"{what}'s effective policy")),
+        consumers=consumers,
+        consumer_count=_int(count, len(consumers)),
+        messages=_opt_int(entry.get("messages")),
+        messages_ready=_opt_int(entry.get("messages_ready")),
+        messages_unacknowledged=_opt_int(entry.get("messages_unacknowledged")),
+        node=_opt_str(entry.get("leader")) or _opt_str(entry.get("node")),
+        reported_single_active_tag=_opt_str(entry.get("single_active_consumer_tag")))
+
+
+def parse_queues(data: Any) -> list[QueueInfo]:
+    return [parse_queue(q) for q in _list(data, "the queues")]
+
+
+def _each(data: Any, what: str, one: Callable[[Mapping[str, Any]], T]) -> list[T]:
+    """A list answer (of ``what``, a plural), each entry an object read by ``one``."""
+    return [one(_obj(item, f"an entry of {what}")) for item in _list(data, f"the {what}")]
+
+
+def _binding(entry: Mapping[str, Any]) -> BindingInfo:
+    return BindingInfo(
+        source=_str(entry, "source", "a binding"),
+        routing_key=_str(entry, "routing_key", "a binding"),
+        arguments=dict(_obj(entry.get("arguments") or {}, "a binding's arguments")),
+        properties_key=_opt_str(entry.get("properties_key")) or "")
+
+
+def _policy(entry: Mapping[str, Any]) -> PolicyInfo:
+    what = f"policy {entry.get('name')!r}"
+    return PolicyInfo(
+        vhost=_str(entry, "vhost", what), name=_str(entry, "name", what),
+        pattern=_str(entry, "pattern", what),
+        apply_to=_opt_str(entry.get("apply-to")) or "all",
+        priority=_int(entry.get("priority")),
+        definition=dict(_obj(entry.get("definition") or {}, f"{what}'s definition")))
+
+
+def _connection(entry: Mapping[str, Any]) -> ConnectionInfo:
+    client = _details(entry.get("client_properties"))
+    return ConnectionInfo(
+        name=_str(entry, "name", "a connection"),
+        client_name=_opt_str(client.get("connection_name")),
+        user=_opt_str(entry.get("user")), vhost=_opt_str(entry.get("vhost")),
+        node=_opt_str(entry.get("node")))
+
+
+def _channel(entry: Mapping[str, Any]) -> ChannelInfo:
+    connection = _details(entry.get("connection_details"))
+    return ChannelInfo(
+        name=_str(entry, "name", "a channel"),
+        connection=_opt_str(connection.get("name")),
+        number=_int(entry.get("number")),
+        prefetch_count=_int(entry.get("prefetch_count")),
+        global_prefetch_count=_int(entry.get("global_prefetch_count")),
+        consumer_count=_int(entry.get("consumer_count")),
+        vhost=_opt_str(entry.get("vhost")))
+
+
+def parse_bindings(data: Any) -> list[BindingInfo]:
+    return _each(data, "bindings", _binding)
+
+
+def parse_policies(data: Any) -> list[PolicyInfo]:
+    return _each(data, "policies", _policy)
+
+
+def parse_connections(data: Any) -> list[ConnectionInfo]:
+    return _each(data, "connections", _connection)
+
+
+def parse_channels(data: Any) -> list[ChannelInfo]:
+    return _each(data, "channels", _channel)
+
+
+def decode(body: bytes) -> Any:
+    """The answer's JSON (None for an empty body, as a PUT or DELETE answers)."""
+    if not body.strip():
+        return None
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise Malformed(f"the answer is not JSON: {body[:200]!r}") from exc
+
+
+def answer_text(body: bytes, limit: int = 300) -> str:
+    """What the broker said in an error answer, in one line: its ``reason`` when it sent
+    JSON (``{"error": "Object Not Found", "reason": "Not Found"}``), else the text."""
+    text = body.decode(errors="replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, Mapping):
+        parts = [str(data[k]) for k in ("error", "reason") if data.get(k)]
+        if parts:
+            text = ": ".join(dict.fromkeys(parts))
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+RETRIED_STATUSES = frozenset({500, 502, 503, 504})
+"""Answers that say "not now" (a node starting, a proxy without its upstream): a read is
+tried again, on the next node."""

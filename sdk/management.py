@@ -1,0 +1,366 @@
+"""The RabbitMQ management HTTP API: queues, their consumers, policies, runtime parameters,
+connections and channels.
+
+A thin shell over the standard library (``urllib``): what to ask and how to read the answer
+is pure code in ``_core/management_api.py``. Every call blocks; each has an ``a``-prefixed
+twin for asyncio (``queue``/``aqueue``) that runs it in a thread.
+
+- Reads (GET) that get no answer, or a 5xx, are tried on the next node and again under
+  ``ManagementSettings.retry`` (bounded, full jitter); writes (PUT, DELETE) move on to the
+  next node only when the request could not be sent (connection refused), never after it
+  may have been applied.
+- Failures raise ``ManagementError`` subclasses naming the call, method, path, node and the
+  broker's answer: ``ManagementNotFound`` (404), ``ManagementRefused`` (401/403),
+  ``ManagementUnreachable`` (no answer, 5xx). Never a urllib traceback, never the password.
+- What the API reports comes from the broker's statistics: it is up to the statistics
+  interval old (``ManagementSettings.statistics_interval``).
+
+Example::
+
+    from sac.sdk import Management, ManagementSettings
+
+    api = Management(ManagementSettings.from_url("http://admin:secret@10.0.0.1:15672"))
+    queue = api.queue("orders")
+    print(queue.type, queue.single_active_consumer_tag, queue.effective_policy)
+    api.close_connections("orders-consumer-7", reason="replaced by a newer leader")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import http.client
+import random
+import socket
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import attrs
+
+from ._core import management_api as api
+from ._core.management_api import (
+    BindingInfo,
+    ChannelInfo,
+    ConnectionInfo,
+    ConsumerInfo,
+    Endpoint,
+    Malformed,
+    PolicyInfo,
+    QueueInfo,
+    Request,
+)
+from ._core.retry import Retry
+from ._errors import (
+    ManagementError,
+    ManagementNotFound,
+    ManagementRefused,
+    ManagementUnreachable,
+)
+from ._settings import ManagementSettings
+
+
+@attrs.frozen
+class ConnectionsClosed:
+    """What ``close_connections`` did: the connections it closed, and those that were gone
+    by the time it asked (closed meanwhile)."""
+
+    client_name: str
+    closed: tuple[ConnectionInfo, ...]
+    gone: tuple[ConnectionInfo, ...] = ()
+
+
+T = TypeVar("T")
+E = TypeVar("E", bound=ManagementError)
+
+
+class _NotSent(Exception):
+    """The request never left (connection refused, unknown host): any node may take it."""
+
+
+class _NoAnswer(Exception):
+    """Sent, maybe applied, but no answer came (timeout, reset)."""
+
+
+def _why(exc: BaseException) -> str:
+    reason = getattr(exc, "reason", None)
+    if isinstance(reason, BaseException):
+        exc = reason
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
+
+
+class Management:
+    """A client of the management API of one cluster (``ManagementSettings.urls``: a node
+    each). Safe to share between threads."""
+
+    def __init__(
+        self,
+        settings: ManagementSettings,
+        *,
+        sleep: Callable[[float], Any] = time.sleep,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        if not isinstance(settings, ManagementSettings):
+            raise TypeError(f"settings must be ManagementSettings, got {type(settings).__name__}")
+        self.settings = settings
+        self._endpoints = [api.parse_endpoint(url) for url in settings.urls]
+        self._first = 0
+        """The node that answered last: asked first next time."""
+        self._retry = Retry(settings.retry, time.monotonic, sleep, rng=rng)
+        context = None
+        if any(e.scheme == "https" for e in self._endpoints):
+            context = ssl.create_default_context(cafile=settings.ca_file)
+        self._opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
+
+    def __repr__(self) -> str:
+        return f"Management({', '.join(e.shown for e in self._endpoints)})"
+
+    # ------------------------------------------------------------------ queues
+
+    def queue(self, name: str, vhost: str = "/") -> QueueInfo:
+        """One queue, with its consumers and which one the broker made active."""
+        return self._parse(api.get_queue(vhost, name), api.parse_queue)
+
+    def queues(self, vhost: str | None = None) -> list[QueueInfo]:
+        """Every queue (of ``vhost``, or of all vhosts), without their consumers' details."""
+        return self._parse(api.list_queues(vhost), api.parse_queues)
+
+    def queue_bindings(self, name: str, vhost: str = "/") -> list[BindingInfo]:
+        """The bindings of a queue (the default exchange's included, with source ``""``)."""
+        return self._parse(api.queue_bindings(vhost, name), api.parse_bindings)
+
+    def delete_queue(self, name: str, vhost: str = "/", *, if_empty: bool = True) -> None:
+        """Delete a queue; by default only if it is empty (``ManagementError``, 400,
+        otherwise)."""
+        self._send(api.delete_queue(vhost, name, if_empty=if_empty))
+
+    # ------------------------------------------------------------------ exchanges, bindings
+
+    def put_exchange(self, name: str, kind: str = "direct", vhost: str = "/", *,
+                     durable: bool = True) -> None:
+        self._send(api.put_exchange(vhost, name, kind, durable=durable))
+
+    def delete_exchange(self, name: str, vhost: str = "/") -> None:
+        self._send(api.delete_exchange(vhost, name))
+
+    def bind_queue(self, queue: str, exchange: str, routing_key: str,
+                   arguments: Mapping[str, Any] | None = None, vhost: str = "/") -> None:
+        """Bind ``queue`` to ``exchange`` (binding the same twice is one binding)."""
+        self._send(api.bind_queue(vhost, queue, exchange, routing_key, arguments))
+
+    def unbind_queue(self, queue: str, binding: BindingInfo, vhost: str = "/") -> None:
+        """Remove one of the bindings ``queue_bindings`` listed."""
+        self._send(api.unbind_queue(vhost, queue, binding.source, binding.properties_key))
+
+    # ------------------------------------------------------------------ policies, parameters
+
+    def policies(self, vhost: str | None = None) -> list[PolicyInfo]:
+        return self._parse(api.list_policies(vhost), api.parse_policies)
+
+    def put_policy(self, name: str, pattern: str, definition: Mapping[str, Any], *,
+                   vhost: str = "/", priority: int = 0, apply_to: str = "queues") -> None:
+        """Create or replace a policy."""
+        self._send(api.put_policy(vhost, name, pattern, definition, priority=priority,
+                                  apply_to=apply_to))
+
+    def delete_policy(self, name: str, vhost: str = "/") -> None:
+        self._send(api.delete_policy(vhost, name))
+
+    def put_parameter(self, component: str, name: str, value: Any, vhost: str = "/") -> None:
+        """Create or replace a runtime parameter (``federation-upstream``, ``shovel``...)."""
+        self._send(api.put_parameter(component, vhost, name, value))
+
+    def delete_parameter(self, component: str, name: str, vhost: str = "/") -> None:
+        self._send(api.delete_parameter(component, vhost, name))
+
+    # ------------------------------------------------------------------ connections, channels
+
+    def connections(self) -> list[ConnectionInfo]:
+        return self._parse(api.list_connections(), api.parse_connections)
+
+    def close_connections(self, client_name: str, reason: str) -> ConnectionsClosed:
+        """Close every connection the client named ``client_name``
+        (``ConnectionSettings.name``), telling each client ``reason`` (its connection.close
+        says ``CONNECTION_FORCED - <reason>``). Returns what it closed; one closed meanwhile
+        is reported as gone. A connection opened within the statistics interval may not be
+        listed yet, so it is not closed."""
+        found = [c for c in self.connections() if c.client_name == client_name]
+        closed: list[ConnectionInfo] = []
+        gone: list[ConnectionInfo] = []
+        for connection in found:
+            try:
+                self._send(api.close_connection(connection.name, reason))
+            except ManagementNotFound:
+                gone.append(connection)
+            else:
+                closed.append(connection)
+        return ConnectionsClosed(client_name, tuple(closed), tuple(gone))
+
+    def channels(self) -> list[ChannelInfo]:
+        """Every channel, with its prefetch and global prefetch (a global QoS)."""
+        return self._parse(api.list_channels(), api.parse_channels)
+
+    # ------------------------------------------------------------------ asyncio twins
+
+    async def aqueue(self, name: str, vhost: str = "/") -> QueueInfo:
+        return await asyncio.to_thread(self.queue, name, vhost)
+
+    async def aqueues(self, vhost: str | None = None) -> list[QueueInfo]:
+        return await asyncio.to_thread(self.queues, vhost)
+
+    async def aqueue_bindings(self, name: str, vhost: str = "/") -> list[BindingInfo]:
+        return await asyncio.to_thread(self.queue_bindings, name, vhost)
+
+    async def adelete_queue(self, name: str, vhost: str = "/", *,
+                            if_empty: bool = True) -> None:
+        await asyncio.to_thread(lambda: self.delete_queue(name, vhost, if_empty=if_empty))
+
+    async def aput_exchange(self, name: str, kind: str = "direct", vhost: str = "/", *,
+                            durable: bool = True) -> None:
+        await asyncio.to_thread(lambda: self.put_exchange(name, kind, vhost, durable=durable))
+
+    async def adelete_exchange(self, name: str, vhost: str = "/") -> None:
+        await asyncio.to_thread(self.delete_exchange, name, vhost)
+
+    async def abind_queue(self, queue: str, exchange: str, routing_key: str,
+                          arguments: Mapping[str, Any] | None = None, vhost: str = "/") -> None:
+        await asyncio.to_thread(self.bind_queue, queue, exchange, routing_key, arguments, vhost)
+
+    async def aunbind_queue(self, queue: str, binding: BindingInfo, vhost: str = "/") -> None:
+        await asyncio.to_thread(self.unbind_queue, queue, binding, vhost)
+
+    async def apolicies(self, vhost: str | None = None) -> list[PolicyInfo]:
+        return await asyncio.to_thread(self.policies, vhost)
+
+    async def aput_policy(self, name: str, pattern: str, definition: Mapping[str, Any], *,
+                          vhost: str = "/", priority: int = 0, apply_to: str = "queues") -> None:
+        await asyncio.to_thread(lambda: self.put_policy(
+            name, pattern, definition, vhost=vhost, priority=priority, apply_to=apply_to))
+
+    async def adelete_policy(self, name: str, vhost: str = "/") -> None:
+        await asyncio.to_thread(self.delete_policy, name, vhost)
+
+    async def aput_parameter(self, component: str, name: str, value: Any,
+                             vhost: str = "/") -> None:
+        await asyncio.to_thread(self.put_parameter, component, name, value, vhost)
+
+    async def adelete_parameter(self, component: str, name: str, vhost: str = "/") -> None:
+        await asyncio.to_thread(self.delete_parameter, component, name, vhost)
+
+    async def aconnections(self) -> list[ConnectionInfo]:
+        return await asyncio.to_thread(self.connections)
+
+    async def aclose_connections(self, client_name: str, reason: str) -> ConnectionsClosed:
+        return await asyncio.to_thread(self.close_connections, client_name, reason)
+
+    async def achannels(self) -> list[ChannelInfo]:
+        return await asyncio.to_thread(self.channels)
+
+    # ------------------------------------------------------------------ I/O
+
+    def _parse(self, request: Request, parse: Callable[[Any], T]) -> T:
+        data, endpoint = self._send(request)
+        try:
+            return parse(data)
+        except Malformed as exc:
+            raise ManagementError(request.call, request.method, request.path, endpoint.shown,
+                                  200, f"an answer this client cannot read: {exc}") from None
+
+    def _send(self, request: Request) -> tuple[Any, Endpoint]:
+        if not request.idempotent:
+            return self._once(request)
+        return self._retry.run(lambda: self._once(request), retry_on=ManagementUnreachable,
+                               give_up=_gave_up)
+
+    def _once(self, request: Request) -> tuple[Any, Endpoint]:
+        """Ask each node in turn, from the last that answered, until one answers."""
+        count = len(self._endpoints)
+        last: ManagementUnreachable | None = None
+        for step in range(count):
+            index = (self._first + step) % count
+            endpoint = self._endpoints[index]
+            try:
+                status, body = self._http(endpoint, request)
+            except _NotSent as exc:
+                last = self._error(ManagementUnreachable, request, endpoint, None, str(exc))
+                continue
+            except _NoAnswer as exc:
+                last = self._error(ManagementUnreachable, request, endpoint, None, str(exc))
+                if request.idempotent:
+                    continue
+                raise last from None
+            if status in api.RETRIED_STATUSES:
+                last = self._error(ManagementUnreachable, request, endpoint, status,
+                                   api.answer_text(body))
+                if request.idempotent:
+                    continue
+                raise last
+            self._first = index
+            if 200 <= status < 300:
+                try:
+                    return api.decode(body), endpoint
+                except Malformed as exc:
+                    raise self._error(ManagementError, request, endpoint, status,
+                                      str(exc)) from None
+            kind: type[ManagementError] = ManagementError
+            if status in (401, 403):
+                kind = ManagementRefused
+            elif status == 404:
+                kind = ManagementNotFound
+            raise self._error(kind, request, endpoint, status, api.answer_text(body))
+        assert last is not None
+        raise last
+
+    @staticmethod
+    def _error(kind: type[E], request: Request, endpoint: Endpoint,
+                                   status: int | None, answer: str) -> E:
+        return kind(request.call, request.method, request.path, endpoint.shown, status, answer)
+
+    def _http(self, endpoint: Endpoint, request: Request) -> tuple[int, bytes]:
+        """One HTTP exchange: the status and body of any answer, else ``_NotSent`` or
+        ``_NoAnswer``."""
+        req = urllib.request.Request(endpoint.base + request.path, data=request.body,
+                                     method=request.method)
+        token = base64.b64encode(f"{endpoint.user}:{endpoint.password}".encode()).decode()
+        req.add_header("Authorization", f"Basic {token}")
+        req.add_header("Accept", "application/json")
+        if request.body is not None:
+            req.add_header("Content-Type", "application/json")
+        if request.reason is not None:
+            req.add_header("X-Reason", request.reason)
+        try:
+            with self._opener.open(req, timeout=self.settings.timeout) as answer:
+                return int(answer.status), answer.read()
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, exc.read()
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, ConnectionRefusedError | socket.gaierror | ssl.SSLError):
+                raise _NotSent(_why(exc)) from None
+            raise _NoAnswer(_why(exc)) from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise _NoAnswer(_why(exc)) from None
+
+
+def _gave_up(failures: int, elapsed: float, last: BaseException) -> BaseException:
+    assert isinstance(last, ManagementUnreachable)
+    return ManagementUnreachable(
+        last.call, last.method, last.path, last.node, last.status,
+        f"{last.answer} (gave up after {failures} attempts over {elapsed:.1f} s, every node)")
+
+
+__all__ = [
+    "BindingInfo",
+    "ChannelInfo",
+    "ConnectionInfo",
+    "ConnectionsClosed",
+    "ConsumerInfo",
+    "Management",
+    "ManagementSettings",
+    "PolicyInfo",
+    "QueueInfo",
+]
