@@ -1,7 +1,8 @@
 """Takeover time: how long a single-active queue goes unserved when its active consumer goes
 away, per way of taking over (a *mode*), over many trials, with no effect lost or doubled.
 
-A trial: a fresh quorum queue with single active consumer (the SDK's defaults); consumer A
+A trial: a fresh quorum queue with single active consumer (the SDK's defaults; the guard
+modes: without it); consumer A
 (node 2) subscribes first and becomes the active one, consumer B (node 3) waits; an SDK
 ``Publisher`` in this process (node 1, so node 1 leads the queue) publishes at a steady
 ``--rate`` before, during and after the event. A and B are the chaos suite's consumer actor
@@ -19,19 +20,31 @@ cares about duplicates runs them. Then the mode's event strikes A:
     0-H seconds of extra warm-up, ``--seed``). If A froze in a batch holding the SQLite
     write lock, B's epoch claim kills it (``SQLiteStore(evict_frozen_holder=True)``).
 
-Takeover time: from the event (``time.time()`` just before the signal) to B's first effect
-(the ``ts`` the actor gives the row when the effect runs, ``time.time()`` on the same host).
+``guard-clean``
+    A and B guarded by a ZooKeeper election (``ConsumerSettings.guard``; a ZooKeeper with a
+    100 ms tick, lease ``--lease``, 1 s) on a queue *without* native single active consumer:
+    only the leader subscribes. SIGTERM of A: its graceful stop, then its session ends,
+    which deletes its election node; B wins, subscribes and is handed the queue.
+``guard-expiry``
+    The same, but A's link to ZooKeeper (through the fault proxy) is cut: A suspends and
+    starts nothing new, ZooKeeper expires its session once the lease is over, B wins with a
+    newer token and subscribes. Once B is active the link is healed: A hears that its
+    session is gone and gives its channel up (what it held goes back to the queue, to B).
+
+Takeover time: from the event (``time.time()`` just before the signal or the cut) to B's
+first effect (the ``ts`` the actor gives the row when the effect runs, ``time.time()`` on the
+same host).
 ``b_active_s`` is to B's first delivery (its role change, on the monotonic clock). Each trial
 then publishes a tail (``--tail``), waits until every confirmed message has a row, stops B
 gracefully and checks: no message twice in the sink (``duplicates``), none confirmed without a
 row (``missing``), and B had no effect before the event (A was alone).
 
-Later modes (issue 13: the ZooKeeper guard after a clean stop, after a session expiry, and a
-lease eviction of a frozen consumer) plug in as a ``Mode`` subclass: what the actors need
-(``actor``: e.g. the guard's options, from the ``Servers`` the bench started) and how the
-event strikes (``strike``); add it to ``MODES``. Every mode is compared with
-``native-frozen``, the time the guard's lease is meant to beat (``vs_native_frozen``), and
-with the same mode in an earlier result file (``--baseline``).
+Later modes (issue 13: a lease eviction of a frozen consumer) plug in as a ``Mode`` subclass:
+the queue (``queue``), what the actors need (``actor``: e.g. the guard's options, from the
+``Servers`` the bench started), when A alone serves (``alone``), how the event strikes
+(``strike``) and what to undo once B took over (``heal``); add it to ``MODES``. Every mode
+is compared with ``native-frozen``, the time the guard's lease is meant to beat
+(``vs_native_frozen``), and with the same mode in an earlier result file (``--baseline``).
 
 One local 3-node cluster (``--cluster-name``) serves every trial; rounds are outermost, so a
 slow spell of the machine hits each mode alike. Each wait is bounded (``--timeout``). Results:
@@ -41,6 +54,7 @@ a table on stdout and ``bench/results/takeover-<UTC>.json``. ``python -m bench.t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -59,12 +73,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
+from toxiproxy import Toxiproxy
+from toxiproxy.proxy import Proxy
 
 from sac.chaos._process import ActorProcess
 from sac.chaos.actors import ConsumerActor, Sink
 from sac.chaos.errors import ChaosError
+from sac.chaos.proxy import ProxyThread
 from sac.sdk import ConnectionSettings, PublisherSettings, QueueSettings, Role
-from sac.server import LocalCluster
+from sac.server import LocalCluster, LocalZooKeeper
 
 from ._report import conditions, positive_int, save
 from .handover import SteadyPublisher
@@ -72,6 +89,8 @@ from .handover import SteadyPublisher
 STEP_TIMEOUT = 60.0
 """Seconds allowed for a consumer to subscribe or become active, for the warm-up and tail."""
 REFERENCE = "native-frozen"
+ZK_TICK_MS = 100
+"""The tick of the bench's ZooKeeper: sessions (leases) from 0.2 s, expired within a tick."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +98,18 @@ class Servers:
     """What the bench started, for the modes that need more than the cluster."""
 
     cluster: LocalCluster
+    zookeeper: LocalZooKeeper | None = None
+    """A short-tick ZooKeeper (``ZK_TICK_MS``), for the guard modes."""
+    proxies: Toxiproxy | None = None
+    """The API of a fault proxy, to put in front of ZooKeeper (``guard-expiry``)."""
+    lease: float = 1.0
+    """Guarded consumers' ZooKeeper session timeout (s)."""
+
+    @property
+    def zk(self) -> LocalZooKeeper:
+        if self.zookeeper is None:
+            raise RuntimeError("a guard mode without the bench's ZooKeeper")
+        return self.zookeeper
 
 
 @dataclass(frozen=True)
@@ -96,13 +127,29 @@ class Mode:
     random_phase: ClassVar[bool] = False
     """Add 0-H s of warm-up (H: the heartbeat), so that the event falls at a random point of
     the broker's heartbeat cycle."""
+    guarded: ClassVar[bool] = False
+    """A and B are guarded by a ZooKeeper election: the bench starts a ZooKeeper."""
+
+    def queue(self, name: str) -> QueueSettings:
+        """The trial's queue (the publisher declares it): native single active consumer."""
+        return QueueSettings(name)
 
     def actor(self, spec: ConsumerActor, servers: Servers) -> ConsumerActor:
         """The settings of A and B in this mode (the native modes take them as they are)."""
         return spec
 
+    def alone(self, a: ActorProcess, run_dir: Path) -> None:
+        """Until A alone may serve, before B starts: a native queue's first subscriber is
+        its active consumer already."""
+
     def strike(self, a: ActorProcess) -> Strike:
         raise NotImplementedError
+
+    def heal(self) -> None:
+        """Once B is active: undo what the event did that is not A's own doing."""
+
+    def close(self) -> None:
+        """The trial is over: drop what the mode made for it."""
 
     @staticmethod
     def signal(a: ActorProcess, sig: signal.Signals) -> Strike:
@@ -126,7 +173,98 @@ class NativeFrozen(Mode):
         return self.signal(a, signal.SIGSTOP)
 
 
-MODES: dict[str, Mode] = {mode.name: mode for mode in (NativeGraceful(), NativeFrozen())}
+class GuardMode(Mode):
+    """A and B guarded by a ZooKeeper election (``ConsumerSettings.guard``, lease
+    ``Servers.lease``) on a queue without native single active consumer: the guard alone
+    decides who consumes, and fences A's inbox with its token."""
+
+    guarded = True
+
+    def queue(self, name: str) -> QueueSettings:
+        return QueueSettings(name, single_active_consumer=False)
+
+    def actor(self, spec: ConsumerActor, servers: Servers) -> ConsumerActor:
+        return attrs.evolve(spec, single_active=False, guard_hosts=self.hosts(spec, servers),
+                            guard_group=f"/sac-bench/{spec.queue}", guard_lease=servers.lease)
+
+    def hosts(self, spec: ConsumerActor, servers: Servers) -> str:
+        """Where ``spec``'s consumer reaches ZooKeeper."""
+        return servers.zk.hosts
+
+    def alone(self, a: ActorProcess, run_dir: Path) -> None:
+        """Until A leads (its ``subscribed`` event: only the leader subscribes), so that B
+        joins the election behind it."""
+        events = run_dir / "events" / f"{a.name}.jsonl"
+        deadline = time.monotonic() + STEP_TIMEOUT
+        while not _recorded(events, "subscribed"):
+            if not a.alive or time.monotonic() >= deadline:
+                raise ChaosError(f"{a.name} did not lead within {STEP_TIMEOUT:g} s: "
+                                 f"{a.log_tail()}")
+            time.sleep(0.05)
+
+
+class GuardClean(GuardMode):
+    """SIGTERM of A: its graceful stop, then its session's end deletes its election node;
+    B wins and subscribes."""
+
+    name = "guard-clean"
+
+    def strike(self, a: ActorProcess) -> Strike:
+        return self.signal(a, signal.SIGTERM)
+
+
+class GuardExpiry(GuardMode):
+    """A's link to ZooKeeper (through the fault proxy) cut: ZooKeeper expires A's session
+    once the lease is over and B wins; A, which suspended at the cut and started nothing
+    new, hears that its session is gone once the link is back (``heal``, after B took over)
+    and gives its channel up, and what it held goes back to the queue."""
+
+    name = "guard-expiry"
+
+    def __init__(self) -> None:
+        self._link: Proxy | None = None
+        """A's link of the trial under way (trials run one at a time)."""
+
+    def hosts(self, spec: ConsumerActor, servers: Servers) -> str:
+        if spec.actor != "consumer-a":
+            return servers.zk.hosts
+        if servers.proxies is None:
+            raise RuntimeError("guard-expiry without the bench's fault proxy")
+        self.close()
+        self._link = servers.proxies.create(upstream=servers.zk.hosts,
+                                            name=f"zk-{spec.queue}", listen="127.0.0.1:0")
+        return str(self._link.listen)
+
+    def strike(self, a: ActorProcess) -> Strike:
+        assert self._link is not None
+        at = Strike(time.time(), time.monotonic())
+        self._link.disable()
+        return at
+
+    def heal(self) -> None:
+        if self._link is not None:
+            self._link.enable()
+
+    def close(self) -> None:
+        if self._link is not None:
+            with contextlib.suppress(Exception):
+                self._link.destroy()
+            self._link = None
+
+
+def _recorded(events: Path, kind: str) -> bool:
+    """Whether the history file ``events`` holds an event of type ``kind`` yet."""
+    if not events.exists():
+        return False
+    for line in events.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            if json.loads(line).get("type") == kind:
+                return True
+    return False
+
+
+MODES: dict[str, Mode] = {mode.name: mode for mode in (
+    NativeGraceful(), NativeFrozen(), GuardClean(), GuardExpiry())}
 
 
 # --------------------------------------------------------------------------- one trial
@@ -195,7 +333,7 @@ class Bench:
         sink = Sink(f"sqlite:{run_dir / 'sink.db'}")
         sink.create()
         publisher = SteadyPublisher(
-            PublisherSettings(self._conn(0, "takeover-publisher"), queue=QueueSettings(queue)),
+            PublisherSettings(self._conn(0, "takeover-publisher"), queue=mode.queue(queue)),
             args.rate,
         )
         actors: list[ActorProcess] = []
@@ -204,6 +342,7 @@ class Bench:
             a = self._actor(mode, "consumer-a", 1, queue, run_dir, sink)
             actors.append(a)
             a.expect("role", STEP_TIMEOUT, role=Role.WAITING.value)
+            mode.alone(a, run_dir)
             b = self._actor(mode, "consumer-b", 2, queue, run_dir, sink)
             actors.append(b)
             b.expect("role", STEP_TIMEOUT, role=Role.WAITING.value)
@@ -220,6 +359,7 @@ class Bench:
             at = mode.strike(a)
             active = b.expect("role", args.timeout, role=Role.ACTIVE.value)
             trial.b_active_s = float(active["monotonic"]) - at.monotonic
+            mode.heal()
             if not publisher.wait_confirmed(publisher.count() + args.tail, STEP_TIMEOUT):
                 raise RuntimeError(f"tail not confirmed: {publisher.error!r}")
             publisher.close()
@@ -234,6 +374,7 @@ class Bench:
             publisher.close()
             for actor in actors:
                 actor.close()  # SIGKILL whatever is left (a frozen A): ends a stopped one too
+            mode.close()
             if publisher.error is not None:
                 trial.errors.append(f"publisher: {publisher.error!r}")
             self._delete(queue, trial)
@@ -381,6 +522,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="messages confirmed after B's takeover before publishing stops")
     parser.add_argument("--timeout", type=float, default=40.0,
                         help="seconds allowed per trial for B's takeover, and for the drain")
+    parser.add_argument("--lease", type=float, default=1.0,
+                        help="guard modes: the ZooKeeper session timeout (s), from 0.2 (the "
+                        f"bench's ZooKeeper ticks every {ZK_TICK_MS} ms)")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed of the random heartbeat phase (native-frozen)")
     parser.add_argument("--baseline", type=Path, default=None,
@@ -392,6 +536,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.rate <= 0 or args.timeout <= 0:
         parser.error("--rate and --timeout must be positive")
+    if not 2 * ZK_TICK_MS / 1000 <= args.lease <= 60:
+        parser.error(f"--lease must be in [{2 * ZK_TICK_MS / 1000:g}, 60] s, not {args.lease:g}")
     if args.baseline is not None and not args.baseline.is_file():
         parser.error(f"--baseline: no file {args.baseline}")
     return args
@@ -405,9 +551,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-takeover-"))
     trials: list[Trial] = []
     print(f"booting a 3-node cluster {args.cluster_name!r} ...", file=sys.stderr, flush=True)
-    with LocalCluster(name=args.cluster_name, nodes=3) as cluster:
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(LocalCluster(name=args.cluster_name, nodes=3))
+        servers = Servers(cluster, lease=args.lease)
+        if any(mode.guarded for mode in args.modes):
+            zookeeper = stack.enter_context(LocalZooKeeper(
+                name=f"{args.cluster_name}-zk", tick_time_ms=ZK_TICK_MS))
+            proxy = stack.enter_context(ProxyThread())
+            proxies = Toxiproxy()
+            proxies.update_api_consumer("127.0.0.1", proxy.port)
+            servers = Servers(cluster, zookeeper, proxies, args.lease)
         overview = cluster.management_api("overview")
-        bench = Bench(Servers(cluster), args, work)
+        bench = Bench(servers, args, work)
         for index in range(args.trials):  # rounds outermost
             for mode in args.modes:
                 t = bench.run(mode, index)
@@ -437,6 +592,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "placement": {"publisher": "node 1 (queue leader)", "A": "node 2", "B": "node 3"},
         "reference": {REFERENCE: "11-15 s expected at heartbeat 5 (2-3 heartbeats)",
                       "guard modes (issue 13 target)": "p50 <= 1.5 s, no duplicate effect"},
+        "guard": {"lease_s": args.lease, "zookeeper_tick_ms": ZK_TICK_MS,
+                  "queue": "quorum, no native single active consumer",
+                  "expiry": "A's ZooKeeper link disabled at the fault proxy (connections "
+                            "closed, new ones refused); healed once B is active"},
         "baseline": None if args.baseline is None else str(args.baseline),
         **conditions(overview, len(cluster.nodes), load_before),
         "summary": summary,

@@ -5,7 +5,8 @@ checker's verdict of the history it leaves (``shared/HISTORY.md``).
 ``run.json``, ``events/*.jsonl``, ``effects.jsonl`` (the sink read back), ``logs/`` (each
 actor's stderr) and ``verdict.json``, and returns a ``RunResult``. Every wait has a bound
 (``RunSettings.time_limit`` for the whole run); every process, proxy and fault the run made
-is gone when it returns or raises, Ctrl-C included, and the queue is deleted.
+(a ZooKeeper it started for guarded consumers too) is gone when it returns or raises, Ctrl-C
+included, and the queue is deleted.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import attrs
 from sac.chaos.actors import Sink
 from sac.chaos.errors import ChaosError, UnknownScenario
 from sac.chaos.faults import FaultProxy
-from sac.chaos.settings import ANOMALIES, RunSettings, Weakening
+from sac.chaos.settings import ANOMALIES, GUARD_LEASE_S, GUARD_TICK_MS, RunSettings, Weakening
 from sac.chaos.world import World
-from sac.server import LocalCluster, LocalPostgres
+from sac.server import LocalCluster, LocalPostgres, LocalZooKeeper
 
 
 @attrs.frozen
@@ -73,6 +74,17 @@ class Scenario:
     writer serialises consumers whatever the fencing."""
     network: Literal["loopback", "netns"] = "loopback"
     """``netns``: the scenario cuts links between nodes, so each node needs a namespace."""
+    guard: bool = False
+    """The consumers are guarded by a ZooKeeper election (``World.zookeeper``), with a lease
+    of ``GUARD_LEASE_S``: the run needs a ZooKeeper with a short tick."""
+    single_active: bool = True
+    """The queue's native single active consumer; False (a plain queue) only with ``guard``,
+    which is then all that keeps a second consumer off it."""
+
+    def __attrs_post_init__(self) -> None:
+        if not (self.single_active or self.guard):
+            raise ChaosError(f"scenario {self.name}: a queue without single active consumer "
+                             "needs guarded consumers (guard=True)")
 
 
 def _delete_queue(cluster: LocalCluster, queue: str) -> None:
@@ -84,9 +96,12 @@ def _delete_queue(cluster: LocalCluster, queue: str) -> None:
 
 
 def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
-        postgres: LocalPostgres | None = None, scenarios: dict[str, Scenario] | None = None,
-        check: str = "python", toxiproxy_url: str | None = None) -> RunResult:
-    """Carry out one run and check it; see the module's docstring."""
+        postgres: LocalPostgres | None = None, zookeeper: LocalZooKeeper | None = None,
+        scenarios: dict[str, Scenario] | None = None, check: str = "python",
+        toxiproxy_url: str | None = None) -> RunResult:
+    """Carry out one run and check it; see the module's docstring. A scenario with guarded
+    consumers uses ``zookeeper`` (its tick short enough for ``GUARD_LEASE_S``), or starts
+    one of its own in the run's directory for the run."""
     from sac.chaos.scenarios import SCENARIOS
 
     table = SCENARIOS if scenarios is None else scenarios
@@ -98,6 +113,8 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
         raise ChaosError(f"scenario {scenario.name} cuts links between nodes: it needs a netns "
                          f"cluster (LocalCluster(network='netns'), `sac server up --network "
                          f"netns`), and {cluster.name!r} runs on loopback")
+    if scenario.guard and zookeeper is not None:
+        _check_lease(zookeeper)
     started = time.monotonic()
     run_dir = out / settings.label
     again = 1
@@ -125,8 +142,23 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
     else:
         sink = Sink(f"sqlite:{run_dir / 'sink.db'}")
     sink.create()
-    proxy = FaultProxy(f"chaos-{uuid.uuid4().hex[:6]}", toxiproxy_url)
-    world = World(settings, cluster, run_dir, proxy, queue, scenario.queue_type, sink)
+    servers = contextlib.ExitStack()  # what this run starts for itself
+    try:
+        hosts = None
+        if scenario.guard:
+            if zookeeper is None:
+                zookeeper = servers.enter_context(LocalZooKeeper(
+                    "zk", home=run_dir, tick_time_ms=GUARD_TICK_MS))
+            hosts = zookeeper.hosts
+        proxy = FaultProxy(f"chaos-{uuid.uuid4().hex[:6]}", toxiproxy_url)
+    except BaseException:
+        servers.close()
+        raise
+    world = World(settings, cluster, run_dir, proxy, queue, scenario.queue_type, sink,
+                  single_active=scenario.single_active, zookeeper=hosts)
+    if hosts is not None:
+        meta["guard"] = {"zookeeper": hosts, "group": world.guard_group,
+                         "lease_s": GUARD_LEASE_S, "native_single_active": scenario.single_active}
     error: BaseException | None = None
     try:
         world.ensure_whole()
@@ -142,6 +174,7 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
         world.close()
         meta["routes"] = proxy.routes()
         proxy.close()
+        servers.close()
         meta["end"] = time.time()
         meta["restarts"] = world.restarts
         meta["repaired"] = world.repaired
@@ -154,6 +187,17 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
     verdict = _check(run_dir, check)
     return RunResult(run_dir, settings, verdict, expected, time.monotonic() - started,
                      None if error is None else meta["error"], tuple(world.repaired))
+
+
+def _check_lease(zookeeper: LocalZooKeeper) -> None:
+    """Refuse a ZooKeeper that cannot grant guarded consumers their lease (before anything
+    of the run is made)."""
+    if not zookeeper.min_session_timeout <= GUARD_LEASE_S <= zookeeper.max_session_timeout:
+        raise ChaosError(
+            f"guarded consumers ask ZooKeeper for a lease of {GUARD_LEASE_S:g} s, and "
+            f"{zookeeper.hosts} grants {zookeeper.min_session_timeout:g} s to "
+            f"{zookeeper.max_session_timeout:g} s: give a ZooKeeper with a shorter tick "
+            f"(LocalZooKeeper(tick_time_ms={GUARD_TICK_MS}))")
 
 
 def _drive(world: World, scenario: Scenario) -> None:

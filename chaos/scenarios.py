@@ -16,7 +16,7 @@ from collections.abc import Callable
 from sac.chaos._process import ActorProcess
 from sac.chaos.partition import Grudge, isolate, majorities_ring, one_way
 from sac.chaos.runner import Body, Scenario
-from sac.chaos.world import World, toxic
+from sac.chaos.world import World, toxic, zk_cut
 from sac.sdk import QueueSettings
 from sac.server import LocalCluster, amqp_ready
 
@@ -232,6 +232,32 @@ def partition_leader(w: World) -> None:
     w.start_publisher(1, messages=max(10, w.settings.messages // 5))
 
 
+# ---------------------------------------------------------------------- the ZooKeeper guard
+
+
+def zk_session_expiry(w: World) -> None:
+    """The leading consumer, inside an effect whose batch holds row locks, is cut off from
+    ZooKeeper (its connections reset, or black-holed: a seeded choice) past its lease, while
+    messages flow: ZooKeeper expires its session, the standby wins the election with a newer
+    token and subscribes (the queue has no native single active consumer: only the guard
+    kept it off) and works. Then the old leader's effect ends, and its commit must be
+    refused; the link heals, the old leader hears that its session is gone, gives its
+    channel up (what it held goes back to the queue) and contends again."""
+    w.wait_committed(w.at_fraction(0.2, 0.4))
+    victim = _inside_effect(w)
+    since = time.time()
+    with zk_cut(w, victim, w.rng.choice(["reset", "blackhole"])):
+        w.start_publisher(len(w.publishers), messages=max(10, w.settings.messages // 2))
+        w.until("the new leader's first effect", lambda: any(
+            w.recorded(p.name, "commit", since) for p in w.live_consumers()
+            if p is not victim), 60)
+        victim.tell("continue")
+        w.until(f"{victim.name}'s late commit, refused or not", lambda: any(
+            w.recorded(victim.name, kind, since) for kind in ("commit_rejected", "commit")), 30)
+        w.pause(w.rng.uniform(0.0, 0.5))
+    w.until(f"{victim.name} to stand by", lambda: victim.role == "waiting", 60)
+
+
 def _declare_on_first_node(cluster: LocalCluster, queue: str) -> None:
     """The queue declared (as the SDK declares it) through node 1, which then leads it."""
     settings = QueueSettings(queue)
@@ -277,5 +303,9 @@ SCENARIOS: dict[str, Scenario] = {
                  partition_majorities_ring, "dedup-off", ("duplicated",), network="netns"),
         Scenario("partition-one-way", "the active consumer's node cannot send to another",
                  partition_one_way, "dedup-off", ("duplicated",), network="netns"),
+        Scenario("zk-session-expiry", "the guarded leader cut off from ZooKeeper inside an "
+                 "effect until its session expires; a plain queue", zk_session_expiry,
+                 "fencing-off", ("concurrent",), store="postgres", guard=True,
+                 single_active=False),
     ]
 }

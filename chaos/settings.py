@@ -15,6 +15,13 @@ WEAKENINGS: tuple[Weakening, ...] = ("dedup-off", "redelivered-only", "fencing-o
 ANOMALIES = ("lost", "duplicated", "unexpected", "concurrent")
 CONSUMER_STOP_S = 30.0
 """A graceful stop finishes the running effect and acks: far less than this."""
+GUARD_LEASE_S = 1.0
+"""The ZooKeeper session timeout of guarded consumers: a leader cut off from ZooKeeper is
+replaced this long after ZooKeeper last heard from it (the run's ZooKeeper must grant it:
+a tick of at most half of it)."""
+GUARD_TICK_MS = 100
+"""The tickTime of the ZooKeeper a guarded run starts for itself: leases from 0.2 s, each
+expired within a tick of its end."""
 REPAIR_AFTER_S = 60.0
 """A node that does not serve again within this long (before a run, after a heal) is
 restarted, as an operator would. RabbitMQ 3.10.8 on Erlang 25.2 needs it: a node paused by

@@ -19,7 +19,7 @@ from sac.chaos.actors import ConsumerActor, PublisherActor, Sink
 from sac.chaos.errors import ChaosError, ChaosTimeout
 from sac.chaos.faults import FaultProxy, Nemesis
 from sac.chaos.partition import Grudge, Partitions
-from sac.chaos.settings import CONSUMER_STOP_S, REPAIR_AFTER_S, RunSettings
+from sac.chaos.settings import CONSUMER_STOP_S, GUARD_LEASE_S, REPAIR_AFTER_S, RunSettings
 from sac.server import LocalCluster, Node, ServerError, amqp_ready
 
 
@@ -28,13 +28,19 @@ class World:
 
     def __init__(self, settings: RunSettings, cluster: LocalCluster, run_dir: Path,
                  proxy: FaultProxy, queue: str, queue_type: Literal["quorum", "classic"],
-                 sink: Sink):
+                 sink: Sink, *, single_active: bool = True, zookeeper: str | None = None):
+        """``zookeeper``: ZooKeeper's connection string; given, every consumer is guarded
+        (group ``guard_group``, lease ``GUARD_LEASE_S``), each reaching ZooKeeper through
+        a proxy of its own (``zk_cut``)."""
         self.settings = settings
         self.cluster = cluster
         self.run_dir = run_dir
         self.proxy = proxy
         self.queue = queue
         self.queue_type = queue_type
+        self.single_active = single_active
+        self.zookeeper = zookeeper
+        self.guard_group = f"/sac-chaos/{queue}"
         self.rng = random.Random(settings.seed)
         self.nemesis = Nemesis(run_dir)
         self.sink = sink
@@ -82,15 +88,19 @@ class World:
 
     def _consumer_spec(self, slot: int, actor: str) -> ConsumerActor:
         s = self.settings
+        guard: dict[str, Any] = {}
+        if self.zookeeper is not None:
+            guard = {"guard_hosts": self.proxy.route(_zk_link(actor), 0, self.zookeeper),
+                     "guard_group": self.guard_group, "guard_lease": GUARD_LEASE_S}
         return ConsumerActor(
             actor=actor, run_dir=str(self.run_dir), queue=self.queue,
             urls=tuple(self._urls(actor, (slot + 1) % len(self.cluster.nodes))),
             queue_type=self.queue_type, heartbeat=s.heartbeat,
-            face=s.faces[slot % len(s.faces)],
+            single_active=self.single_active, face=s.faces[slot % len(s.faces)],
             dedup="off" if s.weakened == "dedup-off" else
             "redelivered-only" if s.weakened == "redelivered-only" else "inbox",
             fencing=s.weakened != "fencing-off", effect_ms=s.effect_ms, prefetch=s.prefetch,
-            sink=self.sink.location)
+            sink=self.sink.location, **guard)
 
     def start_consumer(self, slot: int) -> ActorProcess:
         """Start the consumer of ``slot`` (``consumer-a``, ``-b``...); a later incarnation of
@@ -114,8 +124,8 @@ class World:
         first = 0 if index == 0 else self.rng.randrange(len(self.cluster.nodes))
         spec = PublisherActor(actor=actor, run_dir=str(self.run_dir), queue=self.queue,
                               urls=tuple(self._urls(actor, first)), queue_type=self.queue_type,
-                              heartbeat=s.heartbeat, messages=messages or s.messages,
-                              rate=s.rate)
+                              heartbeat=s.heartbeat, single_active=self.single_active,
+                              messages=messages or s.messages, rate=s.rate)
         process = ActorProcess.start(spec)
         self.publishers.append(process)
         self.planned += spec.messages
@@ -309,6 +319,43 @@ class World:
         for process in [*self.retired, *self.consumers.values(), *self.publishers]:
             process.close()
         self.nemesis.close()
+
+
+def _zk_link(actor: str) -> str:
+    """The fault proxy's name for ``actor``'s link to ZooKeeper (its AMQP links go by the
+    actor's own name, so a toxic on those leaves this one alone)."""
+    return f"{actor}-zk"
+
+
+@contextlib.contextmanager
+def zk_cut(world: World, process: ActorProcess, kind: Literal["reset", "blackhole"]
+           ) -> Iterator[None]:
+    """``process``'s link to ZooKeeper cut for the block, recorded as fault ``zk_<kind>``:
+    ``reset`` closes its connections and refuses new ones (kazoo suspends at once),
+    ``blackhole`` lets nothing through either way and closes nothing (kazoo suspends after
+    two thirds of its lease without an answer). Either way ZooKeeper hears nothing from
+    the session, and expires it once the lease is over."""
+    if world.zookeeper is None:
+        raise ChaosError("zk_cut needs guarded consumers: the scenario names no ZooKeeper")
+    link = _zk_link(process.name)
+    proxies = world.proxy.of(link)
+    with world.nemesis.fault(f"zk_{kind}", process.name):
+        labels: list[str] = []
+        try:
+            if kind == "reset":
+                for proxy in proxies:
+                    proxy.disable()
+            else:
+                labels = [world.proxy.add(link, "timeout", stream=stream,
+                                          attributes={"timeout": 0})
+                          for stream in ("downstream", "upstream")]
+            yield
+        finally:
+            for label in labels:
+                world.proxy.remove(link, label)
+            if kind == "reset":
+                for proxy in proxies:
+                    proxy.enable()
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ from typing import Any, Literal, Self
 import attrs
 
 from sac.chaos.actors._sink import Sink
+from sac.sdk import GuardSettings, QueueSettings
 
 Dedup = Literal["inbox", "off", "redelivered-only"]
 DEDUP_MODES: tuple[Dedup, ...] = ("inbox", "off", "redelivered-only")
@@ -70,6 +71,15 @@ class _Actor:
     queue_type: Literal["quorum", "classic"] = attrs.field(
         default="quorum", validator=attrs.validators.in_(("quorum", "classic")))
     heartbeat: int = attrs.field(default=2, validator=_positive)
+    single_active: bool = True
+    """The queue's native single active consumer (``x-single-active-consumer``); False for a
+    plain queue, where only a guard keeps a second consumer off it. Publishers and consumers
+    of one queue must agree: each declares it."""
+
+    def queue_settings(self) -> QueueSettings:
+        """The queue as this actor declares it."""
+        return QueueSettings(self.queue, type=self.queue_type,
+                             single_active_consumer=self.single_active)
 
     def to_json(self) -> str:
         return json.dumps(attrs.asdict(self))
@@ -102,7 +112,8 @@ class ConsumerActor(_Actor):
     check users write first: look the id up only when the broker flags a redelivery, which
     misses a publisher's retransmission). ``fencing=False`` turns off both ways a replaced
     consumer is kept from committing: every consumer adopts the same epoch (no commit is
-    refused as stale), and a successor no longer evicts a frozen SQLite lock holder.
+    refused as stale; a guarded one's inbox drops its election's token for it), and a
+    successor no longer evicts a frozen SQLite lock holder.
 
     The options after ``sink`` serve tests and benchmarks that stop a consumer at a precise
     point; their defaults are the chaos workload's. Each ``pause_*`` point is taken once: the
@@ -137,16 +148,31 @@ class ConsumerActor(_Actor):
     pause_after_commit: str = ""
     """Pause (``at: "committed"``) after the batch holding this message id committed, before
     its ack goes out. Inbox only."""
+    guard_hosts: str = ""
+    """ZooKeeper's connection string: the consumer is guarded (``ConsumerSettings.guard``:
+    it subscribes only while it leads ``guard_group``, and its inbox takes the election's
+    token as its epoch). Empty: no guard."""
+    guard_group: str = ""
+    guard_lease: float = attrs.field(default=1.0, validator=_positive)
+    """The guard's ``session_timeout`` (s); the ZooKeeper server must grant it."""
 
     def __attrs_post_init__(self) -> None:
         if self.dedup != "inbox" and (self.pause_after_writes or self.pause_after_commit):
             raise ValueError("pause_after_writes and pause_after_commit need dedup='inbox'")
+        self.guard()  # a guard that names no group, or a bad one, is refused here
         sink = self.open_sink()  # a location that names no sink is refused here
         if self.dedup == "inbox" and not sink.transactional:
             raise ValueError(f"dedup={self.dedup!r} needs a database sink, not {self.sink}")
 
     def open_sink(self) -> Sink:
         return Sink(self.sink or f"sqlite:{self.run_dir}/sink.db")
+
+    def guard(self) -> GuardSettings | None:
+        """``ConsumerSettings.guard`` of this consumer (None: unguarded)."""
+        if not self.guard_hosts and not self.guard_group:
+            return None
+        return GuardSettings(self.guard_hosts, self.guard_group,
+                             session_timeout=self.guard_lease)
 
 
 def end_with_runner(on_line: Callable[[str], None] | None = None) -> None:

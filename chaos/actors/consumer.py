@@ -3,7 +3,10 @@
 A single-active consumer of either SDK face whose effect writes one row to the run's sink,
 through the inbox's transaction (``dedup="inbox"``) or on its own (the weakened modes). It
 records its history, reports role changes on stdout, stops gracefully on SIGTERM (unless
-``handle_signals`` is off), and takes commands on stdin from the runner:
+``handle_signals`` is off), and takes commands on stdin from the runner (below). With
+``guard_hosts`` it is guarded by a ZooKeeper election (``ConsumerSettings.guard``): it
+subscribes only while it leads, and when a newer leader fences it off it steps down and
+contends again instead of exiting.
 
 ``freeze``
     The next effect this process starts prints ``{"event": "in_effect", "msg": ...}`` and
@@ -44,7 +47,6 @@ from sac.sdk import (
     Delivery,
     HistoryRecorder,
     Inbox,
-    QueueSettings,
     Role,
     StaleEpoch,
     Transaction,
@@ -186,9 +188,16 @@ class Work:
         if self.spec.dedup != "inbox":
             return None
         store = self.sink.store(evict_frozen_holder=self.spec.fencing)
-        source = (lambda: SHARED_EPOCH) if not self.spec.fencing else None
-        self.inbox = Inbox(store, self.effect, epoch_source=source)
+        self.inbox = Inbox(store, self.effect)
         return self.inbox
+
+    def unfence(self) -> None:
+        """Fencing off, once the consumer is built: every consumer adopts the same epoch. A
+        guarded consumer has just made its election's token its inbox's epoch source (and
+        refuses an inbox with one of its own), so the shared epoch takes the token's place
+        afterwards: a replaced leader's commit is then never refused."""
+        if self.inbox is not None and not self.spec.fencing:
+            self.inbox.epoch_source = lambda: SHARED_EPOCH
 
 
 def announce(role: Role) -> None:
@@ -200,6 +209,7 @@ def run_blocking(settings: ConsumerSettings, work: Work) -> None:
     inbox = work.target()
     consumer = Consumer(settings, inbox if inbox is not None else work.handle,
                         recorder=work.recorder, on_role_change=announce)
+    work.unfence()
     consumer.run(handle_signals=work.spec.handle_signals)
 
 
@@ -210,8 +220,10 @@ async def run_async(settings: ConsumerSettings, work: Work) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT) if work.spec.handle_signals else ():
         loop.add_signal_handler(sig, stop.set)
     handler = inbox if inbox is not None else work.ahandle
-    async with AsyncConsumer(settings, handler, recorder=work.recorder,
-                             on_role_change=announce) as consumer:
+    consumer = AsyncConsumer(settings, handler, recorder=work.recorder,
+                             on_role_change=announce)
+    work.unfence()
+    async with consumer:
         stopped = asyncio.ensure_future(stop.wait())
         ended = asyncio.ensure_future(consumer.wait())
         await asyncio.wait({stopped, ended}, return_when=asyncio.FIRST_COMPLETED)
@@ -227,11 +239,12 @@ def main(spec: ConsumerActor) -> int:
     recorder = HistoryRecorder(events, spec.actor, flush_every=1)
     connection = ConnectionSettings(urls=spec.urls, heartbeat=spec.heartbeat,
                                     name=f"sac-chaos-{spec.actor}")
-    queue = QueueSettings(spec.queue, type=spec.queue_type)
+    queue = spec.queue_settings()
     if spec.delivery_limit is not None:
         queue = attrs.evolve(queue, delivery_limit=spec.delivery_limit)
     settings = ConsumerSettings(connection, queue, prefetch=spec.prefetch,
-                                ack_batch=min(spec.prefetch, 50), consumer_name=spec.actor)
+                                ack_batch=min(spec.prefetch, 50), consumer_name=spec.actor,
+                                guard=spec.guard())
     work = Work(spec, recorder)
     code = 0
     error = None

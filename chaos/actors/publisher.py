@@ -23,7 +23,6 @@ from sac.sdk import (
     HistoryRecorder,
     Publisher,
     PublisherSettings,
-    QueueSettings,
 )
 
 
@@ -34,7 +33,7 @@ def main(spec: PublisherActor) -> int:
     connection = ConnectionSettings(urls=spec.urls, heartbeat=spec.heartbeat,
                                     name=f"sac-chaos-{spec.actor}")
     settings = PublisherSettings(connection, window=spec.window,
-                                 queue=QueueSettings(spec.queue, type=spec.queue_type))
+                                 queue=spec.queue_settings())
     failed: Counter[str] = Counter()
     confirmed = 0
     interval = 1.0 / spec.rate

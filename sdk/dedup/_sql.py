@@ -260,8 +260,9 @@ class SqlStore(Store):
             batch = _SqlBatch(self, conn, queue, epoch, consumer)
             try:
                 yield batch
-                if batch.staged:
-                    self._check_epoch(conn, queue, epoch)
+                # Also when nothing is staged: a replaced consumer whose every message was
+                # found committed by its successor learns that it was replaced.
+                self._check_epoch(conn, queue, epoch)
             except BaseException:
                 with contextlib.suppress(Exception):
                     conn.execute("ROLLBACK")

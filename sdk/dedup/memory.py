@@ -73,11 +73,9 @@ class MemoryStore(Store):
     ) -> Iterator[Batch]:
         batch = _MemoryBatch(self, queue, epoch, consumer)
         yield batch
-        if not batch.staged:
-            return
         with self._lock:
             current = self._epochs.get(queue, 0)
-            if epoch < current:
+            if epoch < current:  # also with nothing staged (see SqlStore.batch)
                 raise StaleEpoch(queue, epoch, current)
             records = self._records.setdefault(queue, collections.OrderedDict())
             now = time.time()

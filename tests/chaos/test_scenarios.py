@@ -30,12 +30,15 @@ MESSAGES = 200
 @pytest.mark.parametrize("weakened", [False, True], ids=["default", "weakened"])
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_scenario(name: str, weakened: bool, netns_cluster: LocalCluster,
-                  postgres: LocalPostgres, tmp_path: Path) -> None:
+                  postgres: LocalPostgres, tmp_path: Path, request: pytest.FixtureRequest
+                  ) -> None:
     cluster = netns_cluster
     scenario = SCENARIOS[name]
     settings = RunSettings(name, seed=1, messages=MESSAGES,
                            weakened=scenario.weakened if weakened else None)
-    result = run(settings, cluster, tmp_path, postgres=postgres)
+    # Guarded consumers: the session's short-tick ZooKeeper (a run would start its own).
+    zookeeper = request.getfixturevalue("zookeeper_short_tick") if scenario.guard else None
+    result = run(settings, cluster, tmp_path, postgres=postgres, zookeeper=zookeeper)
     verdict = result.verdict
     found = {a: verdict[a]["count"] for a in ANOMALIES}
     # The workload ran in full through the fault: every message published was confirmed.

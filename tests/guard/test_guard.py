@@ -28,7 +28,6 @@ from sac.sdk import (
     GuardSettings,
     GuardStatus,
     Inbox,
-    LookupPolicy,
     MemoryStore,
     PublisherSettings,
     QueueSettings,
@@ -148,10 +147,7 @@ def test_a_lost_session_abandons_in_flight_work_and_its_late_commit_is_refused(
         entered.set()
         assert release.wait(120), "the test never released the old leader's effect"
 
-    # FLAGGED: a's batch reads nothing before its effect writes, so what refuses its commit
-    # is the epoch (ALWAYS would read first, and on a retry find b's records and skip them
-    # as duplicates: as safe, but not the fence this test is about).
-    a_inbox = Inbox(SQLiteStore(path), ledger.effect("a", stuck), policy=LookupPolicy.FLAGGED)
+    a_inbox = Inbox(SQLiteStore(path), ledger.effect("a", stuck))
     b_inbox = Inbox(SQLiteStore(path), ledger.effect("b"))
     a = consumers(face, ConsumerSettings(
         conn, queue, consumer_name="a",

@@ -56,6 +56,13 @@ def test_the_takeover_benchmark_says_how_to_run_it() -> None:
     assert done.returncode == 0, done.stderr
     assert "native-graceful" in done.stdout
     assert "native-frozen" in done.stdout
+    assert "guard-clean" in done.stdout
+    assert "guard-expiry" in done.stdout
+    short = subprocess.run([sys.executable, "-m", "bench.takeover", "--lease", "0.1"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+                           check=False)
+    assert short.returncode == 2
+    assert "--lease must be in [0.2, 60] s, not 0.1" in short.stderr
     refused = subprocess.run([sys.executable, "-m", "bench.takeover", "--modes", "nope"],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
                              check=False)

@@ -38,10 +38,27 @@ def test_a_consumer_goes_through_json_unchanged() -> None:
     ({"pause_after_writes": True}, "zero or more"),
     ({"delivery_limit": 0}, "1 or more"),
     ({"sink": "/tmp/effects.jsonl", "dedup": "off"}, "a sink is"),
+    ({"guard_hosts": "127.0.0.1:2181"}, r"GuardSettings\.group"),
+    ({"guard_group": "/g"}, r"GuardSettings\.hosts"),
+    ({"guard_hosts": "127.0.0.1:2181", "guard_group": "/g", "guard_lease": 0}, "positive"),
 ])
 def test_contradictions_are_refused(options: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         consumer(**options)
+
+
+def test_a_guarded_consumer_on_a_plain_queue() -> None:
+    spec = consumer(guard_hosts="127.0.0.1:2181", guard_group="/sac-chaos/q", guard_lease=0.5,
+                    single_active=False)
+    assert ConsumerActor.from_json(spec.to_json()) == spec
+    guard = spec.guard()
+    assert guard is not None
+    assert (guard.hosts, guard.group, guard.session_timeout) == (
+        "127.0.0.1:2181", "/sac-chaos/q", 0.5)
+    assert not spec.queue_settings().single_active_consumer
+    assert "x-single-active-consumer" not in spec.queue_settings().arguments()
+    assert consumer().guard() is None
+    assert consumer().queue_settings().single_active_consumer
 
 
 def test_a_file_sink_keeps_every_effect_in_order(tmp_path: Path) -> None:

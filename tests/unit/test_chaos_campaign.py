@@ -70,6 +70,14 @@ def test_settings_are_checked() -> None:
         RunSettings("consumer-reset", weakened="nothing")  # type: ignore[arg-type]
 
 
+def test_a_plain_queue_needs_guarded_consumers() -> None:
+    from sac.chaos.runner import Scenario
+
+    with pytest.raises(ChaosError, match="guard=True"):
+        Scenario("x", "a plain queue, nothing to keep a second consumer off it", lambda _w: None,
+                 "dedup-off", ("duplicated",), single_active=False)
+
+
 def test_the_face_names_every_export() -> None:
     from sac import chaos
 
