@@ -34,7 +34,8 @@ def test_a_predecessor_with_an_older_token_is_evicted_by_its_own_connection_name
     decision = decide(previous)
     assert isinstance(decision, Evict)
     assert (decision.connection, decision.token, decision.previous) == (OLD, 200, previous)
-    assert "token 200" in decision.reason and "token 100" in decision.reason
+    assert "token 200" in decision.reason
+    assert "token 100" in decision.reason
     assert evicted_by(f"CONNECTION_FORCED - {decision.reason}") == 200
 
 
