@@ -170,8 +170,8 @@ class ConsumerEngine(Recovering):
         self._guard: ZooKeeperGuard | None = None
         self._guard_machine: GuardMachine | None = None
         self._led: tuple[int, int] | None = None
-        self._evictor: Evictor | None = None
         """(generation, token): the channel generation subscribed under a leadership."""
+        self._evictor: Evictor | None = None
         self._batch_generation = 0
         if settings.guard is not None:
             self._make_guard(settings.guard, inbox)
@@ -876,11 +876,12 @@ class ConsumerEngine(Recovering):
             self._record("evict", outcome="failed", error=str(exc) or type(exc).__name__,
                          **fields)
             return
+        # None found: the predecessor stopped cleanly (or its connection is on another
+        # cluster of a federated group), nothing to hand over.
         outcome = "closed" if done.closed else "none"
-        log.log(logging.INFO if done.closed else logging.WARNING,
-                "consumer of %r evicted the previous leader (token %d): %d connection(s) "
-                "named %r closed, %d gone already", self._queue_name, decision.previous.token,
-                len(done.closed), decision.connection, len(done.gone))
+        log.info("consumer of %r evicted the previous leader (token %d): %d connection(s) "
+                 "named %r closed, %d gone already", self._queue_name, decision.previous.token,
+                 len(done.closed), decision.connection, len(done.gone))
         self._record("evict", outcome=outcome, closed=len(done.closed), gone=len(done.gone),
                      **fields)
 
