@@ -30,6 +30,10 @@ cares about duplicates runs them. Then the mode's event strikes A:
     starts nothing new, ZooKeeper expires its session once the lease is over, B wins with a
     newer token and subscribes. Once B is active the link is healed: A hears that its
     session is gone and gives its channel up (what it held goes back to the queue, to B).
+``guard-evict-frozen``
+    Guarded A and B on a queue *with* native single active consumer, given the management
+    API; SIGSTOP of A (at a random point of the heartbeat cycle): its lease expires, B wins
+    and has the broker close A's connection, and the broker hands B the queue at once.
 
 Takeover time: from the event (``time.time()`` just before the signal or the cut) to B's
 first effect (the ``ts`` the actor gives the row when the effect runs, ``time.time()`` on the
@@ -252,6 +256,26 @@ class GuardExpiry(GuardMode):
             self._link = None
 
 
+class GuardEvictFrozen(GuardMode):
+    """SIGSTOP of A, guarded, on a queue *with* native single active consumer, both given
+    the cluster's management API (``ConsumerSettings.management``): A's lease runs out, B
+    wins with a newer token and has the broker close A's connection (``GuardSettings.evict``),
+    so the broker hands B the queue at once instead of after A's missed heartbeats."""
+
+    name = "guard-evict-frozen"
+    random_phase = True
+
+    def queue(self, name: str) -> QueueSettings:
+        return QueueSettings(name)
+
+    def actor(self, spec: ConsumerActor, servers: Servers) -> ConsumerActor:
+        return attrs.evolve(super().actor(spec, servers), single_active=True,
+                            management_urls=tuple(servers.cluster.management_urls()))
+
+    def strike(self, a: ActorProcess) -> Strike:
+        return self.signal(a, signal.SIGSTOP)
+
+
 def _recorded(events: Path, kind: str) -> bool:
     """Whether the history file ``events`` holds an event of type ``kind`` yet."""
     if not events.exists():
@@ -264,7 +288,7 @@ def _recorded(events: Path, kind: str) -> bool:
 
 
 MODES: dict[str, Mode] = {mode.name: mode for mode in (
-    NativeGraceful(), NativeFrozen(), GuardClean(), GuardExpiry())}
+    NativeGraceful(), NativeFrozen(), GuardClean(), GuardExpiry(), GuardEvictFrozen())}
 
 
 # --------------------------------------------------------------------------- one trial
@@ -595,7 +619,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "guard": {"lease_s": args.lease, "zookeeper_tick_ms": ZK_TICK_MS,
                   "queue": "quorum, no native single active consumer",
                   "expiry": "A's ZooKeeper link disabled at the fault proxy (connections "
-                            "closed, new ones refused); healed once B is active"},
+                            "closed, new ones refused); healed once B is active",
+                  "evict-frozen": "quorum queue with native single active consumer, both "
+                                  "consumers given the management API: B, elected, closes "
+                                  "A's connection (GuardSettings.evict)"},
         "baseline": None if args.baseline is None else str(args.baseline),
         **conditions(overview, len(cluster.nodes), load_before),
         "summary": summary,

@@ -80,11 +80,16 @@ class Scenario:
     single_active: bool = True
     """The queue's native single active consumer; False (a plain queue) only with ``guard``,
     which is then all that keeps a second consumer off it."""
+    evict: bool = False
+    """Guarded consumers get the cluster's management API: a new leader has the broker
+    close its predecessor's connection (``GuardSettings.evict``)."""
 
     def __attrs_post_init__(self) -> None:
         if not (self.single_active or self.guard):
             raise ChaosError(f"scenario {self.name}: a queue without single active consumer "
                              "needs guarded consumers (guard=True)")
+        if self.evict and not self.guard:
+            raise ChaosError(f"scenario {self.name}: eviction needs guarded consumers")
 
 
 def _delete_queue(cluster: LocalCluster, queue: str) -> None:
@@ -155,10 +160,12 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
         servers.close()
         raise
     world = World(settings, cluster, run_dir, proxy, queue, scenario.queue_type, sink,
-                  single_active=scenario.single_active, zookeeper=hosts)
+                  single_active=scenario.single_active, zookeeper=hosts,
+                  management=tuple(cluster.management_urls()) if scenario.evict else ())
     if hosts is not None:
         meta["guard"] = {"zookeeper": hosts, "group": world.guard_group,
-                         "lease_s": GUARD_LEASE_S, "native_single_active": scenario.single_active}
+                         "lease_s": GUARD_LEASE_S, "native_single_active": scenario.single_active,
+                         "evict": scenario.evict}
     error: BaseException | None = None
     try:
         world.ensure_whole()

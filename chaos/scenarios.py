@@ -258,6 +258,27 @@ def zk_session_expiry(w: World) -> None:
     w.until(f"{victim.name} to stand by", lambda: victim.role == "waiting", 60)
 
 
+def evict_frozen(w: World) -> None:
+    """The leading guarded consumer of a native single-active queue frozen (SIGSTOP) inside
+    its effect: its lease runs out, the standby wins with a newer token and has the broker
+    close the frozen one's connection (the management API), so the broker hands it the
+    queue and what the frozen one held at once, not after missed heartbeats. Thawed soon
+    after, the old leader reads why its connection closed, steps down, and its late commit
+    must be refused; it contends again."""
+    w.wait_committed(w.at_fraction(0.2, 0.4))
+    victim = _inside_effect(w)
+    since = time.time()
+    with w.nemesis.fault("sigstop", victim.name):
+        victim.signal(signal.SIGSTOP)
+        victim.tell("continue")  # read only once thawed
+        w.start_publisher(len(w.publishers), messages=max(10, w.settings.messages // 2))
+        successor = w.active(other_than=victim)
+        w.wait_event(successor.name, "evict", since, 30)
+        w.pause(w.rng.uniform(0.0, 0.5))
+        victim.signal(signal.SIGCONT)
+    w.until(f"{victim.name} to stand by", lambda: victim.role == "waiting", 60)
+
+
 def _declare_on_first_node(cluster: LocalCluster, queue: str) -> None:
     """The queue declared (as the SDK declares it) through node 1, which then leads it."""
     settings = QueueSettings(queue)
@@ -307,5 +328,9 @@ SCENARIOS: dict[str, Scenario] = {
                  "effect until its session expires; a plain queue", zk_session_expiry,
                  "fencing-off", ("concurrent",), store="postgres", guard=True,
                  single_active=False),
+        Scenario("evict-frozen", "the guarded leader of a native single-active queue "
+                 "frozen inside an effect; its successor evicts its connection once its "
+                 "lease expires", evict_frozen, "fencing-off", ("concurrent",),
+                 store="postgres", guard=True, evict=True),
     ]
 }

@@ -28,10 +28,12 @@ class World:
 
     def __init__(self, settings: RunSettings, cluster: LocalCluster, run_dir: Path,
                  proxy: FaultProxy, queue: str, queue_type: Literal["quorum", "classic"],
-                 sink: Sink, *, single_active: bool = True, zookeeper: str | None = None):
+                 sink: Sink, *, single_active: bool = True, zookeeper: str | None = None,
+                 management: tuple[str, ...] = ()):
         """``zookeeper``: ZooKeeper's connection string; given, every consumer is guarded
         (group ``guard_group``, lease ``GUARD_LEASE_S``), each reaching ZooKeeper through
-        a proxy of its own (``zk_cut``)."""
+        a proxy of its own (``zk_cut``). ``management``: the cluster's management API URLs,
+        given to guarded consumers (a new leader evicts its predecessor's connection)."""
         self.settings = settings
         self.cluster = cluster
         self.run_dir = run_dir
@@ -40,6 +42,7 @@ class World:
         self.queue_type = queue_type
         self.single_active = single_active
         self.zookeeper = zookeeper
+        self.management = management
         self.guard_group = f"/sac-chaos/{queue}"
         self.rng = random.Random(settings.seed)
         self.nemesis = Nemesis(run_dir)
@@ -91,7 +94,8 @@ class World:
         guard: dict[str, Any] = {}
         if self.zookeeper is not None:
             guard = {"guard_hosts": self.proxy.route(_zk_link(actor), 0, self.zookeeper),
-                     "guard_group": self.guard_group, "guard_lease": GUARD_LEASE_S}
+                     "guard_group": self.guard_group, "guard_lease": GUARD_LEASE_S,
+                     "management_urls": self.management}
         return ConsumerActor(
             actor=actor, run_dir=str(self.run_dir), queue=self.queue,
             urls=tuple(self._urls(actor, (slot + 1) % len(self.cluster.nodes))),

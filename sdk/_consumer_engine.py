@@ -25,11 +25,13 @@ import contextlib
 import inspect
 import itertools
 import logging
+import secrets
 import time
 import types
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
 from pika.spec import Basic, BasicProperties
 
 from ._consumer_workers import Tally, Worker
@@ -51,6 +53,7 @@ from ._core.consuming import (
     Why,
     permanent_failure,
 )
+from ._core.eviction import Evict, decide_eviction, evicted_by, instance_connection_name
 from ._core.guarding import (
     Abandon,
     Contend,
@@ -74,6 +77,7 @@ from ._errors import (
     ConfigurationError,
     ConsumerError,
     LifecycleError,
+    ManagementError,
     ParkingFailed,
     SacError,
     StaleEpoch,
@@ -88,6 +92,7 @@ from ._transport import Link, LinkLost
 from .dedup.inbox import Inbox
 
 if TYPE_CHECKING:
+    from ._evictor import Evictor
     from .guard import ZooKeeperGuard
 
 log = logging.getLogger("sac.consumer")
@@ -124,7 +129,12 @@ class ConsumerEngine(Recovering):
         inbox = handler if isinstance(handler, Inbox) else None
         if inbox is None and not callable(handler):
             raise TypeError(f"handler must be callable or an Inbox, got {type(handler).__name__}")
-        super().__init__(settings.connection, recorder)
+        connection = settings.connection
+        if settings.guard is not None:
+            # A successor evicts this consumer by its connection's name: one per instance.
+            connection = attrs.evolve(connection, name=instance_connection_name(
+                connection.name or f"sac-{self._role}", secrets.token_hex(8)))
+        super().__init__(connection, recorder)
         self.settings = settings
         self.inbox = inbox
         self._queue_name = settings.queue.name
@@ -161,6 +171,7 @@ class ConsumerEngine(Recovering):
         self._guard_machine: GuardMachine | None = None
         self._led: tuple[int, int] | None = None
         """(generation, token): the channel generation subscribed under a leadership."""
+        self._evictor: Evictor | None = None
         self._batch_generation = 0
         if settings.guard is not None:
             self._make_guard(settings.guard, inbox)
@@ -720,6 +731,8 @@ class ConsumerEngine(Recovering):
         self._ids_by_tag.clear()
         self._forwarder = None
         self._carry_out(self.machine.channel_lost(self._now_loop().time()))
+        if self._guard_machine is not None:
+            self._evicted(reason)
 
     def _give_up(self, exc: SacError) -> None:
         log.error("consumer of %r gives up: %s", self.settings.queue.name, exc)
@@ -738,9 +751,8 @@ class ConsumerEngine(Recovering):
                     "guard's fencing token is the inbox's epoch; drop epoch_source")
             inbox.epoch_source = self._guard_token
         self._guard_machine = GuardMachine(settings.retry)
-        connection = self.settings.connection.name or f"sac-{self._role}"
         self._guard = zk.ZooKeeperGuard(
-            settings, zk.identity(self.settings.consumer_name, connection),
+            settings, zk.identity(self.settings.consumer_name, self._connection.name),
             on_session=lambda state: self._post(self._guard_session, state),
             on_won=lambda attempt, leadership: self._post(self._guard_won, attempt, leadership),
             on_failed=lambda attempt, error: self._post(self._guard_failed, attempt, error))
@@ -820,6 +832,7 @@ class ConsumerEngine(Recovering):
                  self._queue_name, leadership.token,
                  "nobody" if previous is None else f"token {previous.token}, connection "
                  f"{previous.connection!r}")
+        self._evict_previous(leadership)
         link = self._link
         if self._opening or link is None or not link.usable or self._consumer_tag is not None:
             return  # the link being set up subscribes at its end (``_setup``)
@@ -833,6 +846,63 @@ class ConsumerEngine(Recovering):
         except SacError as exc:
             if self._link is link and not link.closing:
                 link.abandon(f"subscribing as the leader failed: {exc}")
+
+    def _evict_previous(self, leadership: Leadership) -> None:
+        """Ask the broker to close the predecessor's connection, if the rules allow
+        (``_core/eviction.py``); in the background: the subscription does not wait."""
+        guard = self._guard
+        assert guard is not None
+        own = self._connection.name
+        assert own is not None
+        decision = decide_eviction(
+            leadership, own, guard.settings.group,
+            single_active=self.settings.queue.single_active_consumer,
+            management=self.settings.management is not None, enabled=guard.settings.evict)
+        if isinstance(decision, Evict):
+            self._spawn(self._evict(decision))
+        elif leadership.previous is not None:
+            log.info("consumer of %r evicts nobody: %s", self._queue_name, decision.why)
+
+    async def _evict(self, decision: Evict) -> None:
+        from ._evictor import Evictor
+
+        management = self.settings.management
+        assert management is not None
+        if self._evictor is None:
+            self._evictor = Evictor(management)
+        fields = {"connection": decision.connection, "token": decision.token,
+                  "previous_token": decision.previous.token}
+        try:
+            done = await self._evictor.evict(decision)
+        except (ManagementError, TimeoutError) as exc:
+            log.warning("consumer of %r could not evict the previous leader's connection %r "
+                        "(token %d): %s; the broker hands the queue over once its heartbeats "
+                        "go unanswered", self._queue_name, decision.connection,
+                        decision.previous.token, exc or type(exc).__name__)
+            self._record("evict", outcome="failed", error=str(exc) or type(exc).__name__,
+                         **fields)
+            return
+        # None found: the predecessor stopped cleanly (or its connection is on another
+        # cluster of a federated group), nothing to hand over.
+        outcome = "closed" if done.closed else "none"
+        log.info("consumer of %r evicted the previous leader (token %d): %d connection(s) "
+                 "named %r closed, %d gone already", self._queue_name, decision.previous.token,
+                 len(done.closed), decision.connection, len(done.gone))
+        self._record("evict", outcome=outcome, closed=len(done.closed), gone=len(done.gone),
+                     **fields)
+
+    def _evicted(self, reason: LinkLost) -> None:
+        """The broker closed this link because a newer leader evicted it: whatever the
+        ZooKeeper session still says (a process that froze hears of its expiry only now),
+        a newer token exists, so this consumer steps down and contends again."""
+        machine = self._guard_machine
+        led = self._led
+        token = evicted_by(reason.reason)
+        if machine is None or led is None or token is None or token <= led[1]:
+            return
+        log.warning("consumer of %r was evicted by the leader with token %d: stepping down",
+                    self._queue_name, token)
+        self._carry_out_guard(machine.fenced(self._now_loop().time()))
 
     def _abandon(self, why: str) -> None:
         """Give the channel up: the subscription goes, and the broker requeues every

@@ -491,6 +491,12 @@ class GuardSettings:
     retry: Backoff = attrs.field(factory=lambda: GUARD_RETRY, validator=_kind(Backoff))
     """Joining the election again after a failure while connected (full jitter); spent,
     the consumer stops. (A lost connection is not a failure: kazoo reconnects.)"""
+    evict: bool = attrs.field(default=True, validator=_flag)
+    """A new leader asks the broker to close its predecessor's AMQP connection (the record
+    of an older token; a frozen leader whose lease expired), so that a native single-active
+    queue is handed over at once instead of after missed heartbeats. Needs
+    ``ConsumerSettings.management`` (the API of the cluster the consumer's queue is on); a
+    failing eviction is logged and the takeover waits for the heartbeats."""
 
 
 @attrs.frozen

@@ -25,7 +25,7 @@ from typing import Any, Literal, Self
 import attrs
 
 from sac.chaos.actors._sink import Sink
-from sac.sdk import GuardSettings, QueueSettings
+from sac.sdk import GuardSettings, ManagementSettings, QueueSettings
 
 Dedup = Literal["inbox", "off", "redelivered-only"]
 DEDUP_MODES: tuple[Dedup, ...] = ("inbox", "off", "redelivered-only")
@@ -155,6 +155,10 @@ class ConsumerActor(_Actor):
     guard_group: str = ""
     guard_lease: float = attrs.field(default=1.0, validator=_positive)
     """The guard's ``session_timeout`` (s); the ZooKeeper server must grant it."""
+    management_urls: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    """The management API of the queue's cluster (``ConsumerSettings.management``): with a
+    guard on a native single-active queue, a new leader evicts its frozen predecessor's
+    connection through it. Empty: none."""
 
     def __attrs_post_init__(self) -> None:
         if self.dedup != "inbox" and (self.pause_after_writes or self.pause_after_commit):
@@ -166,6 +170,10 @@ class ConsumerActor(_Actor):
 
     def open_sink(self) -> Sink:
         return Sink(self.sink or f"sqlite:{self.run_dir}/sink.db")
+
+    def management(self) -> ManagementSettings | None:
+        """``ConsumerSettings.management`` of this consumer (None: no API)."""
+        return ManagementSettings(self.management_urls) if self.management_urls else None
 
     def guard(self) -> GuardSettings | None:
         """``ConsumerSettings.guard`` of this consumer (None: unguarded)."""

@@ -244,7 +244,7 @@ def main(spec: ConsumerActor) -> int:
         queue = attrs.evolve(queue, delivery_limit=spec.delivery_limit)
     settings = ConsumerSettings(connection, queue, prefetch=spec.prefetch,
                                 ack_batch=min(spec.prefetch, 50), consumer_name=spec.actor,
-                                guard=spec.guard())
+                                guard=spec.guard(), management=spec.management())
     work = Work(spec, recorder)
     code = 0
     error = None

@@ -122,8 +122,10 @@ def test_only_the_leader_consumes_and_a_clean_stop_hands_over(
     assert leadership is not None
     assert leadership.token > a_token
     assert leadership.previous is not None
-    assert (leadership.previous.token, leadership.previous.consumer,
-            leadership.previous.connection) == (a_token, "a", f"{group}-a")
+    assert (leadership.previous.token, leadership.previous.consumer) == (a_token, "a")
+    # The connection's name is made unique to the instance, for a successor's eviction.
+    assert leadership.previous.connection is not None
+    assert leadership.previous.connection.startswith(f"{group}-a#sac-")
 
 
 # ------------------------------------------------------------------ a lost session

@@ -1,0 +1,122 @@
+"""Whether a new leader evicts its predecessor's AMQP connection, and which one: pure.
+
+A frozen leader (a stopped process, a lost host) keeps its AMQP connection open as far as
+the broker can tell until two heartbeats go unanswered (11-15 s at a heartbeat of 5 s), and a
+native single-active queue stays with it until then. The guard replaces it sooner: its
+ZooKeeper session (the lease) expires, the next contender wins with a newer token, reads the
+old leader's record, and asks the management API to close exactly that leader's connection;
+the broker then hands the queue over at once and requeues what the frozen one held.
+
+What makes that safe:
+
+- the record names one consumer instance: a guarded consumer's connection name carries an
+  instance id (``instance_connection_name``), and a record whose name does not is never used
+  (a name shared by two consumers would close the wrong one);
+- only a predecessor: a record whose token is older than the new leader's. A live leader's
+  lease is current, so nobody holds a newer token than it (a standby never evicts; a record
+  with an equal or higher token is not a predecessor's);
+- never its own connection (a consumer elected again after it lost its session);
+- only where it helps: a native single-active queue (elsewhere the guard alone keeps the
+  others off and the broker hands nothing over) and a management URL to ask.
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+from .guarding import LeaderRecord, Leadership
+
+INSTANCE_MARK = "#sac-"
+"""Between a connection's base name and its instance id."""
+_INSTANCE = re.compile(re.escape(INSTANCE_MARK) + r"[0-9a-f]{16}$")
+
+
+def instance_connection_name(base: str, instance: str) -> str:
+    """``base`` made unique to one consumer instance (``instance``: 16 random hex digits,
+    the same for its reconnects): what the broker shows as the connection's client-provided
+    name and the leader record holds."""
+    if not re.fullmatch(r"[0-9a-f]{16}", instance):
+        raise ValueError(f"an instance id is 16 hex digits, got {instance!r}")
+    return f"{base}{INSTANCE_MARK}{instance}"
+
+
+def names_one_instance(connection: str) -> bool:
+    """Whether ``connection`` is a name ``instance_connection_name`` made."""
+    return _INSTANCE.search(connection) is not None
+
+
+@attrs.frozen
+class Evict:
+    """Close every connection the client named ``connection`` (one consumer instance),
+    telling it ``reason``."""
+
+    connection: str
+    reason: str
+    token: int
+    """The new leader's."""
+    previous: LeaderRecord
+
+
+@attrs.frozen
+class Keep:
+    """Close nothing, because ``why``."""
+
+    why: str
+
+
+def eviction_reason(token: int, previous: LeaderRecord, group: str) -> str:
+    """What the evicted client reads in its connection.close (``CONNECTION_FORCED - ...``),
+    an HTTP header's worth of ASCII."""
+    text = (f"sac guard {group}: replaced by the leader with token {token}; the lease of "
+            f"token {previous.token} expired")
+    return text.encode("ascii", "replace").decode()
+
+
+def decide_eviction(
+    leadership: Leadership,
+    own_connection: str,
+    group: str,
+    *,
+    single_active: bool,
+    management: bool,
+    enabled: bool = True,
+) -> Evict | Keep:
+    """What a consumer that just won ``leadership`` does about its predecessor's
+    connection (see the module docstring for why each rule holds)."""
+    previous = leadership.previous
+    if not enabled:
+        return Keep("eviction is off (GuardSettings.evict)")
+    if not management:
+        return Keep("no management URL (ConsumerSettings.management): the broker hands the "
+                    "queue over after missed heartbeats")
+    if not single_active:
+        return Keep("the queue has no native single active consumer: the broker hands "
+                    "nothing over")
+    if previous is None:
+        return Keep("no previous leader on record")
+    if previous.token >= leadership.token:
+        return Keep(f"the record's token {previous.token} is not older than ours "
+                    f"({leadership.token}): not our predecessor's")
+    connection = previous.connection
+    if connection is None:
+        return Keep(f"the record of token {previous.token} names no connection")
+    if connection == own_connection:
+        return Keep("the previous leader was this consumer: its own connection stays")
+    if not names_one_instance(connection):
+        return Keep(f"the connection name {connection!r} may be shared by several "
+                    "consumers: closing it could close a live one")
+    return Evict(connection, eviction_reason(leadership.token, previous, group),
+                 leadership.token, previous)
+
+
+_EVICTED_BY = re.compile(r"sac guard \S+: replaced by the leader with token (\d+)")
+
+
+def evicted_by(close_reason: str) -> int | None:
+    """The token of the leader that evicted this connection, read from the broker's
+    connection.close text (``eviction_reason``), or None when it was closed for another
+    reason."""
+    found = _EVICTED_BY.search(close_reason)
+    return int(found[1]) if found else None

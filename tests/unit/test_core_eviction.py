@@ -1,0 +1,74 @@
+"""Whether a new leader evicts its predecessor's connection (``_core/eviction.py``): only an
+older token's record, only one instance's connection, never its own, only on a native
+single-active queue with a management URL."""
+
+from __future__ import annotations
+
+import pytest
+
+from sac.sdk._core.eviction import (
+    Evict,
+    Keep,
+    decide_eviction,
+    evicted_by,
+    eviction_reason,
+    instance_connection_name,
+    names_one_instance,
+)
+from sac.sdk._core.guarding import LeaderRecord, Leadership
+
+OLD = instance_connection_name("orders-consumer", "0123456789abcdef")
+OWN = instance_connection_name("orders-consumer", "fedcba9876543210")
+
+
+def decide(previous: LeaderRecord | None, token: int = 200, *, own: str = OWN,
+           single_active: bool = True, management: bool = True,
+           enabled: bool = True) -> Evict | Keep:
+    return decide_eviction(Leadership(token, "/g/election/n", previous), own, "/sac/orders",
+                           single_active=single_active, management=management,
+                           enabled=enabled)
+
+
+def test_a_predecessor_with_an_older_token_is_evicted_by_its_own_connection_name() -> None:
+    previous = LeaderRecord(100, "a", OLD, "host", 42)
+    decision = decide(previous)
+    assert isinstance(decision, Evict)
+    assert (decision.connection, decision.token, decision.previous) == (OLD, 200, previous)
+    assert "token 200" in decision.reason
+    assert "token 100" in decision.reason
+    assert evicted_by(f"CONNECTION_FORCED - {decision.reason}") == 200
+
+
+@pytest.mark.parametrize(("previous", "kwargs", "why"), [
+    (None, {}, "no previous leader"),
+    (LeaderRecord(200, "a", OLD), {}, "not older"),
+    (LeaderRecord(300, "a", OLD), {}, "not older"),
+    (LeaderRecord(100, "a", None), {}, "names no connection"),
+    (LeaderRecord(100, "a", OWN), {}, "this consumer"),
+    (LeaderRecord(100, "a", "orders-consumer"), {}, "shared"),
+    (LeaderRecord(100, "a", OLD), {"single_active": False}, "no native single active"),
+    (LeaderRecord(100, "a", OLD), {"management": False}, "no management URL"),
+    (LeaderRecord(100, "a", OLD), {"enabled": False}, "eviction is off"),
+])
+def test_nothing_is_closed_unless_every_rule_allows(
+    previous: LeaderRecord | None, kwargs: dict[str, bool], why: str
+) -> None:
+    decision = decide(previous, **kwargs)  # type: ignore[arg-type]
+    assert isinstance(decision, Keep)
+    assert why in decision.why
+
+
+def test_instance_names_are_recognised_and_ids_checked() -> None:
+    assert names_one_instance(OLD)
+    assert not names_one_instance("orders-consumer")
+    assert not names_one_instance(OLD + "x")
+    with pytest.raises(ValueError, match="16 hex digits"):
+        instance_connection_name("c", "xyz")
+
+
+def test_only_our_eviction_reason_names_a_token() -> None:
+    assert evicted_by("CONNECTION_FORCED - Closed via management plugin") is None
+    assert evicted_by("") is None
+    reason = eviction_reason(7, LeaderRecord(5), "/sac/ördérs")
+    assert reason.isascii()
+    assert evicted_by(reason) == 7
