@@ -39,6 +39,7 @@ federation both ways, and the federation links ran on both clusters.
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
 import tempfile
 import time
@@ -137,6 +138,10 @@ def links(side: Side, queue: str) -> list[str]:
     """The status of each federation link of ``queue`` on ``side`` (``running``...)."""
     found = side.cluster.management_api("federation-links/%2F")
     return [str(link.get("status")) for link in found if link.get("queue") == queue]
+
+
+def link_running(side: Side, queue: str) -> bool:
+    return "running" in links(side, queue)
 
 
 # --------------------------------------------------------------------------- the consumer
@@ -315,8 +320,8 @@ class Federated:
         """Until the queue's federation link runs on each cluster (it starts once the policy
         finds the queue), recording what was seen."""
         for name, side in self.sides.items():
-            poll(lambda side=side: "running" in links(side, self.queue.name),  # type: ignore[misc]
-                 LINK_RUNNING_S, every=0.2)
+            poll(functools.partial(link_running, side, self.queue.name), LINK_RUNNING_S,
+                 every=0.2)
             self.links_seen[name] = links(side, self.queue.name)
 
     def run(self) -> int:
@@ -390,6 +395,9 @@ class Federated:
         print(f"missing                           {len(missing)}" + _sample(missing))
         print(f"done twice                        {len(twice)}" + _sample(twice))
         print(f"duplicates skipped by the inbox   {sum(skipped.values())}")
+        if a and b:
+            print(f"gap: a's last effect -> b's first {b[0].t - a[-1].t:.3f} s (b's election, "
+                  "subscription, and federation bringing it messages)")
         print("federation links                  "
               + ", ".join(f"{n.upper()}: {' '.join(s) or 'none'}"
                           for n, s in self.links_seen.items()))
