@@ -46,10 +46,12 @@ class FaultProxy:
             raise ChaosError(f"no Toxiproxy API answers at {self.url}")
         self._proxies: dict[tuple[str, int], Proxy] = {}
 
-    def route(self, actor: str, node: int, upstream: str) -> str:
-        """The ``host:port`` through which ``actor`` reaches ``node`` at ``upstream``."""
+    def route(self, actor: str, node: int, upstream: str, host: str = "127.0.0.1") -> str:
+        """The ``host:port`` through which ``actor`` reaches ``node`` at ``upstream``;
+        ``host``: where the proxy listens (a broker in a network namespace reaches the host
+        at its bridge address only)."""
         proxy = self.client.create(upstream=upstream, name=f"{self.prefix}-{actor}-n{node}",
-                                   listen="127.0.0.1:0")
+                                   listen=f"{host}:0")
         self._proxies[(actor, node)] = proxy
         return str(proxy.listen)
 

@@ -24,6 +24,7 @@ import attrs
 from sac.chaos.actors import Sink
 from sac.chaos.errors import ChaosError, UnknownScenario
 from sac.chaos.faults import FaultProxy
+from sac.chaos.federation import federate, unfederate
 from sac.chaos.settings import ANOMALIES, GUARD_LEASE_S, GUARD_TICK_MS, RunSettings, Weakening
 from sac.chaos.world import World
 from sac.server import LocalCluster, LocalPostgres, LocalZooKeeper
@@ -83,6 +84,9 @@ class Scenario:
     evict: bool = False
     """Guarded consumers get the cluster's management API: a new leader has the broker
     close its predecessor's connection (``GuardSettings.evict``)."""
+    federated: bool = False
+    """The queue federated with a second cluster (``chaos/federation.py``), consumer slots
+    alternating between the two: only a guard keeps one active across both."""
 
     def __attrs_post_init__(self) -> None:
         if not (self.single_active or self.guard):
@@ -90,6 +94,9 @@ class Scenario:
                              "needs guarded consumers (guard=True)")
         if self.evict and not self.guard:
             raise ChaosError(f"scenario {self.name}: eviction needs guarded consumers")
+        if self.federated and (self.single_active or not self.guard):
+            raise ChaosError(f"scenario {self.name}: a federated queue is kept to one "
+                             "consumer by the guard (guard=True, single_active=False)")
 
 
 def _delete_queue(cluster: LocalCluster, queue: str) -> None:
@@ -103,10 +110,11 @@ def _delete_queue(cluster: LocalCluster, queue: str) -> None:
 def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
         postgres: LocalPostgres | None = None, zookeeper: LocalZooKeeper | None = None,
         scenarios: dict[str, Scenario] | None = None, check: str = "python",
-        toxiproxy_url: str | None = None) -> RunResult:
+        toxiproxy_url: str | None = None, other: LocalCluster | None = None) -> RunResult:
     """Carry out one run and check it; see the module's docstring. A scenario with guarded
     consumers uses ``zookeeper`` (its tick short enough for ``GUARD_LEASE_S``), or starts
-    one of its own in the run's directory for the run."""
+    one of its own in the run's directory for the run; a federated one federates with
+    ``other``, or a one-node cluster it starts for the run."""
     from sac.chaos.scenarios import SCENARIOS
 
     table = SCENARIOS if scenarios is None else scenarios
@@ -155,13 +163,20 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
                 zookeeper = servers.enter_context(LocalZooKeeper(
                     "zk", home=run_dir, tick_time_ms=GUARD_TICK_MS))
             hosts = zookeeper.hosts
+        if scenario.federated and other is None:
+            other = servers.enter_context(LocalCluster(
+                f"fed-{uuid.uuid4().hex[:6]}", nodes=1, home=run_dir))
         proxy = FaultProxy(f"chaos-{uuid.uuid4().hex[:6]}", toxiproxy_url)
     except BaseException:
         servers.close()
         raise
     world = World(settings, cluster, run_dir, proxy, queue, scenario.queue_type, sink,
                   single_active=scenario.single_active, zookeeper=hosts,
-                  management=tuple(cluster.management_urls()) if scenario.evict else ())
+                  management=tuple(cluster.management_urls()) if scenario.evict else (),
+                  other=other if scenario.federated else None)
+    if scenario.federated:
+        meta["topology"]["federated_with"] = {
+            "cluster": world.clusters[1].name, "nodes": [n.name for n in world.clusters[1].nodes]}
     if hosts is not None:
         meta["guard"] = {"zookeeper": hosts, "group": world.guard_group,
                          "lease_s": GUARD_LEASE_S, "native_single_active": scenario.single_active,
@@ -171,6 +186,8 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
         world.ensure_whole()
         if scenario.prepare is not None:
             scenario.prepare(cluster, queue)
+        if scenario.federated:
+            federate(world.clusters, queue, proxy)
         _drive(world, scenario)
     except ChaosError as exc:
         error = exc  # the run went wrong (an actor died, a wait ran out): checked all the same
@@ -181,6 +198,8 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
         world.close()
         meta["routes"] = proxy.routes()
         proxy.close()
+        if scenario.federated:
+            unfederate(world.clusters, queue)
         servers.close()
         meta["end"] = time.time()
         meta["restarts"] = world.restarts

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from sac.chaos._process import ActorProcess
+from sac.chaos.federation import link_actor, links_running
 from sac.chaos.partition import Grudge, isolate, majorities_ring, one_way
 from sac.chaos.runner import Body, Scenario
 from sac.chaos.world import World, toxic, zk_cut
@@ -279,6 +280,67 @@ def evict_frozen(w: World) -> None:
     w.until(f"{victim.name} to stand by", lambda: victim.role == "waiting", 60)
 
 
+# ---------------------------------------------------------------------- a federated queue
+
+
+def _federated_start(w: World) -> None:
+    """A publisher on the second cluster too, and both federation links running."""
+    w.start_publisher(1, side=1)
+    w.until("both federation links running", lambda: links_running(w.clusters, w.queue), 60)
+
+
+def zk_leader_freeze(w: World) -> None:
+    """The leading consumer, inside an effect whose batch holds row locks, is stopped
+    (SIGSTOP): its ZooKeeper session expires after the lease, the consumer on the other
+    cluster wins the election with a newer token and subscribes there, and federation
+    brings it what a publisher started now on the frozen one's cluster publishes (and what
+    the frozen one had prefetched, once the broker gives up on it). Thawed, the old
+    leader's commit must be refused; it hears that its session is gone and stands by."""
+    _federated_start(w)
+    w.wait_committed(w.at_fraction(0.2, 0.4))
+    victim = _inside_effect(w)
+    side = w.side_of(victim)
+    since = time.time()
+    with w.nemesis.fault("sigstop", victim.name, side=side):
+        victim.signal(signal.SIGSTOP)
+        victim.tell("continue")  # read only once thawed
+        others = [p for p in w.live_consumers() if p is not victim]
+        w.until("the new leader's first effect", lambda: any(
+            w.recorded(p.name, "commit", since) for p in others), 60)
+        mover = w.start_publisher(len(w.publishers), max(10, w.settings.messages // 4), side)
+        w.pause(w.rng.uniform(0.0, 0.5))
+        victim.signal(signal.SIGCONT)
+    w.until(f"{victim.name}'s late commit, refused or not", lambda: any(
+        w.recorded(victim.name, kind, since) for kind in ("commit_rejected", "commit")), 30)
+    w.until(f"a message of {mover.name} (on {victim.name}'s cluster) handled on the other",
+            lambda: any(e.get("type") == "commit" and str(e.get("msg")).startswith(mover.name)
+                        for p in others for e in w.events(p.name)), 60)
+    w.until(f"{victim.name} to stand by", lambda: victim.role == "waiting", 60)
+
+
+def federation_link_reset(w: World) -> None:
+    """The federation link into the active consumer's cluster has its acks to the other
+    cluster held back (the messages it moved are not yet acked there), then its
+    connections reset: the other cluster gives those messages to the link again when it
+    reconnects, and they arrive a second time (federation is at least once)."""
+    _federated_start(w)
+    w.wait_committed(w.at_fraction(0.2, 0.4))
+    side = w.side_of(w.active())
+    link = link_actor(side)
+    with w.nemesis.fault("reset_peer", link, held_back="acks"):
+        labels = [w.proxy.add(link, "timeout", stream="upstream", attributes={"timeout": 0})]
+        try:
+            w.pause(w.rng.uniform(0.5, 1.5))
+            labels.append(w.proxy.add(link, "reset_peer", stream="downstream",
+                                      attributes={"timeout": 0}, name="reset_downstream"))
+            w.pause(0.2)
+        finally:
+            for label in labels:
+                w.proxy.remove(link, label)
+    w.until("both federation links running again",
+            lambda: links_running(w.clusters, w.queue), 60)
+
+
 def _declare_on_first_node(cluster: LocalCluster, queue: str) -> None:
     """The queue declared (as the SDK declares it) through node 1, which then leads it."""
     settings = QueueSettings(queue)
@@ -332,5 +394,13 @@ SCENARIOS: dict[str, Scenario] = {
                  "frozen inside an effect; its successor evicts its connection once its "
                  "lease expires", evict_frozen, "fencing-off", ("concurrent",),
                  store="postgres", guard=True, evict=True),
+        Scenario("zk-leader-freeze", "SIGSTOP of the guarded leader on a queue federated "
+                 "between two clusters; the other cluster's consumer takes over",
+                 zk_leader_freeze, "fencing-off", ("concurrent", "duplicated"),
+                 store="postgres", guard=True, single_active=False, federated=True),
+        Scenario("federation-link-reset", "the federation link into the active consumer's "
+                 "cluster reset with its acks held back", federation_link_reset,
+                 "dedup-off", ("duplicated",), store="postgres", guard=True,
+                 single_active=False, federated=True),
     ]
 }

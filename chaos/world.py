@@ -29,13 +29,17 @@ class World:
     def __init__(self, settings: RunSettings, cluster: LocalCluster, run_dir: Path,
                  proxy: FaultProxy, queue: str, queue_type: Literal["quorum", "classic"],
                  sink: Sink, *, single_active: bool = True, zookeeper: str | None = None,
-                 management: tuple[str, ...] = ()):
+                 management: tuple[str, ...] = (), other: LocalCluster | None = None):
         """``zookeeper``: ZooKeeper's connection string; given, every consumer is guarded
         (group ``guard_group``, lease ``GUARD_LEASE_S``), each reaching ZooKeeper through
         a proxy of its own (``zk_cut``). ``management``: the cluster's management API URLs,
-        given to guarded consumers (a new leader evicts its predecessor's connection)."""
+        given to guarded consumers (a new leader evicts its predecessor's connection).
+        ``other``: a second cluster the queue is federated with (``chaos/federation.py``);
+        consumer slots then alternate between the two."""
         self.settings = settings
         self.cluster = cluster
+        self.clusters = [cluster] if other is None else [cluster, other]
+        """The sides of a federated world (side 0 is ``cluster``); one side otherwise."""
         self.run_dir = run_dir
         self.proxy = proxy
         self.queue = queue
@@ -82,10 +86,11 @@ class World:
 
     # ------------------------------------------------------------------ actors
 
-    def _urls(self, actor: str, first: int) -> list[str]:
-        creds = self.cluster.credentials
+    def _urls(self, actor: str, first: int, side: int = 0) -> list[str]:
+        cluster = self.clusters[side]
+        creds = cluster.credentials
         login = ":".join(urllib.parse.quote(x, safe="") for x in (creds.user, creds.password))
-        nodes = self.cluster.nodes
+        nodes = cluster.nodes
         return [f"amqp://{login}@{self.proxy.route(actor, node.index, node.address)}/%2F"
                 for node in nodes[first:] + nodes[:first]]
 
@@ -96,9 +101,10 @@ class World:
             guard = {"guard_hosts": self.proxy.route(_zk_link(actor), 0, self.zookeeper),
                      "guard_group": self.guard_group, "guard_lease": GUARD_LEASE_S,
                      "management_urls": self.management}
+        side = self.side_of_slot(slot)
         return ConsumerActor(
             actor=actor, run_dir=str(self.run_dir), queue=self.queue,
-            urls=tuple(self._urls(actor, (slot + 1) % len(self.cluster.nodes))),
+            urls=tuple(self._urls(actor, (slot + 1) % len(self.clusters[side].nodes), side)),
             queue_type=self.queue_type, heartbeat=s.heartbeat,
             single_active=self.single_active, face=s.faces[slot % len(s.faces)],
             dedup="off" if s.weakened == "dedup-off" else
@@ -122,12 +128,22 @@ class World:
             self.consumers[slot] = process
             return process
 
-    def start_publisher(self, index: int = 0, messages: int | None = None) -> ActorProcess:
+    def side_of_slot(self, slot: int) -> int:
+        """The side (cluster) of consumer slot ``slot``: they alternate."""
+        return slot % len(self.clusters)
+
+    def side_of(self, process: ActorProcess) -> int:
+        slot = next(s for s, p in self.consumers.items() if p is process)
+        return self.side_of_slot(slot)
+
+    def start_publisher(self, index: int = 0, messages: int | None = None,
+                        side: int = 0) -> ActorProcess:
         s = self.settings
         actor = f"publisher-{index}"
-        first = 0 if index == 0 else self.rng.randrange(len(self.cluster.nodes))
+        first = 0 if index == 0 else self.rng.randrange(len(self.clusters[side].nodes))
         spec = PublisherActor(actor=actor, run_dir=str(self.run_dir), queue=self.queue,
-                              urls=tuple(self._urls(actor, first)), queue_type=self.queue_type,
+                              urls=tuple(self._urls(actor, first, side)),
+                              queue_type=self.queue_type,
                               heartbeat=s.heartbeat, single_active=self.single_active,
                               messages=messages or s.messages, rate=s.rate)
         process = ActorProcess.start(spec)

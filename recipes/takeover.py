@@ -114,11 +114,13 @@ def read_effects(path: Path) -> list[Effect]:
 
 class SteadyPublisher:
     """Publishes ``count`` messages at ``rate`` a second from a thread of its own (ids
-    ``m000001``...), each confirmed by the broker before it counts."""
+    ``<prefix>000001``...), each confirmed by the broker before it counts."""
 
-    def __init__(self, settings: PublisherSettings, rate: float, count: int) -> None:
+    def __init__(self, settings: PublisherSettings, rate: float, count: int,
+                 prefix: str = "m") -> None:
         self.rate = rate
         self.count = count
+        self.prefix = prefix
         self.confirmed: list[str] = []
         self.failed: list[str] = []
         self._publisher = Publisher(settings)
@@ -139,7 +141,8 @@ class SteadyPublisher:
         for seq in range(1, self.count + 1):
             if self._stop.wait(max(0.0, began + seq / self.rate - time.monotonic())):
                 return
-            future = self._publisher.send(f"message {seq}".encode(), message_id=f"m{seq:06d}")
+            future = self._publisher.send(f"message {seq}".encode(),
+                                          message_id=f"{self.prefix}{seq:06d}")
             future.add_done_callback(self._settled)
 
     def _settled(self, future: Future[str]) -> None:

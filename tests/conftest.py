@@ -41,6 +41,15 @@ def cluster(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluste
 
 
 @pytest.fixture(scope="session")
+def cluster_b(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """A second cluster, of one node: the other side of a federation with ``cluster``."""
+    local = LocalCluster(name=f"test-b-{os.getpid()}", nodes=1, home=sac_home)
+    pytestconfig.stash[_servers_key].append(local)
+    with local:
+        yield local
+
+
+@pytest.fixture(scope="session")
 def netns_cluster(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
     """Three nodes, each in a network namespace of its own (root): what partitions cut."""
     local = LocalCluster(name=f"net-{os.getpid()}", nodes=3, home=sac_home, network="netns")

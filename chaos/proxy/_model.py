@@ -110,13 +110,31 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+NETNS_BRIDGES: Final = ipaddress.ip_network("198.18.0.0/15")
+"""Where local netns clusters put their bridges (RFC 2544, never routed): a broker inside a
+namespace reaches the host only at its bridge's address, so a proxy for a link the broker
+opens itself (a federation upstream) listens there."""
+
+
+def may_listen(host: str) -> bool:
+    """Loopback, or the host's side of a local netns bridge: never an address other
+    machines reach."""
+    if is_loopback(host):
+        return True
+    try:
+        return ipaddress.ip_address(host) in NETNS_BRIDGES
+    except ValueError:
+        return False
+
+
 def _listen(value: str, what: str) -> str:
     try:
         host, _ = split_address(value)
     except ValueError as exc:
         raise ApiError(400, f"{what}: {exc}") from exc
-    if not is_loopback(host):
-        raise ApiError(400, f"{what}: listen address {value!r} is not loopback")
+    if not may_listen(host):
+        raise ApiError(400, f"{what}: listen address {value!r} is neither loopback nor a "
+                       "local netns bridge (198.18.0.0/15)")
     return value
 
 

@@ -34,11 +34,14 @@ def test_scenario(name: str, weakened: bool, netns_cluster: LocalCluster,
                   ) -> None:
     cluster = netns_cluster
     scenario = SCENARIOS[name]
+    # A federated queue: its other side is the session's one-node loopback cluster.
+    other = request.getfixturevalue("cluster_b") if scenario.federated else None
     settings = RunSettings(name, seed=1, messages=MESSAGES,
                            weakened=scenario.weakened if weakened else None)
     # Guarded consumers: the session's short-tick ZooKeeper (a run would start its own).
     zookeeper = request.getfixturevalue("zookeeper_short_tick") if scenario.guard else None
-    result = run(settings, cluster, tmp_path, postgres=postgres, zookeeper=zookeeper)
+    result = run(settings, cluster, tmp_path, postgres=postgres, zookeeper=zookeeper,
+                 other=other)
     verdict = result.verdict
     found = {a: verdict[a]["count"] for a in ANOMALIES}
     # The workload ran in full through the fault: every message published was confirmed.
@@ -60,8 +63,10 @@ def test_scenario(name: str, weakened: bool, netns_cluster: LocalCluster,
     assert run_json["single_active_queues"] == [run_json["queue"]]
     # Nothing of the run is left: no actor process, no proxy, no queue.
     assert not _actors_of(tmp_path)
-    queues = [q["name"] for q in cluster.management_api("queues?columns=name")]
-    assert run_json["queue"] not in queues
+    for side in [cluster] if other is None else [cluster, other]:
+        queues = [q["name"] for q in side.management_api("queues?columns=name")]
+        assert run_json["queue"] not in queues
+        assert not [p for p in side.management_api("policies") if run_json["queue"] in p["name"]]
 
 
 def test_an_interrupted_run_leaves_no_process(netns_cluster: LocalCluster,

@@ -78,6 +78,27 @@ def test_a_plain_queue_needs_guarded_consumers() -> None:
                  "dedup-off", ("duplicated",), single_active=False)
 
 
+@pytest.mark.parametrize("options", [{"guard": True}, {}],
+                         ids=["guarded-native-single-active", "unguarded-native"])
+def test_a_federated_queue_is_kept_to_one_consumer_by_the_guard(options: dict[str, bool]
+                                                                  ) -> None:
+    """Native single active consumer is per cluster: across two only the guard can hold."""
+    from sac.chaos.runner import Scenario
+
+    with pytest.raises(ChaosError, match="federated queue is kept to one consumer"):
+        Scenario("x", "federated", lambda _w: None, "dedup-off", ("duplicated",),
+                 federated=True, **options)
+
+
+def test_the_federated_scenarios_are_guarded_on_plain_queues() -> None:
+    from sac.chaos.scenarios import SCENARIOS
+
+    federated = sorted(s.name for s in SCENARIOS.values() if s.federated)
+    assert federated == ["federation-link-reset", "zk-leader-freeze"]
+    assert all(SCENARIOS[n].guard and not SCENARIOS[n].single_active
+               and SCENARIOS[n].store == "postgres" for n in federated)
+
+
 def test_the_face_names_every_export() -> None:
     from sac import chaos
 

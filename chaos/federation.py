@@ -1,0 +1,76 @@
+"""The two-cluster world of the federated scenarios: the run's queue federated both ways
+between the run's cluster (side 0) and a second one (side 1), each side's federation link
+reaching the other cluster through the fault proxy, so that a scenario can cut it (either
+cluster may run on loopback or in network namespaces).
+
+Each side's copy of the queue has an upstream parameter naming the other cluster (its every
+node, through the proxy: the link is an AMQP client of the other cluster, like an actor) and
+a policy applying it; ``ack-mode: on-confirm``, so the link acks upstream only after the
+downstream confirmed: nothing is lost between the clusters, and a link cut before its ack
+moves the message again (the inbox absorbs the copy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import urllib.parse
+from collections.abc import Sequence
+
+from sac.chaos.faults import FaultProxy
+from sac.server import LocalCluster
+
+SIDES = "ab"
+RECONNECT_DELAY_S = 1
+
+
+def link_actor(side: int) -> str:
+    """The fault proxy's name for side ``side``'s federation link (to the other side)."""
+    return f"federation-{SIDES[side]}"
+
+
+def _upstream(queue: str, side: int) -> str:
+    return f"{queue}-from-{SIDES[1 - side]}"
+
+
+def federate(clusters: Sequence[LocalCluster], queue: str, proxy: FaultProxy) -> None:
+    """Each side's ``queue`` pulls from the other's, through the proxy."""
+    for side, cluster in enumerate(clusters):
+        upstream = clusters[1 - side]
+        creds = upstream.credentials
+        login = ":".join(urllib.parse.quote(x, safe="") for x in (creds.user, creds.password))
+        # The link is a client of the downstream's broker: the proxy listens where that
+        # broker can reach the host (its bridge, when its nodes run in namespaces).
+        host = cluster.netns.host_address if cluster.spec.network == "netns" else "127.0.0.1"
+        uris = [f"amqp://{login}@{proxy.route(link_actor(side), node.index, node.address, host)}"
+                "/%2F" for node in upstream.nodes]
+        name = _upstream(queue, side)
+        cluster.management_api(f"parameters/federation-upstream/%2F/{name}", method="PUT",
+                               body={"value": {"uri": uris, "ack-mode": "on-confirm",
+                                               "reconnect-delay": RECONNECT_DELAY_S}})
+        cluster.management_api(f"policies/%2F/{name}", method="PUT", body={
+            "pattern": f"^{queue}$", "apply-to": "queues", "priority": 10,
+            "definition": {"federation-upstream": name}})
+
+
+def links_running(clusters: Sequence[LocalCluster], queue: str) -> bool:
+    """Whether each side's federation link of ``queue`` runs (it starts once the policy
+    finds the queue declared, and again after a reconnect delay when it was cut)."""
+    for cluster in clusters:
+        links = cluster.management_api("federation-links/%2F")
+        if not any(link.get("queue") == queue and link.get("status") == "running"
+                   for link in links):
+            return False
+    return True
+
+
+def unfederate(clusters: Sequence[LocalCluster], queue: str) -> None:
+    """The policies, the upstreams and the queue's copy on side 1 (the runner deletes the
+    run's cluster's own)."""
+    for side, cluster in enumerate(clusters):
+        name = _upstream(queue, side)
+        for path in (f"policies/%2F/{name}", f"parameters/federation-upstream/%2F/{name}"):
+            with contextlib.suppress(Exception):
+                cluster.management_api(path, method="DELETE")
+    for path in (f"queues/%2F/{queue}", f"queues/%2F/{queue}.parked"):
+        with contextlib.suppress(Exception):
+            clusters[1].management_api(path, method="DELETE")
