@@ -114,6 +114,10 @@ def odd_queues(cluster: LocalCluster, management: Management) -> Iterator[str]:
         wait_until(lambda: sum(q.name.startswith(prefix) and q.policy == f"{prefix}-ha"
                                for q in management.queues("/")) == 3, 10,
                    "the policy on the three queues")
+        # Channel statistics lag the queue's: the recipe reads both.
+        wait_until(lambda: global_qos_channels(management.queue(f"{prefix}-shared"),
+                                               management.channels()), 10,
+                   "the consuming channel's global QoS in the management API")
         yield prefix
     finally:
         with contextlib.suppress(pika.exceptions.AMQPError):
