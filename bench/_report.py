@@ -13,6 +13,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import statistics
 import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -77,3 +78,12 @@ def save(prefix: str, started: dt.datetime, report: dict[str, Any], table: str) 
     print(table)
     print(f"results: {path}")
     return path
+
+
+def spread(values: Sequence[float], middle: str = "median") -> dict[str, float | None]:
+    """The middle (median, under the name ``middle``), min and max of some timings, in
+    seconds rounded to 0.1 ms; all None without a value."""
+    if not values:
+        return {middle: None, "min": None, "max": None}
+    return {middle: round(statistics.median(values), 4), "min": round(min(values), 4),
+            "max": round(max(values), 4)}

@@ -51,7 +51,6 @@ import json
 import os
 import random
 import signal
-import statistics
 import sys
 import tempfile
 import threading
@@ -85,7 +84,7 @@ from sac.sdk import (
 )
 from sac.server import LocalCluster
 
-from ._report import conditions, positive_int, save
+from ._report import conditions, positive_int, save, spread
 
 FACES = ("blocking", "asyncio")
 Fault = Literal["graceful", "connection-reset", "frozen"]
@@ -606,16 +605,6 @@ class Bench:
 # --------------------------------------------------------------------------- report
 
 
-def _stats(values: Sequence[float]) -> dict[str, float | None]:
-    if not values:
-        return {"median": None, "min": None, "max": None}
-    return {
-        "median": round(statistics.median(values), 4),
-        "min": round(min(values), 4),
-        "max": round(max(values), 4),
-    }
-
-
 def summarize(results: Sequence[RunResult]) -> dict[str, dict[str, Any]]:
     groups: dict[str, list[RunResult]] = {}
     for r in results:
@@ -629,8 +618,8 @@ def summarize(results: Sequence[RunResult]) -> dict[str, dict[str, Any]]:
             "heartbeat": runs[0].heartbeat,
             "runs": len(runs),
             "runs_with_handover": len(ok),
-            "handover_s": _stats([r.handover_s for r in ok if r.handover_s is not None]),
-            "first_b_age_s": _stats(
+            "handover_s": spread([r.handover_s for r in ok if r.handover_s is not None]),
+            "first_b_age_s": spread(
                 [r.first_b_age_s for r in ok if r.first_b_age_s is not None]
             ),
             "published": [r.published for r in runs],

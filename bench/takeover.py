@@ -65,7 +65,6 @@ import os
 import random
 import shutil
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -87,7 +86,7 @@ from sac.chaos.proxy import ProxyThread
 from sac.sdk import ConnectionSettings, PublisherSettings, QueueSettings, Role
 from sac.server import LocalCluster, LocalZooKeeper
 
-from ._report import conditions, positive_int, save
+from ._report import conditions, positive_int, save, spread
 from .handover import SteadyPublisher
 
 STEP_TIMEOUT = 60.0
@@ -449,13 +448,6 @@ class Bench:
 # --------------------------------------------------------------------------- report
 
 
-def _stats(values: Sequence[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50": None, "min": None, "max": None}
-    return {"p50": round(statistics.median(values), 4), "min": round(min(values), 4),
-            "max": round(max(values), 4)}
-
-
 def summarize(trials: Sequence[Trial]) -> dict[str, dict[str, Any]]:
     summary: dict[str, dict[str, Any]] = {}
     for name in dict.fromkeys(t.mode for t in trials):
@@ -464,8 +456,9 @@ def summarize(trials: Sequence[Trial]) -> dict[str, dict[str, Any]]:
         summary[name] = {
             "trials": len(runs),
             "trials_ok": sum(t.ok for t in runs),
-            "takeover_s": _stats(taken),
-            "b_active_s": _stats([t.b_active_s for t in runs if t.b_active_s is not None]),
+            "takeover_s": spread(taken, "p50"),
+            "b_active_s": spread(
+                [t.b_active_s for t in runs if t.b_active_s is not None], "p50"),
             "duplicates": sum(t.duplicates for t in runs),
             "missing": sum(t.missing for t in runs),
             "overlaps": sum(bool(t.overlap) for t in runs),
