@@ -76,6 +76,9 @@ class ConnectionsClosed:
     client_name: str
     closed: tuple[ConnectionInfo, ...]
     gone: tuple[ConnectionInfo, ...] = ()
+    spared: tuple[ConnectionInfo, ...] = ()
+    """Of that name, but not closed (a guard's eviction closes only a consumer of its
+    queue: ``_core/eviction.py``)."""
 
 
 T = TypeVar("T")
@@ -204,16 +207,18 @@ class Management:
         is reported as gone. A connection opened within the statistics interval may not be
         listed yet, so it is not closed."""
         found = [c for c in self.connections() if c.client_name == client_name]
-        closed: list[ConnectionInfo] = []
-        gone: list[ConnectionInfo] = []
-        for connection in found:
-            try:
-                self._send(api.close_connection(connection.name, reason))
-            except ManagementNotFound:
-                gone.append(connection)
-            else:
-                closed.append(connection)
+        closed = [c for c in found if self.close_connection(c.name, reason)]
+        gone = [c for c in found if c not in closed]
         return ConnectionsClosed(client_name, tuple(closed), tuple(gone))
+
+    def close_connection(self, name: str, reason: str) -> bool:
+        """Close the connection the broker names ``name`` (``ConnectionInfo.name``), telling
+        the client ``reason``; False when it was gone already."""
+        try:
+            self._send(api.close_connection(name, reason))
+        except ManagementNotFound:
+            return False
+        return True
 
     def channels(self) -> list[ChannelInfo]:
         """Every channel, with its prefetch and global prefetch (a global QoS)."""
@@ -271,6 +276,9 @@ class Management:
 
     async def aclose_connections(self, client_name: str, reason: str) -> ConnectionsClosed:
         return await asyncio.to_thread(self.close_connections, client_name, reason)
+
+    async def aclose_connection(self, name: str, reason: str) -> bool:
+        return await asyncio.to_thread(self.close_connection, name, reason)
 
     async def achannels(self) -> list[ChannelInfo]:
         return await asyncio.to_thread(self.channels)
