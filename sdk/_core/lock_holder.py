@@ -25,7 +25,8 @@ claim the next epoch and be stopped inside its batch. That one is not being repl
 this claim, it replaced it: ``confirm`` keeps it alive by reading the queue's epoch once the
 owner was seen frozen, as the last step before the kill. While the frozen owner holds the
 write lock nobody can commit a newer claim, so an epoch unchanged then stays unchanged until
-the signal lands.
+the signal lands (short of the owner being thawed in that very instant, as for any frozen
+owner).
 """
 
 from __future__ import annotations

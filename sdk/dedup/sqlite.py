@@ -10,11 +10,11 @@ epoch claim would wait for as long as the freeze lasts. So the claim asks for th
 short slices, and while it is refused looks up who holds it (``/proc/locks``): if that is the
 process recorded as the holder of the queue's epoch when the claim began, on this host and
 boot, it is frozen, and no newer epoch was claimed since, the claim kills it (SIGKILL) and
-goes on. Its batch could never commit after the
-claim anyway; the kernel releases its lock, and SQLite discards the uncommitted batch. A
-running holder, a holder of another queue, a holder that claimed after this claim began (a
-newer consumer stopped in a debugger while this claim waited), or any other process is
-waited for: see ``sdk/_core/lock_holder.py`` for the rules.
+goes on. Its batch could never commit after the claim anyway; the kernel releases its lock,
+and SQLite discards the uncommitted batch. A running holder, a holder of another queue, a
+holder that claimed after this claim began (a newer consumer stopped in a debugger while
+this claim waited), or any other process is waited for: see ``sdk/_core/lock_holder.py``
+for the rules.
 """
 
 from __future__ import annotations
