@@ -1,8 +1,9 @@
 """A previous holder of a queue's epoch, in a process of its own, for the store tests of what
 a successor's claim does to it.
 
-Usage: python -m tests.dedup.holder_process KIND LOCATION QUEUE MESSAGE [ROUNDS]. It claims
-the queue's epoch (so the store records it as the holder), opens a batch and writes MESSAGE's
+Usage: python -m tests.dedup.holder_process KIND LOCATION QUEUE MESSAGE [ROUNDS [EPOCH]]. It
+claims the queue's epoch, or adopts EPOCH as a guarded consumer does (so the store records
+it as the holder), opens a batch and writes MESSAGE's
 record in it (holding the write lock on SQLite, the record's row lock on PostgreSQL), prints
 ``holding``, waits for a line on stdin, then commits and prints ``committed``, or ``failed``
 and the error's class; ROUNDS times (default 1), each with a new claim, MESSAGE-1, -2...
@@ -34,11 +35,12 @@ def open_store(kind: str, location: str) -> Store:
     raise ValueError(f"a store shared between processes is sqlite or postgres, not {kind!r}")
 
 
-def hold(kind: str, location: str, queue: str, message: str, rounds: int) -> None:
+def hold(kind: str, location: str, queue: str, message: str, rounds: int,
+         adopt: int | None) -> None:
     store = open_store(kind, location)
     store.open()
     for round_ in range(1, rounds + 1):
-        epoch = store.claim_epoch(queue)
+        epoch = store.claim_epoch(queue) if adopt is None else store.adopt_epoch(queue, adopt)
         try:
             with store.batch(queue, epoch, "holder") as batch:
                 with batch.message(message if rounds == 1 else f"{message}-{round_}"):
@@ -67,7 +69,9 @@ def main() -> None:
         claim(sys.argv[2], sys.argv[3], float(sys.argv[4]))
     else:
         kind, location, queue, message = sys.argv[1:5]
-        hold(kind, location, queue, message, int(sys.argv[5]) if len(sys.argv) > 5 else 1)
+        rounds = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+        hold(kind, location, queue, message, rounds,
+             int(sys.argv[6]) if len(sys.argv) > 6 else None)
 
 
 if __name__ == "__main__":

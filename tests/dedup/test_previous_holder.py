@@ -32,10 +32,10 @@ class Holder:
     batches in a row, each held until released)."""
 
     def __init__(self, kind: str, location: str, queue: str = Q, rounds: int = 1,
-                 message: str = "m-1") -> None:
+                 message: str = "m-1", adopt: int | None = None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.dedup.holder_process", kind, location, queue, message,
-             str(rounds)],
+             str(rounds), *([] if adopt is None else [str(adopt)])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
         self.out = Lines(self.proc)
         self.out.expect("holding", 30)
@@ -152,6 +152,28 @@ def test_sqlite_a_claim_never_kills_a_holder_newer_than_the_one_it_began_with(
         finish(claimant)
     with SQLiteStore(path) as store:
         assert store.seen(Q, "m-2" if newer == "another process" else "m-1-2")
+
+
+def test_sqlite_an_adoption_older_than_the_frozen_holders_epoch_kills_nothing(
+    tmp_path: Path, holders: list[Holder]
+) -> None:
+    """A guarded consumer's adoption of token 5 while the holder of token 10 is stopped in
+    its batch: the adoption would be refused anyway (a newer leader holds the queue), so it
+    replaces nobody: it waits (``busy_timeout``), the holder survives, and once the lock is
+    free the adoption is refused."""
+    path = tmp_path / "dedup.db"
+    store = SQLiteStore(path, busy_timeout=0.5)
+    store.open()
+    holder = Holder("sqlite", str(path), adopt=10)
+    holders.append(holder)
+    holder.proc.send_signal(signal.SIGSTOP)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        store.adopt_epoch(Q, 5)
+    assert holder.proc.poll() is None, "the holder of the newer epoch was killed"
+    assert holder.release() == "committed"
+    with pytest.raises(StaleEpoch):
+        store.adopt_epoch(Q, 5)
+    store.close()
 
 
 # ---------------------------------------------------------------------- PostgreSQL
