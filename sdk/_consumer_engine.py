@@ -869,7 +869,7 @@ class ConsumerEngine(Recovering):
         management = self.settings.management
         assert management is not None
         if self._evictor is None:
-            self._evictor = Evictor(management)
+            self._evictor = Evictor(self.settings)
         fields = {"connection": decision.connection, "token": decision.token,
                   "previous_token": decision.previous.token}
         try:

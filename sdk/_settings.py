@@ -454,6 +454,38 @@ def _session_timeout(_inst: object, _attribute: attrs.Attribute[Any], value: Any
             f"ZooKeeper server's bounds apply too), got {value!r}")
 
 
+def _zk_auth(_inst: object, _attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is None:
+        return
+    if (not isinstance(value, tuple) or len(value) != 2
+            or not all(isinstance(part, str) and part for part in value)):
+        # Never the value itself: it may hold the password.
+        got = f"a {type(value).__name__}"
+        if isinstance(value, tuple):
+            got = f"a tuple of {len(value)}"
+            if len(value) == 2:
+                bad = "user" if not (isinstance(value[0], str) and value[0]) else "password"
+                got = f"a pair whose {bad} is not a non-empty string"
+        raise ConfigurationError(
+            "GuardSettings.auth must be None or a (user, password) pair of non-empty "
+            f"strings, got {got}")
+    if ":" in value[0]:
+        raise ConfigurationError(
+            f"GuardSettings.auth: the user {value[0]!r} must not contain ':' (ZooKeeper's "
+            "digest scheme reads 'user:password')")
+
+
+def _auth_pair(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _shown_auth(value: tuple[Any, ...] | None) -> str:
+    """``auth`` without its password: safe to log."""
+    if value is None:
+        return "None"
+    return repr(tuple(part if i == 0 else "***" for i, part in enumerate(value)))
+
+
 GUARD_RETRY = Backoff(initial=0.1, maximum=5.0, max_attempts=None, max_elapsed=60.0)
 """How long a guarded consumer keeps joining its election while ZooKeeper is connected but
 refuses (no permission on the group's path, a path that cannot exist): then it stops."""
@@ -496,7 +528,17 @@ class GuardSettings:
     of an older token; a frozen leader whose lease expired), so that a native single-active
     queue is handed over at once instead of after missed heartbeats. Needs
     ``ConsumerSettings.management`` (the API of the cluster the consumer's queue is on); a
-    failing eviction is logged and the takeover waits for the heartbeats."""
+    failing eviction is logged and the takeover waits for the heartbeats. Only a consumer
+    of this queue, in this vhost, under this consumer's user is ever closed, whatever the
+    record names."""
+    auth: tuple[str, str] | None = attrs.field(default=None, converter=_auth_pair,
+                                               validator=_zk_auth, repr=_shown_auth)
+    """``(user, password)``: the session authenticates with ZooKeeper's ``digest`` scheme,
+    and the group's nodes (the group, its election and its leader record) get an ACL giving
+    that user every permission and nobody else any, so that nobody without the credentials
+    can read the record, forge one, or join the election; nodes made before without it are
+    restricted at ``start()``. Every consumer of a group gives the same pair. None: the
+    nodes are open to anyone who reaches ZooKeeper (its default ACL)."""
 
 
 @attrs.frozen

@@ -14,6 +14,13 @@ the consumer's hand the event to its loop, where ``_core/guarding.py`` decides):
 
 Every decision is the machine's; this module only does what it is told.
 
+With ``GuardSettings.auth`` the session authenticates (ZooKeeper's ``digest`` scheme) and
+every node it creates carries an ACL giving that user all permissions and nobody else any
+(kazoo's ``make_digest_acl``; the client's default ACL, which the ``Lock`` recipe's nodes
+get too). ``connect()`` makes sure the group's own nodes (the group, ``election``,
+``leader``) carry it, restricting those made before without it: a leader record nobody
+else can write cannot be forged, nor read.
+
 The one reach into kazoo's internals: kazoo negotiates the session timeout with the server
 (which clamps it to its own bounds) and keeps the result to itself, so ``_Negotiation``
 wraps the client's connection handler's ``_connect`` (checked when a guard is built) to read
@@ -45,8 +52,9 @@ ZK_EXTRA = ("ConsumerSettings.guard needs kazoo, which is not installed: install
 
 try:
     from kazoo.client import KazooClient
-    from kazoo.exceptions import CancelledError, KazooException
+    from kazoo.exceptions import CancelledError, KazooException, NoAuthError
     from kazoo.retry import KazooRetry
+    from kazoo.security import make_digest_acl
 except ImportError as _missing:
     raise ConfigurationError(ZK_EXTRA) from _missing
 
@@ -115,8 +123,15 @@ class ZooKeeperGuard:
         # suspended session is resumed well within its lease.
         retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_jitter=0.5,
                            max_delay=max(0.1, min(2.0, settings.session_timeout / 4)))
+        self._acl: list[Any] | None = None
+        auth_data = None
+        if settings.auth is not None:
+            user, password = settings.auth
+            self._acl = [make_digest_acl(user, password, all=True)]
+            auth_data = [("digest", f"{user}:{password}")]
         self.client = KazooClient(hosts=settings.hosts, timeout=settings.session_timeout,
-                                  connection_retry=retry, logger=logging.getLogger("sac.kazoo"))
+                                  connection_retry=retry, logger=logging.getLogger("sac.kazoo"),
+                                  auth_data=auth_data, default_acl=self._acl)
         self._negotiation = _Negotiation(self.client)
         self._contenders: dict[int, _Contender] = {}
         self._mutex = threading.Lock()
@@ -146,10 +161,31 @@ class ZooKeeperGuard:
             raise ConfigurationError(why)
         try:
             self.client.ensure_path(self.paths.election)
+            if self._acl is not None:
+                self._restrict()
+        except NoAuthError:
+            self._stop_client()
+            assert settings.auth is not None
+            raise ConfigurationError(
+                f"GuardSettings.auth: ZooKeeper at {settings.hosts} refuses user "
+                f"{settings.auth[0]!r} on group {settings.group}: its nodes belong to other "
+                "credentials (every consumer of a group gives the same auth)") from None
         except KazooException as exc:
             self._stop_client()
             raise ConnectError(f"ZooKeeper at {settings.hosts}: cannot create "
                                f"{self.paths.election}: {exc!r}") from exc
+
+    def _restrict(self) -> None:
+        """Give the group's nodes this guard's ACL where they lack it (made before without
+        ``auth``, so open to anyone); ``NoAuthError`` when this user may not."""
+        for path in (self.settings.group, self.paths.election, self.paths.leader):
+            self.client.ensure_path(path)
+            acls, _ = self.client.get_acls(path)
+            if list(acls) != self._acl:
+                self.client.set_acls(path, self._acl)
+                had = [f"{a.id.scheme}:{a.id.id.partition(':')[0]}" for a in acls]
+                log.warning("ZooKeeper node %s had ACL %s: restricted to GuardSettings.auth's "
+                            "user", path, had)
 
     def close(self) -> None:
         """End the session (blocking): the server deletes this consumer's election node at

@@ -12,6 +12,11 @@ twin for asyncio (``queue``/``aqueue``) that runs it in a thread.
 - Failures raise ``ManagementError`` subclasses naming the call, method, path, node and the
   broker's answer: ``ManagementNotFound`` (404), ``ManagementRefused`` (401/403),
   ``ManagementUnreachable`` (no answer, 5xx). Never a urllib traceback, never the password.
+- A redirect (3xx) is never followed: it is a ``ManagementError`` naming where it pointed.
+  urllib would send the ``Authorization`` header to whatever host the answer names (from
+  https to http included), and the API itself never redirects a call: a 3xx comes from
+  something in between (a proxy, a load balancer, a hostile peer), and the fix is to give
+  the client the URL of the API itself.
 - What the API reports comes from the broker's statistics: it is up to the statistics
   interval old (``ManagementSettings.statistics_interval``).
 
@@ -71,6 +76,9 @@ class ConnectionsClosed:
     client_name: str
     closed: tuple[ConnectionInfo, ...]
     gone: tuple[ConnectionInfo, ...] = ()
+    spared: tuple[ConnectionInfo, ...] = ()
+    """Of that name, but not closed (a guard's eviction closes only a consumer of its
+    queue: ``_core/eviction.py``)."""
 
 
 T = TypeVar("T")
@@ -83,6 +91,15 @@ class _NotSent(Exception):
 
 class _NoAnswer(Exception):
     """Sent, maybe applied, but no answer came (timeout, reset)."""
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Hands every 3xx back as the answer, never following it: the credentials go to the
+    node they were given for and nowhere else (see the module docstring)."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str,
+                         headers: Any, newurl: str) -> None:
+        return None
 
 
 def _why(exc: BaseException) -> str:
@@ -114,7 +131,8 @@ class Management:
         context = None
         if any(e.scheme == "https" for e in self._endpoints):
             context = ssl.create_default_context(cafile=settings.ca_file)
-        self._opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
+        self._opener = urllib.request.build_opener(
+            urllib.request.HTTPSHandler(context=context), _NoRedirects())
 
     def __repr__(self) -> str:
         return f"Management({', '.join(e.shown for e in self._endpoints)})"
@@ -189,16 +207,18 @@ class Management:
         is reported as gone. A connection opened within the statistics interval may not be
         listed yet, so it is not closed."""
         found = [c for c in self.connections() if c.client_name == client_name]
-        closed: list[ConnectionInfo] = []
-        gone: list[ConnectionInfo] = []
-        for connection in found:
-            try:
-                self._send(api.close_connection(connection.name, reason))
-            except ManagementNotFound:
-                gone.append(connection)
-            else:
-                closed.append(connection)
+        closed = [c for c in found if self.close_connection(c.name, reason)]
+        gone = [c for c in found if c not in closed]
         return ConnectionsClosed(client_name, tuple(closed), tuple(gone))
+
+    def close_connection(self, name: str, reason: str) -> bool:
+        """Close the connection the broker names ``name`` (``ConnectionInfo.name``), telling
+        the client ``reason``; False when it was gone already."""
+        try:
+            self._send(api.close_connection(name, reason))
+        except ManagementNotFound:
+            return False
+        return True
 
     def channels(self) -> list[ChannelInfo]:
         """Every channel, with its prefetch and global prefetch (a global QoS)."""
@@ -257,6 +277,9 @@ class Management:
     async def aclose_connections(self, client_name: str, reason: str) -> ConnectionsClosed:
         return await asyncio.to_thread(self.close_connections, client_name, reason)
 
+    async def aclose_connection(self, name: str, reason: str) -> bool:
+        return await asyncio.to_thread(self.close_connection, name, reason)
+
     async def achannels(self) -> list[ChannelInfo]:
         return await asyncio.to_thread(self.channels)
 
@@ -284,7 +307,7 @@ class Management:
             index = (self._first + step) % count
             endpoint = self._endpoints[index]
             try:
-                status, body = self._http(endpoint, request)
+                status, body, location = self._http(endpoint, request)
             except _NotSent as exc:
                 last = self._error(ManagementUnreachable, request, endpoint, None, str(exc))
                 continue
@@ -306,6 +329,9 @@ class Management:
                 except Malformed as exc:
                     raise self._error(ManagementError, request, endpoint, status,
                                       str(exc)) from None
+            if api.is_redirect(status):
+                raise self._error(ManagementError, request, endpoint, status,
+                                  api.redirect_text(location))
             kind: type[ManagementError] = ManagementError
             if status in (401, 403):
                 kind = ManagementRefused
@@ -320,9 +346,9 @@ class Management:
                                    status: int | None, answer: str) -> E:
         return kind(request.call, request.method, request.path, endpoint.shown, status, answer)
 
-    def _http(self, endpoint: Endpoint, request: Request) -> tuple[int, bytes]:
-        """One HTTP exchange: the status and body of any answer, else ``_NotSent`` or
-        ``_NoAnswer``."""
+    def _http(self, endpoint: Endpoint, request: Request) -> tuple[int, bytes, str | None]:
+        """One HTTP exchange: the status, body and ``Location`` of any answer, else
+        ``_NotSent`` or ``_NoAnswer``."""
         req = urllib.request.Request(endpoint.base + request.path, data=request.body,
                                      method=request.method)
         token = base64.b64encode(f"{endpoint.user}:{endpoint.password}".encode()).decode()
@@ -334,10 +360,10 @@ class Management:
             req.add_header("X-Reason", request.reason)
         try:
             with self._opener.open(req, timeout=self.settings.timeout) as answer:
-                return int(answer.status), answer.read()
+                return int(answer.status), answer.read(), None
         except urllib.error.HTTPError as exc:
             with exc:
-                return exc.code, exc.read()
+                return exc.code, exc.read(), exc.headers.get("Location")
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, ConnectionRefusedError | socket.gaierror | ssl.SSLError):
                 raise _NotSent(_why(exc)) from None

@@ -17,16 +17,23 @@ What makes that safe:
   with an equal or higher token is not a predecessor's);
 - never its own connection (a consumer elected again after it lost its session);
 - only where it helps: a native single-active queue (elsewhere the guard alone keeps the
-  others off and the broker hands nothing over) and a management URL to ask.
+  others off and the broker hands nothing over) and a management URL to ask;
+- only a connection that is what a predecessor's would be (``targets``): one the broker
+  lists as a consumer of this queue, in this vhost, under a user this consumer connects
+  as. A record can be forged (anyone who may write the group's nodes in ZooKeeper: give the
+  guard credentials, ``GuardSettings.auth``); whatever it names, a connection that consumes
+  another queue, lives in another vhost or belongs to another user is never closed.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Sequence
 
 import attrs
 
 from .guarding import LeaderRecord, Leadership
+from .management_api import ConnectionInfo
 
 INSTANCE_MARK = "#sac-"
 """Between a connection's base name and its instance id."""
@@ -109,6 +116,40 @@ def decide_eviction(
                     "consumers: closing it could close a live one")
     return Evict(connection, eviction_reason(leadership.token, previous, group),
                  leadership.token, previous)
+
+
+@attrs.frozen
+class Spared:
+    """A connection bearing the record's name that is not closed, because ``why``."""
+
+    connection: ConnectionInfo
+    why: str
+
+
+def targets(
+    named: Sequence[ConnectionInfo], consumers: Collection[str], queue: str, vhost: str,
+    users: Collection[str],
+) -> tuple[tuple[ConnectionInfo, ...], tuple[Spared, ...]]:
+    """Of the connections whose client-provided name is the record's (``named``), those to
+    close and those spared: only one in ``vhost``, under one of ``users`` (those this
+    consumer connects as), that ``queue`` of ``vhost`` lists among its consumers
+    (``consumers``: their connections' names, as the broker names them; none when the queue
+    does not exist) is closed."""
+    close: list[ConnectionInfo] = []
+    spared: list[Spared] = []
+    for connection in named:
+        if connection.vhost != vhost:
+            spared.append(Spared(connection, f"it is in vhost {connection.vhost!r}, not "
+                                             f"{vhost!r}"))
+        elif connection.user not in users:
+            spared.append(Spared(connection, f"it belongs to user {connection.user!r}, not "
+                                             f"{' or '.join(map(repr, sorted(users)))}"))
+        elif connection.name not in consumers:
+            spared.append(Spared(connection, f"it is not a consumer of queue {queue!r} in "
+                                             f"vhost {vhost!r}"))
+        else:
+            close.append(connection)
+    return tuple(close), tuple(spared)
 
 
 _EVICTED_BY = re.compile(r"sac guard \S+: replaced by the leader with token (\d+)")

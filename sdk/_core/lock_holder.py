@@ -17,6 +17,16 @@ successor kills it, but only when every one of these holds:
 The holder being replaced is what the successor's claim means: it claims only when the
 broker has just made it the active consumer, so the recorded holder no longer is. Its batch
 could never commit after the claim anyway (the epoch check at commit refuses it).
+
+That holds only for the holder recorded when the claim began (``Claim``), and only while
+that claim is still the newest activation: a claim may wait up to ``busy_timeout``, and
+meanwhile the holder may commit and a newer consumer (or the same process, active again)
+claim the next epoch and be stopped inside its batch. That one is not being replaced by
+this claim, it replaced it: ``confirm`` keeps it alive by reading the queue's epoch once the
+owner was seen frozen, as the last step before the kill. While the frozen owner holds the
+write lock nobody can commit a newer claim, so an epoch unchanged then stays unchanged until
+the signal lands (short of the owner being thawed in that very instant, as for any frozen
+owner).
 """
 
 from __future__ import annotations
@@ -142,6 +152,16 @@ def freezer_files(proc_cgroup: str) -> list[str]:
     return found
 
 
+@attrs.frozen
+class Claim:
+    """What an epoch claim read when it began: the queue's epoch and its recorded holder
+    (the only process it may replace), and, for an adoption, the epoch it adopts."""
+
+    epoch: int
+    holder: ProcessId | None
+    adopting: int | None = None
+
+
 class Verdict(enum.Enum):
     """What to do about the write lock's owner; only ``KILL`` acts."""
 
@@ -152,6 +172,9 @@ class Verdict(enum.Enum):
     NOT_THE_HOLDER = "the lock's owner is not the holder of the queue's epoch"
     GONE = "the lock's owner has ended"
     RUNNING = "the lock's owner is running, not frozen"
+    SUPERSEDED = ("the queue's epoch was claimed again since this claim began: the lock's "
+                  "owner holds a newer epoch, which this claim does not replace")
+    STALE = "the adopted epoch is not newer than the queue's: this adoption replaces nobody"
 
 
 def judge(
@@ -178,4 +201,16 @@ def judge(
         return Verdict.NOT_THE_HOLDER  # the holder ended and its pid was reused
     if not (owner_stat.stopped or owner_frozen_by_cgroup):
         return Verdict.RUNNING
+    return Verdict.KILL
+
+
+def confirm(claim: Claim, epoch_now: int) -> Verdict:
+    """The last word on a ``KILL`` from ``judge``, given the queue's epoch read after the
+    owner was seen frozen: the claim still replaces the holder it began with only if no
+    newer epoch was claimed since, and an adoption only if it adopts a newer epoch than the
+    holder's (an older one is refused: it replaces nobody)."""
+    if claim.adopting is not None and claim.adopting <= claim.epoch:
+        return Verdict.STALE
+    if epoch_now != claim.epoch:
+        return Verdict.SUPERSEDED
     return Verdict.KILL

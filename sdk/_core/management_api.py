@@ -482,6 +482,18 @@ def answer_text(body: bytes, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def is_redirect(status: int) -> bool:
+    return 300 <= status < 400
+
+
+def redirect_text(location: str | None) -> str:
+    """Why a 3xx answer is an error, naming where it pointed (its password masked)."""
+    where = "nowhere (no Location)" if not location else repr(mask_url(" ".join(
+        location.split())[:300]))
+    return (f"a redirect to {where}, not followed: it would carry the credentials to "
+            "whatever host it names; give the client the URL of the API itself")
+
+
 RETRIED_STATUSES = frozenset({500, 502, 503, 504})
 """Answers that say "not now" (a node starting, a proxy without its upstream): a read is
 tried again, on the next node."""

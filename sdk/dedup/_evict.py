@@ -7,12 +7,15 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from .._core.lock_holder import (
+    Claim,
     ProcessId,
     Stat,
     Verdict,
+    confirm,
     freezer_files,
     frozen_by_cgroup,
     judge,
@@ -37,9 +40,11 @@ def this_process() -> ProcessId | None:
     return ProcessId(boot_id, namespace, os.getpid(), stat.start_time)
 
 
-def evict_frozen_holder(shm: Path, recorded: str | None) -> tuple[Verdict, int | None]:
-    """Kill the owner of the WAL write lock of ``shm`` if it is the frozen ``recorded``
-    holder; returns the verdict and the owner's pid."""
+def evict_frozen_holder(shm: Path, claim: Claim,
+                        epoch_now: Callable[[], int]) -> tuple[Verdict, int | None]:
+    """Kill the owner of the WAL write lock of ``shm`` if it is the frozen holder ``claim``
+    began with and the queue's epoch (``epoch_now``, read once the owner was seen frozen)
+    is still the one it began with; returns the verdict and the owner's pid."""
     me = this_process()
     if me is None:
         return Verdict.NO_HOLDER, None
@@ -51,7 +56,7 @@ def evict_frozen_holder(shm: Path, recorded: str | None) -> tuple[Verdict, int |
                                  os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
     except OSError:
         return Verdict.NO_OWNER, None
-    holder = ProcessId.parse(recorded)
+    holder = claim.holder
     if owner is None or owner == me.pid or holder is None:
         return judge(me, holder, owner, None, False), owner
     try:
@@ -68,6 +73,8 @@ def evict_frozen_holder(shm: Path, recorded: str | None) -> tuple[Verdict, int |
             frozen = frozen_by_cgroup([text for name in freezer_files(cgroups)
                                        if (text := _read(CGROUP_ROOT / name)) is not None])
         verdict = judge(me, holder, owner, parsed, frozen)
+        if verdict is Verdict.KILL:
+            verdict = confirm(claim, epoch_now())
         if verdict is Verdict.KILL:
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)

@@ -8,11 +8,13 @@ first write to its commit. If the active consumer is frozen (SIGSTOP, a debugger
 cgroup) in the middle of a batch, nothing but its end releases the lock, and its successor's
 epoch claim would wait for as long as the freeze lasts. So the claim asks for the lock in
 short slices, and while it is refused looks up who holds it (``/proc/locks``): if that is the
-process recorded as the holder of the queue's current epoch, on this host and boot, and it
-is frozen, the claim kills it (SIGKILL) and goes on. Its batch could never commit after the
-claim anyway; the kernel releases its lock, and SQLite discards the uncommitted batch. A
-running holder, a holder of another queue, or any other process is waited for, as before:
-see ``sdk/_core/lock_holder.py`` for the rules.
+process recorded as the holder of the queue's epoch when the claim began, on this host and
+boot, it is frozen, and no newer epoch was claimed since, the claim kills it (SIGKILL) and
+goes on. Its batch could never commit after the claim anyway; the kernel releases its lock,
+and SQLite discards the uncommitted batch. A running holder, a holder of another queue, a
+holder that claimed after this claim began (a newer consumer stopped in a debugger while
+this claim waited), or any other process is waited for: see ``sdk/_core/lock_holder.py``
+for the rules.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .._core.lock_holder import Verdict
+from .._core.lock_holder import Claim, ProcessId, Verdict
 from .._errors import ConfigurationError, StoreUnavailable
 from ._evict import evict_frozen_holder, this_process
 from ._sql import EPOCHS, RECORDS, SqlStore
@@ -123,7 +125,8 @@ class SQLiteStore(SqlStore):
         return None if me is None else str(me)
 
     def _raise_epoch(self, conn: Any, queue: str, sql: str, params: tuple[Any, ...]) -> Any:
-        self._begin_claim(conn, queue)
+        # An adoption's parameters are (queue, epoch, holder): the epoch it adopts.
+        self._begin_claim(conn, queue, params[-2] if sql == self._sql_adopt else None)
         try:
             row = conn.execute(sql, params).fetchone()
             conn.execute("COMMIT")
@@ -133,13 +136,18 @@ class SQLiteStore(SqlStore):
             raise
         return row
 
-    def _begin_claim(self, conn: Any, queue: str) -> None:
-        """Take the write lock for a claim, in slices, removing a frozen holder of the
-        queue's epoch that holds it (``evict_frozen_holder``); past ``busy_timeout``, fails
-        as any other busy statement does."""
+    def _begin_claim(self, conn: Any, queue: str, adopting: int | None) -> None:
+        """Take the write lock for a claim (or the adoption of epoch ``adopting``), in
+        slices, removing a frozen holder that holds it (``evict_frozen_holder``): only the
+        holder recorded when the claim began, and only while the queue's epoch is still the
+        one read then. Past ``busy_timeout``, fails as any other busy statement does."""
         deadline = time.monotonic() + self.busy_timeout
         conn.execute(f"PRAGMA busy_timeout = {round(CLAIM_SLICE * 1000)}")
         try:
+            claim = None
+            if self.evict_frozen_holder:
+                holder, epoch = self._epoch_row(conn, queue)
+                claim = Claim(epoch, ProcessId.parse(holder), adopting)
             while True:
                 try:
                     conn.execute("BEGIN IMMEDIATE")
@@ -147,21 +155,26 @@ class SQLiteStore(SqlStore):
                 except sqlite3.OperationalError as exc:
                     if not _busy(exc) or time.monotonic() >= deadline:
                         raise
-                if self.evict_frozen_holder:
-                    self._evict(conn, queue)
+                if claim is not None:
+                    self._evict(conn, queue, claim)
         finally:
             conn.execute(f"PRAGMA busy_timeout = {round(self.busy_timeout * 1000)}")
 
-    def _evict(self, conn: Any, queue: str) -> None:
-        # A plain read: WAL lets it run beside the writer we are waiting for.
+    @staticmethod
+    def _epoch_row(conn: Any, queue: str) -> tuple[str | None, int]:
+        """The queue's recorded holder and epoch: a plain read, which WAL lets run beside
+        the writer a claim waits for."""
         row = conn.execute(f"SELECT holder, epoch FROM {EPOCHS} WHERE queue = ?",
                            (queue,)).fetchone()
-        holder, epoch = (None, 0) if row is None else row
-        verdict, owner = evict_frozen_holder(Path(f"{self.path}-shm"), holder)
+        return (None, 0) if row is None else (row[0], int(row[1]))
+
+    def _evict(self, conn: Any, queue: str, claim: Claim) -> None:
+        verdict, owner = evict_frozen_holder(Path(f"{self.path}-shm"), claim,
+                                             lambda: self._epoch_row(conn, queue)[1])
         if verdict is Verdict.KILL:
             log.warning("%s: killed process %s, the frozen holder of epoch %s of queue %r, "
                         "which held the write lock; claiming the next epoch",
-                        self.description, owner, epoch, queue)
+                        self.description, owner, claim.epoch, queue)
         else:
             log.debug("%s: waiting for the write lock held by %s: %s", self.description,
                       owner, verdict.value)

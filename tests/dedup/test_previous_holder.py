@@ -28,11 +28,14 @@ ROOT = Path(__file__).parents[2]
 
 
 class Holder:
-    """The holder process, holding its batch open once constructed."""
+    """The holder process, holding its batch open once constructed (``rounds``: claims and
+    batches in a row, each held until released)."""
 
-    def __init__(self, kind: str, location: str, queue: str = Q) -> None:
+    def __init__(self, kind: str, location: str, queue: str = Q, rounds: int = 1,
+                 message: str = "m-1", adopt: int | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.dedup.holder_process", kind, location, queue, "m-1"],
+            [sys.executable, "-m", "tests.dedup.holder_process", kind, location, queue, message,
+             str(rounds), *([] if adopt is None else [str(adopt)])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
         self.out = Lines(self.proc)
         self.out.expect("holding", 30)
@@ -101,6 +104,75 @@ def test_sqlite_a_claim_kills_the_frozen_holder_of_the_queue_and_goes_on(
     assert not store.seen(Q, "m-1")  # its batch never committed
     with store.transaction(Q, "m-1", 2):
         pass
+    store.close()
+
+
+@pytest.mark.parametrize("newer", ["another process", "the same process, claiming again"])
+def test_sqlite_a_claim_never_kills_a_holder_newer_than_the_one_it_began_with(
+    newer: str, tmp_path: Path, holders: list[Holder]
+) -> None:
+    """A claim waits for a running holder; meanwhile that holder commits, a newer consumer
+    claims the next epoch, holds the write lock in a batch and is stopped (a debugger,
+    Ctrl-Z). The waiting claim, whose holder was replaced before it got the lock, leaves the
+    newer one alive and claims after it. The waiting claim is itself stopped while the
+    newer one takes over, so the order of events is the same on every run."""
+    path = tmp_path / "dedup.db"
+    with SQLiteStore(path):
+        pass  # the tables exist before the first holder takes the lock
+    first = Holder("sqlite", str(path), rounds=2 if newer.startswith("the same") else 1)
+    holders.append(first)
+    claimant = subprocess.Popen(
+        [sys.executable, "-m", "tests.dedup.holder_process", "claim", str(path), Q, "30"],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    claiming = Lines(claimant)
+    try:
+        assert f"held by {first.proc.pid}: " in claiming.expect("log DEBUG", 30)
+        claimant.send_signal(signal.SIGSTOP)
+        assert first.release() == "committed"
+        if newer.startswith("the same"):
+            second = first
+            second.out.expect("holding", 30)
+        else:
+            second = Holder("sqlite", str(path), message="m-2")
+            holders.append(second)
+        second.proc.send_signal(signal.SIGSTOP)
+        claimant.send_signal(signal.SIGCONT)
+        # What the claim decides about the stopped newer holder, three slices in a row (a
+        # decision read before the stop may come first).
+        decisions: list[str] = []
+        while len(decisions) < 3 and not any("killed" in d for d in decisions):
+            line = claiming.expect("log", 30)
+            if str(second.proc.pid) in line and "running, not frozen" not in line:
+                decisions.append(line)
+        assert [d for d in decisions if "killed" in d] == []
+        assert second.proc.poll() is None
+        assert second.release() == "committed"
+        assert claiming.expect("claimed", 30) == "claimed 3"
+    finally:
+        finish(claimant)
+    with SQLiteStore(path) as store:
+        assert store.seen(Q, "m-2" if newer == "another process" else "m-1-2")
+
+
+def test_sqlite_an_adoption_older_than_the_frozen_holders_epoch_kills_nothing(
+    tmp_path: Path, holders: list[Holder]
+) -> None:
+    """A guarded consumer's adoption of token 5 while the holder of token 10 is stopped in
+    its batch: the adoption would be refused anyway (a newer leader holds the queue), so it
+    replaces nobody: it waits (``busy_timeout``), the holder survives, and once the lock is
+    free the adoption is refused."""
+    path = tmp_path / "dedup.db"
+    store = SQLiteStore(path, busy_timeout=0.5)
+    store.open()
+    holder = Holder("sqlite", str(path), adopt=10)
+    holders.append(holder)
+    holder.proc.send_signal(signal.SIGSTOP)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        store.adopt_epoch(Q, 5)
+    assert holder.proc.poll() is None, "the holder of the newer epoch was killed"
+    assert holder.release() == "committed"
+    with pytest.raises(StaleEpoch):
+        store.adopt_epoch(Q, 5)
     store.close()
 
 

@@ -7,11 +7,16 @@ it takes over within the lease and a moment instead of the heartbeats' 2-3 inter
 is done twice, and once thawed the old leader consumes nothing (its late commit is refused, it
 contends again). A live leader is never evicted: a standby closes nothing, nor does a leader
 whose group's record holds a newer token. With the management API down the takeover still
-happens, by heartbeat, and the failed eviction is on record. Every wait is on a condition."""
+happens, by heartbeat, and the failed eviction is on record. A forged record (the group's
+nodes open to anyone) naming a stranger's connection closes nothing: only a consumer of the
+leader's own queue, in its vhost, under its user is ever evicted. Every wait is on a
+condition."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import signal
 import time
 import uuid
@@ -21,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pika
+import pika.exceptions
+import pytest
 from kazoo.client import KazooClient
 
 from sac.chaos._process import ActorProcess
@@ -223,3 +231,85 @@ def test_a_live_leader_is_never_evicted(
     assert sorted(a.handled) == sorted(ids)
     assert leads(a)
     assert not leads(b)
+
+
+def _forge_record(zookeeper: LocalZooKeeper, group: str, record: LeaderRecord) -> None:
+    """What anyone who reaches ZooKeeper can do to a group without ``GuardSettings.auth``."""
+    zk = KazooClient(hosts=zookeeper.hosts)
+    zk.start(timeout=10)
+    try:
+        zk.create(f"{group}/leader", record.encode(), makepath=True)
+    finally:
+        zk.stop()
+        zk.close()
+
+
+@pytest.mark.parametrize("stranger", ["consuming another queue", "of another user, on this queue"])
+def test_a_forged_record_never_closes_a_strangers_connection(
+    stranger: str, face: str, conn: ConnectionSettings, queue_name: str, group: str,
+    cluster: LocalCluster, zookeeper_short_tick: LocalZooKeeper,
+    consumers: Callable[..., ConsumerFace], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A predecessor's record forged in the group names a stranger's connection, under a
+    name a guarded consumer's could have (an instance id). The new leader finds the
+    connection but it is not a consumer of the leader's queue under the leader's user: it
+    stays open, and the leader's log says why."""
+    caplog.set_level(logging.INFO, logger="sac")
+    management = ManagementSettings(tuple(cluster.management_urls()), statistics_interval=1.0)
+    api = Management(management)
+    queue = QueueSettings(queue_name)
+    name = f"{group}-stranger#sac-0123456789abcdef"
+    url, user = cluster.urls()[0], None
+    if stranger.startswith("of another user"):
+        user = f"stranger-{uuid.uuid4().hex[:8]}"
+        cluster.ctl(cluster.nodes[0], "add_user", user, "stranger-pw")
+        cluster.ctl(cluster.nodes[0], "set_permissions", "-p", "/", user, ".*", ".*", ".*")
+        url = f"amqp://{user}:stranger-pw@{cluster.nodes[0].address}/%2F"
+    params = pika.URLParameters(url)
+    params.client_properties = {"connection_name": name}
+    strange = pika.BlockingConnection(params)
+    try:
+        channel = strange.channel()
+        if user is None:
+            target = channel.queue_declare("", exclusive=True).method.queue
+        else:
+            target = queue_name
+            channel.queue_declare(queue_name, durable=True, arguments=queue.arguments())
+        channel.basic_consume(target, lambda *_: None)
+        # Listed, as the new leader will look it up (the API's statistics lag).
+        wait_until(lambda: any(c.client_name == name for c in api.connections()), WAIT,
+                   "the stranger's connection listed")
+        if user is not None:
+            wait_until(lambda: api.queue(queue_name).consumers, WAIT,
+                       "the stranger listed as the queue's consumer")
+        _forge_record(zookeeper_short_tick, group, LeaderRecord(1, "stranger", name))
+
+        def idle(_delivery: Delivery) -> None:
+            pass
+
+        c = consumers(face, ConsumerSettings(
+            ConnectionSettings(conn.urls, heartbeat=2, name=f"{group}-c"), queue,
+            consumer_name="c", management=management,
+            guard=GuardSettings(zookeeper_short_tick.hosts, group, session_timeout=LEASE)),
+            idle).start()
+        wait_until(lambda: leads(c), WAIT, "c to lead")
+        leadership = guard_of(c).leadership
+        assert leadership is not None
+        assert leadership.previous is not None
+        assert leadership.previous.connection == name
+        ended = wait_until(lambda: [m for r in caplog.records if (
+            "evicted the previous leader" in (m := r.getMessage()) or "could not evict" in m)],
+            WAIT, "c's eviction to end")
+        assert len(ended) == 1
+        assert f"0 connection(s) named {name!r} closed" in ended[0], ended[0]
+        why = "belongs to user" if user is not None else "is not a consumer of queue"
+        assert [m for r in caplog.records if "which is not closed" in (m := r.getMessage())
+                and why in m]
+        # Still open: a round trip on it succeeds.
+        channel.queue_declare(target, passive=True)
+        assert strange.is_open
+    finally:
+        with contextlib.suppress(pika.exceptions.AMQPError):
+            strange.close()
+        if user is not None:
+            cluster.ctl(cluster.nodes[0], "delete_user", user)

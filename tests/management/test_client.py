@@ -251,19 +251,25 @@ class _Busy(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def busy_node() -> Iterator[tuple[str, list[str]]]:
-    hits: list[str] = []
-    handler = type("Handler", (_Busy,), {"hits": hits})
+@contextlib.contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
+    """A local HTTP server on loopback answering with ``handler``: its port."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://u:p@127.0.0.1:{server.server_address[1]}", hits
+        yield int(server.server_address[1])
     finally:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+@pytest.fixture
+def busy_node() -> Iterator[tuple[str, list[str]]]:
+    hits: list[str] = []
+    with serving(type("Handler", (_Busy,), {"hits": hits})) as port:
+        yield f"http://u:p@127.0.0.1:{port}", hits
 
 
 def test_a_read_is_retried_on_5xx_a_write_never(busy_node: tuple[str, list[str]]) -> None:
@@ -280,6 +286,72 @@ def test_a_read_is_retried_on_5xx_a_write_never(busy_node: tuple[str, list[str]]
         client.put_policy("p", ".*", {"max-length": 1})
     assert hits == ["PUT"]  # it may have been applied: never sent again
     assert str(write.value).startswith("management API put_policy(): PUT /api/policies/%2F/p")
+
+
+class _Elsewhere(http.server.BaseHTTPRequestHandler):
+    """Records the headers of every request that reaches it, answering ``[]``: the host a
+    redirect names."""
+
+    seen: list[dict[str, str]]
+
+    def _record(self) -> None:
+        self.seen.append(dict(self.headers))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"[]")
+
+    do_GET = do_PUT = do_DELETE = _record
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class _Redirecting(http.server.BaseHTTPRequestHandler):
+    """Answers every request with ``status`` and a Location on another host."""
+
+    status: int
+    location: str
+
+    def _redirect(self) -> None:
+        self.send_response(self.status)
+        self.send_header("Location", self.location + self.path)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_PUT = do_DELETE = _redirect
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_credentials_never_follow_a_redirect(status: int) -> None:
+    """A node that answers 3xx to another host: the client does not go there, so no
+    Authorization header reaches it; the call fails naming where the redirect pointed."""
+    seen: list[dict[str, str]] = []
+    with serving(type("Handler", (_Elsewhere,), {"seen": seen})) as elsewhere:
+        location = f"http://127.0.0.1:{elsewhere}"
+        handler = type("Handler", (_Redirecting,), {"status": status, "location": location})
+        with serving(handler) as port:
+            client = Management(ManagementSettings(
+                f"http://admin:s3cret@127.0.0.1:{port}",
+                retry=Backoff(initial=0.01, maximum=0.05, max_attempts=2, max_elapsed=5.0)))
+            failures: list[ManagementError | None] = []
+            for call in (client.queues, lambda: client.delete_policy("p"),
+                         lambda: client.put_policy("p", ".*", {"max-length": 1})):
+                try:
+                    call()
+                    failures.append(None)
+                except ManagementError as exc:
+                    failures.append(exc)
+    assert [h["Authorization"] for h in seen if "Authorization" in h] == []
+    assert seen == []
+    for failure in failures:
+        assert failure is not None
+        assert failure.status == status
+        assert f"a redirect to '{location}/api/" in str(failure)
+        assert "s3cret" not in str(failure)
 
 
 def test_exchanges_bindings_and_queue_deletion(

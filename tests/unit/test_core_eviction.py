@@ -1,6 +1,7 @@
 """Whether a new leader evicts its predecessor's connection (``_core/eviction.py``): only an
 older token's record, only one instance's connection, never its own, only on a native
-single-active queue with a management URL."""
+single-active queue with a management URL; and of the connections bearing the record's
+name, only a consumer of its queue, in its vhost, under its user is closed."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from sac.sdk._core.eviction import (
     eviction_reason,
     instance_connection_name,
     names_one_instance,
+    targets,
 )
 from sac.sdk._core.guarding import LeaderRecord, Leadership
+from sac.sdk._core.management_api import ConnectionInfo
 
 OLD = instance_connection_name("orders-consumer", "0123456789abcdef")
 OWN = instance_connection_name("orders-consumer", "fedcba9876543210")
@@ -72,3 +75,22 @@ def test_only_our_eviction_reason_names_a_token() -> None:
     reason = eviction_reason(7, LeaderRecord(5), "/sac/ördérs")
     assert reason.isascii()
     assert evicted_by(reason) == 7
+
+
+def test_only_a_consumer_of_this_queue_in_this_vhost_under_this_user_is_closed() -> None:
+    def connection(name: str, user: str = "app", vhost: str = "/") -> ConnectionInfo:
+        return ConnectionInfo(name, OLD, user, vhost, "rabbit@a")
+
+    frozen = connection("10.0.0.1:5001 -> 10.0.0.9:5672")
+    elsewhere = connection("10.0.0.2:5002 -> 10.0.0.9:5672")  # consumes another queue
+    stranger = connection("10.0.0.3:5003 -> 10.0.0.9:5672", user="guest")
+    other_vhost = connection("10.0.0.4:5004 -> 10.0.0.9:5672", vhost="staging")
+    consumers = {frozen.name, stranger.name, other_vhost.name}
+    close, spared = targets([frozen, elsewhere, stranger, other_vhost], consumers, "orders",
+                            "/", {"app"})
+    assert close == (frozen,)
+    assert [(s.connection, s.why) for s in spared] == [
+        (elsewhere, "it is not a consumer of queue 'orders' in vhost '/'"),
+        (stranger, "it belongs to user 'guest', not 'app'"),
+        (other_vhost, "it is in vhost 'staging', not '/'")]
+    assert targets([frozen], set(), "orders", "/", {"app"})[0] == ()  # no such queue

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 from sac.sdk._core.lock_holder import (
+    Claim,
     ProcessId,
     Stat,
     Verdict,
+    confirm,
     freezer_files,
     frozen_by_cgroup,
     judge,
@@ -103,3 +105,13 @@ def test_freezer_state_of_cgroup_v1_and_v2() -> None:
     assert frozen_by_cgroup(["FROZEN\n"])
     assert not frozen_by_cgroup(["populated 1\nfrozen 0\n", "THAWED\n"])
     assert not frozen_by_cgroup([])
+
+
+def test_only_a_claim_still_current_kills_the_holder_it_began_with() -> None:
+    began = Claim(4, ZOMBIE)
+    assert confirm(began, 4) is Verdict.KILL
+    assert confirm(began, 5) is Verdict.SUPERSEDED  # a newer consumer claimed meanwhile
+    assert confirm(Claim(4, ZOMBIE, adopting=7), 4) is Verdict.KILL
+    assert confirm(Claim(4, ZOMBIE, adopting=7), 6) is Verdict.SUPERSEDED
+    assert confirm(Claim(7, ZOMBIE, adopting=7), 7) is Verdict.STALE  # refused anyway
+    assert confirm(Claim(9, ZOMBIE, adopting=7), 9) is Verdict.STALE

@@ -201,3 +201,13 @@ def test_answers_decoded_and_error_texts_in_one_line() -> None:
         "not_authorised")
     assert api.answer_text(b"line one\nline   two") == "line one line two"
     assert api.answer_text(b"x" * 400).endswith("...")
+
+
+def test_a_redirect_is_an_error_naming_its_target_without_a_password() -> None:
+    assert [s for s in (200, 204, 301, 302, 303, 307, 308, 400) if api.is_redirect(s)] == [
+        301, 302, 303, 307, 308]
+    text = api.redirect_text("http://u:topsecret@evil.example:80/api/queues")
+    assert "'http://u:***@evil.example:80/api/queues'" in text
+    assert "topsecret" not in text
+    assert "not followed" in text
+    assert "no Location" in api.redirect_text(None)

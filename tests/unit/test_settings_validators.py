@@ -68,6 +68,7 @@ BAD: dict[tuple[type, str], Any] = {
     (GuardSettings, "connect_timeout"): -1,
     (GuardSettings, "retry"): 3,
     (GuardSettings, "evict"): "yes",
+    (GuardSettings, "auth"): ("app", ""),
     (ConsumerSettings, "management"): "http://app:pw@localhost:15672",
     (ConsumerSettings, "role_poll_interval"): 0,
     (ManagementSettings, "timeout"): 0,
