@@ -63,7 +63,15 @@ from ._errors import (
     ServerExitedError,
     StartTimeoutError,
 )
-from ._files import NAME_RE, Credentials, default_home, read_json, tail, write_json, write_secret
+from ._files import (
+    Credentials,
+    check_name,
+    default_home,
+    read_json,
+    tail,
+    write_json,
+    write_secret,
+)
 from ._ports import allocate_base, check_free
 
 PG_ROOT = Path("/usr/lib/postgresql")
@@ -213,11 +221,7 @@ class LocalPostgres:
         start_timeout: float = 60.0,
         pg_root: Path | str = PG_ROOT,
     ) -> None:
-        if not NAME_RE.match(name):
-            raise ValueError(
-                f"name {name!r} is not valid: use 1-24 characters, lower-case letters, digits "
-                "and '-', starting with a letter"
-            )
+        check_name(name)
         if start_timeout <= 0:
             raise ValueError(f"start_timeout must be positive, not {start_timeout!r}")
         self.home = default_home() if home is None else Path(home).resolve()

@@ -50,7 +50,7 @@ from ._errors import (
     ServerExitedError,
     StartTimeoutError,
 )
-from ._files import default_home, read_json, tail, write_json
+from ._files import check_name, default_home, read_json, tail, write_json
 from ._ports import allocate_base, check_free, port_is_free
 
 # Offsets inside our block of 100 that no RabbitMQ, ZooKeeper or PostgreSQL port uses (see
@@ -122,6 +122,7 @@ class LocalSpark:
         java: str | None = None,
         start_timeout: float = 60.0,
     ) -> None:
+        check_name(name)
         if not 1 <= worker_cores <= 2:
             raise ValueError(f"worker_cores {worker_cores} is not 1 or 2: we share 2 cores")
         self.home = default_home() if home is None else Path(home).resolve()
