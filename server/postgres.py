@@ -128,10 +128,9 @@ def startup_answer(port: int, user: str = SUPERUSER, timeout: float = 1.0) -> st
 def _process_cwds() -> list[str]:
     """The working directory of every process we may look at."""
     cwds = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                cwds.append(os.readlink(entry / "cwd"))
+    for pid in _proc.pids():
+        with contextlib.suppress(OSError):
+            cwds.append(os.readlink(f"/proc/{pid}/cwd"))
     return cwds
 
 
