@@ -4,7 +4,8 @@ Debian's wrappers (``pg_ctlcluster``, ``pg_createcluster``) tie a server to ``/e
 and ``/var/lib/postgresql``, so we call ``initdb`` and ``postgres`` from
 ``/usr/lib/postgresql/<version>/bin`` directly, with a data directory, a port, a socket directory
 and a password of our own. Everything lives under one state directory, as for RabbitMQ and
-ZooKeeper: ``rm -r`` of it is a complete reset.
+ZooKeeper (as root, but for ``data/`` and ``run/``: see below): ``rm -r`` of it is a complete
+reset.
 
 Root. ``initdb`` and ``postgres`` refuse to run as root. When we are root they run as the
 ``postgres`` system user that the package creates, through ``setpriv`` (util-linux): unlike

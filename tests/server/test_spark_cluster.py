@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from sac._spark import secret_file
+from sac._spark import SECRET_ENV, secret_file
+from sac.checker.errors import InputError
 from sac.server import (
     AlreadyRunningError,
     LocalSpark,
@@ -190,6 +191,16 @@ def test_sac_check_finds_the_secret_of_a_local_cluster(spark_standalone: LocalSp
     assert LocalSpark.serving("spark://10.0.0.5:7077") is None
     assert secret_file(spark_standalone.url) == spark_standalone.secret_file
     assert secret_file(None) is None
+
+
+def test_a_named_secret_file_must_exist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                        ) -> None:
+    named = tmp_path / "client.conf"
+    monkeypatch.setenv(SECRET_ENV, str(named))
+    with pytest.raises(InputError, match=rf"^{SECRET_ENV}=\S+client\.conf: no such file$"):
+        secret_file("spark://10.0.0.5:7077")
+    named.write_text("spark.authenticate true\n")
+    assert secret_file("spark://10.0.0.5:7077") == named
 
 
 def test_daemons_listen_on_loopback_only(spark_standalone: LocalSpark) -> None:
