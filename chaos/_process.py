@@ -31,7 +31,10 @@ Message = dict[str, Any]
 
 
 class ActorProcess:
-    def __init__(self, name: str, argv: Sequence[str], log_dir: Path) -> None:
+    def __init__(self, name: str, argv: Sequence[str], log_dir: Path,
+                 settings: str | None = None) -> None:
+        """Start ``argv``; ``settings``, when given, is written as the first line of its stdin
+        (an actor's JSON settings, which hold passwords: never on the command line)."""
         self.name = name
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"{name}.log"
@@ -44,6 +47,8 @@ class ActorProcess:
             list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
             start_new_session=True, text=True, bufsize=1)
         self.pid = self._proc.pid
+        if settings is not None:
+            self.tell(settings)
         self._reader = threading.Thread(target=self._read, name=f"chaos-{name}", daemon=True)
         self._reader.start()
 
@@ -51,7 +56,7 @@ class ActorProcess:
     def start(cls, spec: ConsumerActor | PublisherActor, log_dir: Path | None = None) -> Self:
         """The process of ``spec``, its stderr in ``log_dir`` (default: ``RUN/logs``)."""
         logs = Path(spec.run_dir) / "logs" if log_dir is None else log_dir
-        return cls(spec.actor, spec.argv(), logs)
+        return cls(spec.actor, spec.argv(), logs, settings=spec.to_json())
 
     def _read(self) -> None:
         assert self._proc.stdout is not None

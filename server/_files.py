@@ -24,12 +24,23 @@ def default_home() -> Path:
     return Path(os.environ.get("SAC_HOME", ".sac")).resolve()
 
 
-def validate_name(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
-    if not NAME_RE.match(value):
+def check_name(value: object, what: str = "name") -> str:
+    """``value`` if it can name a server's state directory (``home/<name>``), else ValueError.
+
+    Why: ``up()`` wipes ``home/<name>`` with ``rmtree`` before it starts afresh, so a name
+    like ``../x`` or ``/etc`` would reach outside the home. The same short alphabet also keeps
+    names within the kernel's limits where they end up in interface and namespace names."""
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
         raise ValueError(
-            f"{attribute.name} {value!r} is not valid: use 1-24 characters, lower-case letters, "
+            f"{what} {value!r} is not valid: use 1-24 characters, lower-case letters, "
             "digits and '-', starting with a letter"
         )
+    return value
+
+
+def validate_name(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
+    """``check_name`` as an attrs validator."""
+    check_name(value, attribute.name)
 
 
 @attrs.frozen

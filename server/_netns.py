@@ -34,6 +34,7 @@ import ipaddress
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -298,6 +299,84 @@ def namespace_pids(namespace: str) -> list[int]:
     return [int(p) for p in out.split()]
 
 
+NETNS_DIR = Path("/run/netns")  # where ``ip netns add`` mounts a named namespace
+Identity = tuple[int, int]
+"""A network namespace as the kernel tells it apart: (device, inode) of its nsfs file."""
+
+
+def _identity(path: str | Path) -> Identity | None:
+    try:
+        st = os.stat(path)
+    except OSError:  # gone meanwhile, or a process that exited
+        return None
+    return st.st_dev, st.st_ino
+
+
+def check_not_host(namespace: str, host: Iterable[Identity | None]) -> None:
+    """Raise unless ``namespace`` is a namespace of its own, none of ``host`` (init's and our
+    own): a name is only a mount point, and ``ip netns attach <name> 1`` makes it the host's,
+    whose processes (the whole machine) we must never signal."""
+    ident = _identity(NETNS_DIR / namespace)
+    if ident is not None and ident in set(host):
+        raise ServerError(
+            f"network namespace {namespace} is the host's network namespace (same inode as "
+            f"/proc/1/ns/net or ours), not one a cluster made: refusing to stop its processes; "
+            f"remove the name with `ip netns del {namespace}`"
+        )
+
+
+def host_identities() -> list[Identity | None]:
+    return [_identity("/proc/1/ns/net"), _identity("/proc/self/ns/net")]
+
+
+def _members(namespace: str) -> list[int]:
+    """pidfds of the processes inside ``namespace``, each checked to be inside it once its
+    pidfd was open: a pid listed by ``ip netns pids`` may have ended and been reused by a
+    process elsewhere before we open it; a pidfd keeps naming the process it was opened on."""
+    check_not_host(namespace, host_identities())
+    ident = _identity(NETNS_DIR / namespace)
+    fds: list[int] = []
+    for pid in namespace_pids(namespace):
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:  # ended meanwhile
+            continue
+        if ident is not None and _identity(f"/proc/{pid}/ns/net") == ident:
+            fds.append(fd)
+        else:
+            os.close(fd)
+    return fds
+
+
+def _stop_members(fds: list[int], grace: float) -> None:
+    """SIGTERM each process, SIGKILL what is left after ``grace``; waits on the pidfds (one
+    becomes readable when its process exits), bounded."""
+    left = list(fds)
+    try:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for fd in left:
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(fd, sig)
+            left = _wait_exited(left, grace)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _wait_exited(fds: list[int], timeout: float) -> list[int]:
+    """The pidfds whose process still runs after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    left = set(fds)
+    poller = select.poll()
+    for fd in left:
+        poller.register(fd, select.POLLIN)
+    while left and (remaining := deadline - time.monotonic()) > 0:
+        for fd, _event in poller.poll(remaining * 1000):
+            poller.unregister(fd)
+            left.discard(fd)
+    return [fd for fd in fds if fd in left]
+
+
 @attrs.frozen
 class Leftovers:
     """What of a cluster's network exists right now, in the host's view."""
@@ -359,19 +438,18 @@ def remove(cluster: str, state_dir: Path) -> None:
     """Delete every namespace, veth and the bridge of ``cluster``; verify nothing is left.
 
     Processes still inside a namespace keep it alive: those of ``state_dir`` or without a
-    marker (a stray ``ip netns exec``) are killed first; another state home's are never
-    touched (``check_unused`` refuses before).
+    marker (a stray ``ip netns exec``) are killed first, through pidfds; another state
+    home's are never touched (``check_unused`` refuses before), nor a namespace that is the
+    host's under one of our names (``check_not_host``).
     """
-    check_unused(cluster, state_dir)
     found = leftovers(cluster)
-    stray = [pid for ns in found.namespaces for pid in namespace_pids(ns)]
+    host = host_identities()
+    for ns in found.namespaces:
+        check_not_host(ns, host)
+    check_unused(cluster, state_dir)
     # Signalled one by one, not by group: a stray process need not lead a group, and its
     # group may reach outside the namespace.
-    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        for pid in stray:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        stray = _proc.wait_dead(stray, grace)
+    _stop_members([fd for ns in found.namespaces for fd in _members(ns)], 5.0)
     exe = ip_binary()
     # Deleting the host end of a veth deletes its peer; the bridge goes last.
     for link in sorted(found.links, key=lambda name: name.startswith("sacb")):

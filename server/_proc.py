@@ -81,6 +81,20 @@ def marker_of(pid: int) -> str | None:
     return None
 
 
+def pids() -> list[int]:
+    """Every process id in ``/proc`` right now."""
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+
+
+def argv_of(pid: int) -> list[str]:
+    """A process's command line, or [] if it is gone (or a kernel thread)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [arg.decode(errors="replace") for arg in raw.split(b"\0")[:-1]]
+
+
 def is_ours(pid: int, state_dir: Path) -> bool:
     """True if ``pid`` is alive and was started for ``state_dir``."""
     return is_alive(pid) and marker_of(pid) == str(state_dir)
@@ -90,10 +104,7 @@ def find_marked(state_dir: Path) -> list[int]:
     """Every live process started for ``state_dir`` (or under it: one cluster's ZooKeeper...)."""
     found = []
     root = str(state_dir)
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
+    for pid in pids():
         mark = marker_of(pid)
         if mark is not None and (mark == root or mark.startswith(root + os.sep)) and is_alive(pid):
             found.append(pid)

@@ -4,19 +4,23 @@ Debian's wrappers (``pg_ctlcluster``, ``pg_createcluster``) tie a server to ``/e
 and ``/var/lib/postgresql``, so we call ``initdb`` and ``postgres`` from
 ``/usr/lib/postgresql/<version>/bin`` directly, with a data directory, a port, a socket directory
 and a password of our own. Everything lives under one state directory, as for RabbitMQ and
-ZooKeeper: ``rm -r`` of it is a complete reset.
+ZooKeeper (as root, but for ``data/`` and ``run/``: see below): ``rm -r`` of it is a complete
+reset.
 
 Root. ``initdb`` and ``postgres`` refuse to run as root. When we are root they run as the
 ``postgres`` system user that the package creates, through ``setpriv`` (util-linux): unlike
 ``runuser`` it execs instead of staying behind as a root parent, so the pid we record is the
 postmaster itself and our signals reach it unchanged (``runuser`` does not pass SIGINT on, and
 SIGINT is PostgreSQL's fast shutdown). That user owns ``data/`` and ``run/`` only; the
-credentials stay root's. It must be able to walk down to them: where an ancestor directory
-denies it (pytest's ``/tmp/pytest-of-root`` is 0700), we add the search bit for others (``o+x``,
-never read or write) and record those directories in the state file. Files inside keep their own
-modes. Every new pytest session takes that bit away from ``/tmp/pytest-of-<user>`` again: a
-running server does not notice (it works relative to its data directory), and ``initdb`` or a
-boot that failed because of it is run again with the way reopened (``_with_way_open``).
+credentials, logs and state stay root's, in the state directory. ``initdb`` and a booting
+server must walk down to ``data/`` by its absolute path, and a state directory under root's
+home or pytest's ``/tmp/pytest-of-root`` (both 0700) denies them that. We never change a mode
+on the host to let them through: as root, ``data/`` and ``run/`` live in a runtime directory of
+their own, ``/var/lib/sac/postgres/<name>-<hash of the state directory>/`` (``runtime_root``),
+which we create (0711: the ``postgres`` user may pass, not list) and which names its state
+directory in ``owner``. ``up()`` wipes it with the rest; any ``up()`` removes those whose state
+directory is gone (``rm -r`` of the home, pytest's cleanup of old sessions), so ``rm -r`` of
+the state directory is still a complete reset, finished at the next ``up()``.
 
 Finding our processes. PostgreSQL writes each child's process title over its argv *and*
 environment and puts each child in a session of its own, so children lose the
@@ -33,6 +37,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import pwd
@@ -46,7 +51,6 @@ import struct
 import subprocess
 import time
 import urllib.parse
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -63,7 +67,15 @@ from ._errors import (
     ServerExitedError,
     StartTimeoutError,
 )
-from ._files import NAME_RE, Credentials, default_home, read_json, tail, write_json, write_secret
+from ._files import (
+    Credentials,
+    check_name,
+    default_home,
+    read_json,
+    tail,
+    write_json,
+    write_secret,
+)
 from ._ports import allocate_base, check_free
 
 PG_ROOT = Path("/usr/lib/postgresql")
@@ -73,7 +85,9 @@ SUPERUSER = "sac"
 # uses it, so a server here never collides with a cluster that got the same block elsewhere.
 PORT_OFFSET = 32
 SHUTDOWN_GRACE = 30.0
-WAY_ATTEMPTS = 3  # see LocalPostgres._with_way_open
+RUNTIME_ROOT = Path("/var/lib/sac/postgres")  # as root: where data/ and run/ live
+RUNTIME_MODE = 0o711  # the postgres user passes through, lists nothing
+OWNER_FILE = "owner"  # in a runtime directory: the state directory it belongs to
 SUN_PATH_MAX = 107  # bytes of a Unix socket path, without the final NUL
 DATABASE_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 PROTOCOL_3 = 196608
@@ -110,6 +124,15 @@ def startup_answer(port: int, user: str = SUPERUSER, timeout: float = 1.0) -> st
         if field[:1] == b"M":
             return field[1:].decode(errors="replace")
     return "error without a message"
+
+
+def _process_cwds() -> list[str]:
+    """The working directory of every process we may look at."""
+    cwds = []
+    for pid in _proc.pids():
+        with contextlib.suppress(OSError):
+            cwds.append(os.readlink(f"/proc/{pid}/cwd"))
+    return cwds
 
 
 def _recv_exactly(sock: socket.socket, size: int) -> bytes | None:
@@ -159,14 +182,17 @@ class RunAs:
         if self.uid is not None and self.gid is not None:
             os.chown(path, self.uid, self.gid)
 
-    def closed_on_way_to(self, path: Path) -> list[tuple[Path, int]]:
-        """Ancestors of ``path`` this user cannot search, each with the mode bit that would
-        let it (owner's, group's or others' search bit, whichever applies to it)."""
+    def closed_on_way_to(self, path: Path) -> list[Path]:
+        """The existing ancestors of ``path`` this user cannot search (the owner's, group's
+        or others' search bit, whichever applies to it, is off)."""
         if self.uid is None:
             return []
         closed = []
         for parent in reversed(path.parents):
-            st = parent.stat()
+            try:
+                st = parent.stat()
+            except FileNotFoundError:
+                break  # we create the rest, passable
             if st.st_uid == self.uid:
                 bit = stat.S_IXUSR
             elif st.st_gid in self.gids:
@@ -174,26 +200,19 @@ class RunAs:
             else:
                 bit = stat.S_IXOTH
             if not st.st_mode & bit:
-                closed.append((parent, bit))
+                closed.append(parent)
         return closed
 
-    def open_way_to(self, path: Path) -> list[str]:
-        """Let this user search every ancestor of ``path``; return the directories changed.
-
-        Only the search bit for others is ever added: where the owner or group bits are the
-        ones that apply and deny it, we stop with an error rather than change ownership.
-        """
-        opened = []
-        for parent, bit in self.closed_on_way_to(path):
-            mode = parent.stat().st_mode
-            if bit != stat.S_IXOTH:
-                raise ServerError(
-                    f"the {SYSTEM_USER} user cannot enter {parent} (mode "
-                    f"{stat.filemode(mode)}); choose a home it can reach"
-                )
-            parent.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
-            opened.append(str(parent))
-        return opened
+    def check_way_to(self, path: Path) -> None:
+        """Raise unless this user can walk down to ``path``: we never open a way by changing
+        a directory of the host."""
+        closed = self.closed_on_way_to(path)
+        if closed:
+            mode = stat.filemode(closed[0].stat().st_mode)
+            raise ServerError(
+                f"the {SYSTEM_USER} user cannot enter {closed[0]} (mode {mode}) on the way to "
+                f"{path}; choose a runtime_root it can reach"
+            )
 
 
 class LocalPostgres:
@@ -212,12 +231,9 @@ class LocalPostgres:
         home: Path | str | None = None,
         start_timeout: float = 60.0,
         pg_root: Path | str = PG_ROOT,
+        runtime_root: Path | str = RUNTIME_ROOT,
     ) -> None:
-        if not NAME_RE.match(name):
-            raise ValueError(
-                f"name {name!r} is not valid: use 1-24 characters, lower-case letters, digits "
-                "and '-', starting with a letter"
-            )
+        check_name(name)
         if start_timeout <= 0:
             raise ValueError(f"start_timeout must be positive, not {start_timeout!r}")
         self.home = default_home() if home is None else Path(home).resolve()
@@ -226,6 +242,7 @@ class LocalPostgres:
         self._port = port
         self.start_timeout = start_timeout
         self.pg_root = Path(pg_root)
+        self.runtime_root = Path(runtime_root)
         self._bin: Path | None = None
         self._credentials: Credentials | None = None
 
@@ -252,14 +269,24 @@ class LocalPostgres:
         return self._port
 
     @property
+    def runtime_dir(self) -> Path:
+        """Where PostgreSQL's own directories (``data/``, ``run/``) are: the state directory,
+        or as root one of ``runtime_root`` that the ``postgres`` user can reach (see the
+        module's docstring)."""
+        if os.geteuid() != 0:
+            return self.dir
+        digest = hashlib.sha256(str(self.dir).encode()).hexdigest()[:12]
+        return self.runtime_root / f"{self.name}-{digest}"
+
+    @property
     def data_dir(self) -> Path:
-        return self.dir / "data"
+        return self.runtime_dir / "data"
 
     @property
     def socket_dir(self) -> Path | None:
         """Where the Unix socket is, or None when its path would be too long for the kernel
         (a deep home): clients then use TCP, which is all we use anyway."""
-        run = self.dir / "run"
+        run = self.runtime_dir / "run"
         if len(str(run / f".s.PGSQL.{self._port or 65535}").encode()) > SUN_PATH_MAX:
             return None
         if "," in str(run) or "'" in str(run):  # a list separator / quote in the setting
@@ -391,22 +418,17 @@ class LocalPostgres:
             "bin_dir": str(bin_dir),
             "version": bin_dir.parent.name,
             "user": SYSTEM_USER if run_as.uid is not None else None,
-            "opened_dirs": [],
+            "runtime_dir": str(self.runtime_dir),
         }
         write_json(self.dir / "postgres.json", state)
         try:
-            (self.dir / "run").mkdir(mode=0o700)
-            run_as.own(self.dir / "run")
-
-            def initdb() -> None:
-                shutil.rmtree(self.data_dir, ignore_errors=True)  # initdb wants it empty
-                self.data_dir.mkdir(mode=0o700)
-                run_as.own(self.data_dir)
-                self._initdb(bin_dir, run_as, creds, deadline)
-
-            self._with_way_open(run_as, state, initdb)
+            self._make_runtime(run_as)
+            for sub in (self.runtime_dir / "run", self.data_dir):
+                sub.mkdir(mode=0o700)
+                run_as.own(sub)
+            self._initdb(bin_dir, run_as, creds, deadline)
             self._write_config()
-            self._with_way_open(run_as, state, lambda: self._boot(bin_dir, run_as, state, deadline))
+            self._boot(bin_dir, run_as, state, deadline)
         except BaseException:
             self._teardown()
             raise
@@ -437,39 +459,51 @@ class LocalPostgres:
         state["pid"] = None
         write_json(self.dir / "postgres.json", state)
         try:
-            self._with_way_open(run_as, state, lambda: self._boot(bin_dir, run_as, state, deadline))
+            run_as.check_way_to(self.data_dir)
+            self._boot(bin_dir, run_as, state, deadline)
         except BaseException:
             self._teardown()
             raise
         return self
 
-    def _with_way_open(
-        self, run_as: RunAs, state: dict[str, Any], step: Callable[[], None]
-    ) -> None:
-        """Run ``step`` (initdb, or booting) once the way to the data directory is open; again
-        if it failed because someone closed the way meanwhile.
+    def _make_runtime(self, run_as: RunAs) -> None:
+        """As root: a fresh runtime directory the ``postgres`` user can reach, made without
+        changing any existing directory; the runtime directories of state directories that
+        are gone are removed on the way."""
+        runtime = self.runtime_dir
+        if runtime == self.dir:
+            return
+        run_as.check_way_to(runtime)
+        missing = [p for p in reversed(runtime.parents) if not p.exists()]
+        for parent in missing:
+            with contextlib.suppress(FileExistsError):  # another up() made it meanwhile
+                parent.mkdir(mode=RUNTIME_MODE)
+                parent.chmod(RUNTIME_MODE)  # mkdir's mode passes through the umask
+        if runtime.exists():
+            shutil.rmtree(runtime)
+        runtime.mkdir(mode=RUNTIME_MODE)
+        runtime.chmod(RUNTIME_MODE)
+        (runtime / OWNER_FILE).write_text(str(self.dir) + "\n")
+        self._prune_orphans()
 
-        pytest does that: every new session chmods ``/tmp/pytest-of-<user>`` back to 0700, and
-        on a shared machine other sessions start at any moment. Only ``initdb`` and a booting
-        server need the way (they resolve absolute paths); a running server works relative to
-        its data directory.
-        """
-        for attempt in range(1, WAY_ATTEMPTS + 1):
-            opened = run_as.open_way_to(self.data_dir)
-            if opened:
-                state["opened_dirs"] = sorted({*state.get("opened_dirs", []), *opened})
-                write_json(self.dir / "postgres.json", state)
+    def _prune_orphans(self) -> None:
+        """Remove the runtime directories whose state directory no longer exists and in
+        which no process works."""
+        busy = {cwd for cwd in _process_cwds() if cwd.startswith(str(self.runtime_root) + "/")}
+        for entry in self.runtime_root.iterdir():
             try:
-                step()
-                return
-            except (CommandError, ServerExitedError):
-                if attempt == WAY_ATTEMPTS or not run_as.closed_on_way_to(self.data_dir):
-                    raise
+                owner = (entry / OWNER_FILE).read_text().strip()
+            except OSError:
+                continue  # not one of ours, or being made
+            inside = str(entry) + "/"
+            if owner and not Path(owner).exists() and not any(
+                    cwd.startswith(inside) for cwd in busy):
+                shutil.rmtree(entry, ignore_errors=True)
 
     def _initdb(self, bin_dir: Path, run_as: RunAs, creds: Credentials, deadline: float) -> None:
         log = self.dir / "initdb.log"
         # initdb reads the password from a file: one only its user can read, gone afterwards.
-        pwfile = self.dir / "initdb.pw"
+        pwfile = self.runtime_dir / "initdb.pw"
         write_secret(pwfile, creds.password + "\n")
         run_as.own(pwfile)
         argv = [

@@ -20,6 +20,14 @@ Executors run Python workers with the worker's ``PYSPARK_PYTHON`` unless the dri
 ``spark.pyspark.python``; both default to this interpreter, since the driver's and the
 executors' Python must match.
 
+Authentication. Whoever reaches a master can run code on its worker as the worker's user,
+and loopback is reachable by every local user: so ``spark.authenticate`` is on, with a secret
+``up()`` generates. The daemons read it from their properties file; a driver reads it from
+``secret_file`` (both mode 0600), passed to ``spark-submit`` as ``--properties-file``
+(PySpark: ``PYSPARK_SUBMIT_ARGS``), never on a command line, where ``ps`` would show it. The
+worker hands it to its executors in their environment. ``serving(url)`` finds the cluster
+behind a master URL of this host, for ``sac check --master``.
+
 Example::
 
     with LocalSpark(name="spark") as spark:
@@ -28,13 +36,16 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import secrets
 import shutil
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -50,7 +61,7 @@ from ._errors import (
     ServerExitedError,
     StartTimeoutError,
 )
-from ._files import default_home, read_json, tail, write_json
+from ._files import check_name, default_home, read_json, tail, write_json, write_secret
 from ._ports import allocate_base, check_free, port_is_free
 
 # Offsets inside our block of 100 that no RabbitMQ, ZooKeeper or PostgreSQL port uses (see
@@ -78,7 +89,20 @@ DAEMON_PROPERTIES = {
     "spark.master.rest.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.worker.cleanup.enabled": "false",
+    "spark.ui.killEnabled": "false",  # the web UIs have no authentication: read-only
 }
+SECRET_PROPERTY = "spark.authenticate.secret"
+MASTER_CLASS = "org.apache.spark.deploy.master.Master"
+
+
+def auth_properties(secret: str) -> dict[str, str]:
+    """What daemons and drivers need to authenticate to each other."""
+    return {"spark.authenticate": "true", SECRET_PROPERTY: secret}
+
+
+def properties_text(properties: dict[str, str]) -> str:
+    """A Spark properties file (``key value`` lines)."""
+    return "".join(f"{key} {value}\n" for key, value in properties.items())
 
 
 def spark_home() -> Path:
@@ -122,6 +146,7 @@ class LocalSpark:
         java: str | None = None,
         start_timeout: float = 60.0,
     ) -> None:
+        check_name(name)
         if not 1 <= worker_cores <= 2:
             raise ValueError(f"worker_cores {worker_cores} is not 1 or 2: we share 2 cores")
         self.home = default_home() if home is None else Path(home).resolve()
@@ -170,6 +195,38 @@ class LocalSpark:
         return self.dir / "work"
 
     @property
+    def secret_file(self) -> Path:
+        """The Spark properties a driver needs to be let in (``spark.authenticate`` and its
+        secret), mode 0600: ``spark-submit --properties-file <this>``."""
+        return self.dir / "conf" / "client.conf"
+
+    @classmethod
+    def serving(cls, url: str) -> LocalSpark | None:
+        """The ``LocalSpark`` whose master listens at ``url`` (``spark://127.0.0.1:<port>``) on
+        this host, found through its master's process and state marker, whatever its home;
+        None if there is none we may look at (another user's)."""
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme != "spark" or parts.hostname not in ("127.0.0.1", "localhost"):
+            return None
+        try:
+            port = parts.port
+        except ValueError:
+            return None
+        for pid in _proc.pids():
+            argv = _proc.argv_of(pid)
+            if MASTER_CLASS not in argv or "--port" not in argv:
+                continue
+            at = argv.index("--port") + 1
+            mark = _proc.marker_of(pid)
+            if at < len(argv) and argv[at] == str(port) and mark:
+                state_dir = Path(mark)
+                with contextlib.suppress(NotRunningError, ValueError):
+                    found = cls.attach(state_dir.name, home=state_dir.parent)
+                    if found.port("master") == port:
+                        return found
+        return None
+
+    @property
     def master_log(self) -> Path:
         return self.dir / "logs" / "master.log"
 
@@ -208,6 +265,7 @@ class LocalSpark:
             "ui": self.ui_url if self._base is not None else None,
             "pids": self._pids(),
             "running": self.is_running(),
+            "secret_file": str(self.secret_file),
             "master": None if info is None else info.get("status"),
             "workers": [] if info is None else [
                 {"id": w.get("id"), "state": w.get("state"), "cores": w.get("cores")}
@@ -255,8 +313,11 @@ class LocalSpark:
             shutil.rmtree(self.dir)
         for sub in ("conf", "logs", "work", "tmp"):
             (self.dir / sub).mkdir(parents=True)
+        (self.dir / "conf").chmod(0o700)
+        auth = auth_properties(secrets.token_urlsafe(32))
         props = self.dir / "conf" / "spark-defaults.conf"
-        props.write_text("".join(f"{k} {v}\n" for k, v in DAEMON_PROPERTIES.items()))
+        write_secret(props, properties_text({**DAEMON_PROPERTIES, **auth}))
+        write_secret(self.secret_file, properties_text(auth))
         state: dict[str, Any] = {"base_port": self._base, "pids": {}}
         write_json(self.dir / STATE_FILE, state)
         env = self._env(home, java)

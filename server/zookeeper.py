@@ -32,7 +32,7 @@ from ._errors import (
     ServerExitedError,
     StartTimeoutError,
 )
-from ._files import default_home, read_json, tail, write_json
+from ._files import check_name, default_home, read_json, tail, write_json
 from ._ports import PortLayout, allocate_base, check_free
 
 JARS = (
@@ -79,6 +79,7 @@ class LocalZooKeeper:
         jars: tuple[Path, ...] = JARS,
         tick_time_ms: int = DEFAULT_TICK_MS,
     ) -> None:
+        check_name(name)
         if (isinstance(tick_time_ms, bool) or not isinstance(tick_time_ms, int)
                 or not 1 <= tick_time_ms <= MAX_SESSION_TIMEOUT_MS // 20):
             raise ValueError(f"tick_time_ms must be an integer in [1, "

@@ -2,8 +2,11 @@
 of its own so the nemesis can freeze or kill it, and the sink they write their effects to.
 
 A process is described by a frozen settings class (``PublisherActor``, ``ConsumerActor``) and
-started as ``python -m sac.chaos.actors.publisher|consumer '<settings as JSON>'``: one definition
-of what an actor takes, used by the runner, the tests and the benchmarks alike. Each process
+started as ``python -m sac.chaos.actors.publisher|consumer``, its settings as JSON on the first
+line of its stdin: one definition of what an actor takes, used by the runner, the tests and the
+benchmarks alike. The settings hold the brokers' and the management API's URLs with their
+password, so they never go on the command line, which every local user can read (``ps``,
+``/proc/<pid>/cmdline``); stdin is a pipe only the runner holds. Each process
 records its history (``events/<actor>.jsonl``, ``shared/HISTORY.md``) through the SDK's own
 recorder and tells the runner what it needs to steer the run as JSON lines on stdout:
 ``{"event": "role", "role": "active", "monotonic": ...}``, ``{"event": "in_effect", "msg": ...}``,
@@ -88,9 +91,21 @@ class _Actor:
     def from_json(cls, text: str) -> Self:
         return cls(**json.loads(text))
 
+    @classmethod
+    def from_stdin(cls) -> Self:
+        """The settings the runner wrote as the first line of stdin (``ActorProcess``); the
+        lines after it are the runner's commands (``end_with_runner``)."""
+        line = sys.stdin.readline()
+        if not line.strip():
+            raise SystemExit(f"{cls.__name__}: expected the actor's settings as one JSON line "
+                             "on stdin, got nothing")
+        return cls.from_json(line)
+
     def argv(self) -> list[str]:
+        """The command that runs this actor; its settings go on stdin (``to_json``), never
+        here."""
         module = "publisher" if isinstance(self, PublisherActor) else "consumer"
-        return [sys.executable, "-m", f"sac.chaos.actors.{module}", self.to_json()]
+        return [sys.executable, "-m", f"sac.chaos.actors.{module}"]
 
 
 @attrs.frozen

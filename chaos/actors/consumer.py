@@ -1,4 +1,4 @@
-"""A consumer process: ``python -m sac.chaos.actors.consumer '<ConsumerActor as JSON>'``.
+"""A consumer process: ``python -m sac.chaos.actors.consumer``, its ``ConsumerActor`` on stdin.
 
 A single-active consumer of either SDK face whose effect writes one row to the run's sink,
 through the inbox's transaction (``dedup="inbox"``) or on its own (the weakened modes). It
@@ -265,4 +265,4 @@ def main(spec: ConsumerActor) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(ConsumerActor.from_json(sys.argv[1])))
+    sys.exit(main(ConsumerActor.from_stdin()))

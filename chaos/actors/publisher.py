@@ -1,4 +1,4 @@
-"""A publisher process: ``python -m sac.chaos.actors.publisher '<PublisherActor as JSON>'``.
+"""A publisher process: ``python -m sac.chaos.actors.publisher``, its ``PublisherActor`` on stdin.
 
 Publishes at a steady rate through the SDK's blocking ``Publisher`` (confirms, a window,
 retransmission after a lost connection, nacks retried), recording its history. The pacing
@@ -60,4 +60,4 @@ def main(spec: PublisherActor) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(PublisherActor.from_json(sys.argv[1])))
+    sys.exit(main(PublisherActor.from_stdin()))

@@ -10,6 +10,7 @@ The verdicts come from the pure-Python engine, as ``make test`` promises; the ca
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -94,14 +95,17 @@ def test_an_interrupted_run_leaves_no_process(netns_cluster: LocalCluster,
 
 
 def _actors_of(run_root: Path) -> list[int]:
+    """The actor processes of runs under ``run_root``: their settings are on stdin, not on
+    their command line; their stderr is ``RUN/logs/<actor>.log``."""
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 cmdline = (entry / "cmdline").read_bytes()
+                stderr = os.readlink(entry / "fd" / "2")
             except OSError:
                 continue
-            if b"sac.chaos.actors" in cmdline and str(run_root).encode() in cmdline:
+            if b"sac.chaos.actors" in cmdline and stderr.startswith(f"{run_root}/"):
                 pids.append(int(entry.name))
     return pids
 

@@ -282,3 +282,65 @@ def test_without_privileges_or_iproute2_the_error_says_so(
     monkeypatch.setenv("PATH", str(tmp_path))  # no ip on it
     with pytest.raises(PackageMissingError, match="Debian package iproute2"):
         LocalCluster(name=name, nodes=1, home=tmp_path, network="netns").up()
+
+
+def record_signals(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
+    """Every signal sent from here on, recorded and not sent: in the tests below a signal
+    sent for real could reach processes outside the namespace (the whole machine, even)."""
+    sent: list[tuple[str, int, int]] = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: sent.append(("kill", pid, sig)))
+    monkeypatch.setattr(os, "killpg", lambda pid, sig: sent.append(("killpg", pid, sig)))
+    monkeypatch.setattr(signal, "pidfd_send_signal",
+                        lambda fd, sig, *_: sent.append(("pidfd", fd, sig)))
+    return sent
+
+
+def test_a_name_that_mounts_the_hosts_namespace_is_never_emptied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ip netns attach sac-<name>-1 <pid>`` gives one of our names to the host's namespace
+    (ours: init's may be out of reach in a container): cleanup must refuse it (one line
+    naming it), never stop the host's processes."""
+    name = f"nshost-{os.getpid()}"
+    namespace = f"sac-{name}-1"
+    _netns.ip("netns", "attach", namespace, str(os.getpid()))
+    try:
+        assert os.stat(f"/run/netns/{namespace}").st_ino == os.stat("/proc/self/ns/net").st_ino
+        sent = record_signals(monkeypatch)
+        refused = rf"network namespace {namespace} is the host's network namespace"
+        with pytest.raises(ServerError, match=refused):
+            _netns.remove(name, tmp_path / name)
+        with pytest.raises(ServerError, match=refused):
+            LocalCluster(name=name, nodes=1, home=tmp_path, network="netns").up()
+        assert sent == []
+    finally:
+        monkeypatch.undo()
+        _netns.ip("netns", "del", namespace)
+
+
+def test_a_listed_pid_that_left_the_namespace_is_not_signalled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ip netns pids`` lists a pid; by the time it is signalled the process may have ended
+    and its pid gone to another process. Here the listing names a process on the host (as
+    a reused pid would): it keeps running, while the stray inside the namespace is stopped."""
+    name = f"nspid-{os.getpid()}"
+    stray = stale_network(name, 1, "198.19.250.0/24")
+    outside = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)
+    try:
+        inside = wait_until(lambda: _netns.namespace_pids(f"sac-{name}-1"), 10,
+                            "the stray process inside the namespace")
+        listing = _netns.namespace_pids
+        monkeypatch.setattr(_netns, "namespace_pids",
+                            lambda ns: [*listing(ns), outside.pid])
+        _netns.remove(name, tmp_path / name)
+        assert outside.poll() is None, "a process outside the namespace was signalled"
+        stray.wait(10)  # stopped, with its namespace
+        assert [p for p in inside if _proc.is_alive(p)] == []
+    finally:
+        outside.kill()
+        outside.wait(10)
+        if stray.poll() is None:
+            stray.kill()
+            stray.wait(10)
+    assert_nothing_left(name, tmp_path / name)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
+import shutil
 import socket
 import stat
 import time
@@ -19,6 +21,7 @@ from sac.server import (
     NotRunningError,
     PackageMissingError,
     PortBusyError,
+    ServerError,
     _proc,
 )
 from sac.server._ports import port_is_free
@@ -166,44 +169,79 @@ def test_committed_rows_survive_a_kill(tmp_path: Path) -> None:
     assert pg.pids() == []
 
 
-def test_the_way_to_the_data_is_opened_with_the_search_bit_only(tmp_path: Path) -> None:
+def modes(top: Path, below: Path) -> dict[str, str]:
+    """The mode of ``below`` and of each of its ancestors up to ``top``."""
+    chain = [below, *[p for p in below.parents if p.is_relative_to(top)]]
+    return {str(p): stat.filemode(p.stat().st_mode) for p in chain}
+
+
+@pytest.mark.slow
+def test_the_hosts_directories_keep_their_modes(tmp_path: Path) -> None:
+    """A home the ``postgres`` user cannot enter (under a 0700 directory, as root's home or
+    pytest's ``/tmp/pytest-of-root`` are): the server works, from up to a crash and down, and
+    no directory of the host changes its mode. Under ``tmp_path`` only: other sessions on a
+    shared machine change ``/tmp/pytest-of-root`` at any time."""
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    closed.chmod(0o700)
+    home = closed / "home"
+    home.mkdir()
+    before = modes(tmp_path.parent, home)
+    pg = LocalPostgres(name="modes", home=home)
+    with pg:
+        assert modes(tmp_path.parent, home) == before
+        with psycopg.connect(pg.dsn, autocommit=True, connect_timeout=10) as conn:
+            conn.execute("create table seen (id int primary key)")
+            conn.execute("insert into seen values (1)")
+        pg.kill()
+        pg.start()
+        with psycopg.connect(pg.dsn, connect_timeout=10) as conn:
+            assert conn.execute("select id from seen").fetchall() == [(1,)]
+        assert modes(tmp_path.parent, home) == before
+        if os.geteuid() == 0:
+            assert not pg.data_dir.is_relative_to(home)
+            assert pg.data_dir.parent == pg.runtime_dir
+            assert stat.S_IMODE(pg.runtime_dir.stat().st_mode) == 0o711
+            assert pg.status()["data_dir"] == str(pg.data_dir)
+    assert modes(tmp_path.parent, home) == before
+    assert pg.pids() == []
+
+
+@pytest.mark.slow
+def test_a_runtime_directory_goes_with_its_state_directory(tmp_path: Path) -> None:
+    """As root, ``data/`` lives outside the state directory: ``rm -r`` of the home is still a
+    complete reset, finished by the next ``up()`` of any server."""
+    if os.geteuid() != 0:
+        assert LocalPostgres(name="gone", home=tmp_path).runtime_dir == tmp_path / "gone"
+        return
+    first = LocalPostgres(name="gone", home=tmp_path / "a")
+    with first:
+        runtime = first.runtime_dir
+    assert (runtime / "data" / "PG_VERSION").exists()  # down() keeps the data
+    shutil.rmtree(tmp_path / "a")
+    with LocalPostgres(name="other", home=tmp_path / "b") as second:
+        assert startup_answer(second.port) == "ready"
+        assert not runtime.exists()
+    shutil.rmtree(tmp_path / "b")
+
+
+def test_a_runtime_root_the_postgres_user_cannot_reach_is_refused(tmp_path: Path) -> None:
     entry = pwd.getpwnam("postgres")
     run_as = RunAs(uid=entry.pw_uid, gid=entry.pw_gid, gids=(entry.pw_gid,))
     deep = tmp_path / "a" / "b"
     deep.mkdir(parents=True)
     (tmp_path / "a").chmod(0o700)
-    assert (tmp_path / "a", stat.S_IXOTH) in run_as.closed_on_way_to(deep / "data")
-    assert str(tmp_path / "a") in run_as.open_way_to(deep / "data")
-    assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o701
-    assert run_as.closed_on_way_to(deep / "data") == []
-    assert run_as.open_way_to(deep / "data") == []
-
-
-@pytest.mark.slow
-def test_way_closed_during_up_is_opened_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """What a pytest session starting meanwhile does to /tmp/pytest-of-<user> (chmod 0700):
-    as root, initdb (run as postgres) then fails, and up() opens the way and runs it again."""
-    home = tmp_path / "home"
-    real_initdb = LocalPostgres._initdb
-    calls = []
-
-    def closing_initdb(self: LocalPostgres, *args: object) -> None:
-        calls.append(self.name)
-        if len(calls) == 1:
-            home.chmod(0o700)
-        real_initdb(self, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(LocalPostgres, "_initdb", closing_initdb)
-    as_root = os.geteuid() == 0
-    with LocalPostgres(name="closed", home=home) as pg:
-        assert startup_answer(pg.port) == "ready"
-        assert len(calls) == (2 if as_root else 1)
-        assert ("Permission denied" in (pg.dir / "initdb.log").read_text()) == as_root
-        assert (str(home) in json.loads((pg.dir / "postgres.json").read_text())["opened_dirs"]
-                ) == as_root
-    assert pg.pids() == []
+    assert tmp_path / "a" in run_as.closed_on_way_to(deep / "data")
+    with pytest.raises(ServerError, match=r"cannot enter /\S* \(mode drwx------\) on the way "
+                                          rf"to {re.escape(str(deep / 'data'))}"):
+        run_as.check_way_to(deep / "data")
+    assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o700  # left as it was
+    if os.geteuid() == 0:
+        pg = LocalPostgres(name="far", home=tmp_path / "home", runtime_root=deep)
+        with pytest.raises(ServerError, match="choose a runtime_root it can reach"):
+            pg.up()
+        assert pg.pids() == []
+        assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o700
 
 
 def test_busy_port_is_named(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from sac._spark import SECRET_ENV, secret_file
+from sac.checker.errors import InputError
 from sac.server import (
     AlreadyRunningError,
     LocalSpark,
@@ -28,7 +31,7 @@ from sac.server import (
 )
 from sac.server._ports import port_is_free
 from sac.server.spark import PORT_OFFSETS, master_json
-from tests.helpers import Lines, finish, is_loopback, listening_addresses
+from tests.helpers import Lines, finish, is_loopback, listening_addresses, wait_until
 
 # The driver runs in a process of its own: a SparkContext is one per process, and the engines'
 # tests may hold a local one in the pytest process. It prints what it saw, then waits for a
@@ -71,17 +74,36 @@ def ports_of(addresses: set[str]) -> set[int]:
     return {int(a.rsplit(":", 1)[1]) for a in addresses}
 
 
-def start_driver(cluster: LocalSpark, app_name: str) -> subprocess.Popen[str]:
+def start_driver(cluster: LocalSpark, app_name: str, secret: bool = True,
+                 ) -> subprocess.Popen[str]:
+    """A driver as a user runs one: with ``secret``, the cluster's secret file goes to
+    ``spark-submit`` (``--properties-file``, through ``PYSPARK_SUBMIT_ARGS``)."""
     env = {
         **os.environ,
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
     }
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    if secret:
+        env["PYSPARK_SUBMIT_ARGS"] = f"--properties-file {cluster.secret_file} pyspark-shell"
     return subprocess.Popen(
         [sys.executable, "-c", DRIVER, cluster.url, app_name],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
     )
+
+
+def app_names(cluster: LocalSpark) -> set[str]:
+    """Every application the master registered, running or done."""
+    state = master_json(cluster.port("master_ui")) or {}
+    return {app["name"] for app in [*state.get("activeapps", []),
+                                    *state.get("completedapps", [])]}
+
+
+def secret_of(cluster: LocalSpark) -> str:
+    lines = dict(line.split(" ", 1) for line in cluster.secret_file.read_text().splitlines())
+    assert lines["spark.authenticate"] == "true"
+    return lines["spark.authenticate.secret"]
 
 
 def test_a_dataframe_job_runs_on_the_worker(spark_standalone: LocalSpark) -> None:
@@ -109,6 +131,12 @@ def test_a_dataframe_job_runs_on_the_worker(spark_standalone: LocalSpark) -> Non
         executor_logs = list((spark_standalone.work_dir / seen["app"]).glob("*/stderr"))
         assert executor_logs
 
+        # The secret is on no command line of the host (ps): not the daemons', the
+        # executor's, nor the driver's JVM's.
+        secret = secret_of(spark_standalone).encode()
+        assert [pid for pid in _proc.pids() if secret in " ".join(_proc.argv_of(pid)).encode()
+                ] == []
+
         # The executor's JVM and Python workers listen too: loopback only, like the daemons.
         pids = spark_standalone.pids()
         assert len(pids) >= 3  # master, worker, executor (+ its Python daemon)
@@ -123,6 +151,56 @@ def test_a_dataframe_job_runs_on_the_worker(spark_standalone: LocalSpark) -> Non
         assert driver.wait(60) == 0
     finally:
         finish(driver)
+
+
+def test_a_driver_without_the_secret_is_refused(spark_standalone: LocalSpark) -> None:
+    """Any local user reaches a loopback master: one without the secret must not get to run
+    code on the worker. The master refuses its connection (its log says why) and never
+    registers the application."""
+    log = spark_standalone.master_log
+    seen = log.stat().st_size
+    refusal = "Expected SaslMessage, received something else"
+
+    def refused() -> bool:
+        with log.open(errors="replace") as text:
+            text.seek(seen)
+            return refusal in text.read()
+
+    driver = start_driver(spark_standalone, "sac-test-no-secret", secret=False)
+    try:
+        wait_until(lambda: refused() or "sac-test-no-secret" in app_names(spark_standalone),
+                   180, "the master's answer to a driver without the secret")
+        assert "sac-test-no-secret" not in app_names(spark_standalone)
+        assert refused()
+    finally:
+        finish(driver)
+    # The secret is in files only the cluster's user reads.
+    assert stat.S_IMODE(spark_standalone.secret_file.stat().st_mode) == 0o600
+    daemons = spark_standalone.dir / "conf" / "spark-defaults.conf"
+    assert stat.S_IMODE(daemons.stat().st_mode) == 0o600
+    assert secret_of(spark_standalone) in daemons.read_text()
+
+
+def test_sac_check_finds_the_secret_of_a_local_cluster(spark_standalone: LocalSpark) -> None:
+    """``sac check --master`` on a cluster of this host uses its secret by itself, whatever
+    its home; ``SAC_SPARK_SECRET_FILE`` names one explicitly."""
+    found = LocalSpark.serving(spark_standalone.url)
+    assert found is not None
+    assert found.secret_file == spark_standalone.secret_file
+    assert LocalSpark.serving("spark://127.0.0.1:9") is None
+    assert LocalSpark.serving("spark://10.0.0.5:7077") is None
+    assert secret_file(spark_standalone.url) == spark_standalone.secret_file
+    assert secret_file(None) is None
+
+
+def test_a_named_secret_file_must_exist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                        ) -> None:
+    named = tmp_path / "client.conf"
+    monkeypatch.setenv(SECRET_ENV, str(named))
+    with pytest.raises(InputError, match=rf"^{SECRET_ENV}=\S+client\.conf: no such file$"):
+        secret_file("spark://10.0.0.5:7077")
+    named.write_text("spark.authenticate true\n")
+    assert secret_file("spark://10.0.0.5:7077") == named
 
 
 def test_daemons_listen_on_loopback_only(spark_standalone: LocalSpark) -> None:

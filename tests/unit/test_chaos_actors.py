@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from sac.chaos.actors import ConsumerActor, Sink
+from sac.chaos.actors import ConsumerActor, PublisherActor, Sink
 
 
 def consumer(**options: Any) -> ConsumerActor:
-    return ConsumerActor(actor="a", run_dir="/tmp/run", queue="q",
-                         urls=["amqp://guest:guest@127.0.0.1:5672/%2F"], **options)
+    settings = {"urls": ["amqp://guest:guest@127.0.0.1:5672/%2F"], **options}
+    return ConsumerActor(actor="a", run_dir="/tmp/run", queue="q", **settings)
 
 
 def test_the_test_options_default_to_the_chaos_workload() -> None:
@@ -27,7 +27,21 @@ def test_a_consumer_goes_through_json_unchanged() -> None:
                     crash_on_body="m1", pause_in_effect="*", pause_after_writes=3,
                     pause_after_commit="m-9")
     assert ConsumerActor.from_json(spec.to_json()) == spec
-    assert spec.argv()[1:3] == ["-m", "sac.chaos.actors.consumer"]
+    assert spec.argv()[1:] == ["-m", "sac.chaos.actors.consumer"]
+
+
+def test_no_password_goes_on_the_command_line() -> None:
+    """Every local user reads a process's command line (``ps``): the settings, URLs with
+    their passwords included, go on the actor's stdin (``ActorProcess``)."""
+    secret = "s3cret-pw"
+    spec = consumer(urls=[f"amqp://u:{secret}@127.0.0.1:5672/%2F"],
+                    management_urls=(f"http://u:{secret}@127.0.0.1:15672",),
+                    sink=f"postgresql://u:{secret}@127.0.0.1:5432/db")
+    assert secret in spec.to_json()
+    assert [arg for arg in spec.argv() if secret in arg] == []
+    publisher = PublisherActor(actor="p", run_dir="/tmp/run", queue="q",
+                               urls=[f"amqp://u:{secret}@127.0.0.1:5672/%2F"])
+    assert [arg for arg in publisher.argv() if secret in arg] == []
 
 
 @pytest.mark.parametrize(("options", "match"), [

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -84,3 +85,26 @@ def test_a_server_that_never_ran(kind: str, tmp_path: Path) -> None:
         server.kill()
     with pytest.raises(NotRunningError):
         server.down()
+
+
+NAMED: dict[str, Callable[[str, Path], object]] = {
+    "rabbitmq": lambda name, home: LocalCluster(name=name, home=home),
+    "zookeeper": lambda name, home: LocalZooKeeper(name=name, home=home),
+    "postgres": lambda name, home: LocalPostgres(name=name, home=home),
+    "spark": lambda name, home: LocalSpark(name=name, home=home),
+}
+
+
+@pytest.mark.parametrize("kind", NAMED)
+@pytest.mark.parametrize("name", ["../victim", "/tmp", "a/b", "", "..", "Upper"])
+def test_a_name_that_leaves_the_home_is_refused(kind: str, name: str, tmp_path: Path) -> None:
+    """``up()`` wipes ``home/<name>``: a name must never point outside the home, for any
+    server; refused in one line naming it, before anything is touched."""
+    home = tmp_path / "home"
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("mine")
+    with pytest.raises(ValueError, match=rf"name {re.escape(repr(name))} is not valid"):
+        NAMED[kind](name, home)
+    assert (victim / "keep").read_text() == "mine"
+    assert not home.exists()
