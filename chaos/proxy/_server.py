@@ -95,7 +95,9 @@ async def _session(api: Api, limits: ApiLimits, reader: asyncio.StreamReader,
             await _answer(writer, render_response(status, payload, request.keep_alive), limits)
             if not request.keep_alive:
                 return
-    except (OSError, asyncio.IncompleteReadError, TimeoutError):
+    except TimeoutError:  # an answer not taken: close() would wait to flush it for ever
+        writer.transport.abort()
+    except (OSError, asyncio.IncompleteReadError):
         return
     finally:
         with contextlib.suppress(OSError):
@@ -109,12 +111,16 @@ async def _turn_away(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     before the client has read why."""
     error = HttpError(503, f"the fault proxy API serves {limits.max_connections} connections "
                            "at once; try again when one has closed")
-    with contextlib.suppress(OSError, TimeoutError):
+    try:
         await _answer(writer, render_error(error), limits)
         writer.write_eof()
         async with asyncio.timeout(min(LINGER, limits.request_timeout)):
             while await reader.read(65536):
                 pass
+    except TimeoutError:
+        writer.transport.abort()
+    except OSError:
+        pass
     with contextlib.suppress(OSError):
         writer.close()
 

@@ -200,6 +200,24 @@ def test_an_idle_connection_is_closed_without_an_answer(quick: ProxyThread) -> N
         assert 0.5 <= time.monotonic() - started < 2.0
 
 
+def test_a_client_that_never_reads_its_answers_is_cut_off(quick: ProxyThread) -> None:
+    """Requests sent back to back, no answer ever read: once the answers fill the socket
+    buffers, the server waits ``request_timeout`` (0.5 s) for the client to take them, then
+    closes the connection, and serves others meanwhile."""
+    requests = b"GET /version HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 1000
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(WAIT * 6)  # a send blocked this long: the server never cut it off
+        sock.connect(("127.0.0.1", quick.port))
+        cut_off = False
+        while not cut_off:
+            try:
+                sock.sendall(requests)
+            except (BrokenPipeError, ConnectionResetError):
+                cut_off = True
+            assert _request(quick.port, "GET", "/version")[0] == 200
+
+
 def test_connections_over_the_cap_are_answered_503_until_one_closes() -> None:
     limits = ApiLimits(idle_timeout=WAIT * 4, request_timeout=WAIT, max_connections=2)
     with ProxyThread(limits=limits) as proxy:
