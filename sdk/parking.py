@@ -33,7 +33,7 @@ from pika import spec
 from pika.channel import Channel
 from pika.spec import BasicProperties
 
-from ._core.parked import parked_fields, to_take
+from ._core.parked import next_replay, parked_fields, to_take
 from ._core.poison import REPLAYED_HEADER, replay_headers, text
 from ._delivery import PARKED_PROPERTIES, other_properties
 from ._errors import ConfigurationError, ConnectError, QueueError
@@ -236,7 +236,7 @@ async def replay_parked_async(
 
         def replayed(props: BasicProperties) -> dict[str, Any]:
             headers = replay_headers(props.headers)
-            headers[REPLAYED_HEADER] = int(_replays(props.headers)) + 1
+            headers[REPLAYED_HEADER] = next_replay(props.headers)
             return headers
 
         def refused(props: BasicProperties, done: int, exc: Refused) -> Exception:
@@ -250,11 +250,6 @@ async def replay_parked_async(
                            f"({exc}); what was not confirmed stays parked") from exc
     finally:
         await link.close()
-
-
-def _replays(headers: Mapping[str, Any] | None) -> int:
-    value = (headers or {}).get(REPLAYED_HEADER)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def parked_messages(

@@ -21,6 +21,7 @@ from .poison import (
     ERROR_HEADER,
     QUEUE_HEADER,
     REASON_HEADER,
+    REPLAYED_HEADER,
     origin_of,
     reason_of,
     text,
@@ -88,3 +89,18 @@ def to_take(count: int, limit: int) -> int:
     ``basic.get`` at a time: 10 000 took 24 to 31 s on the 3-node test cluster (two shared
     cores), so the window is a thousand, a few seconds."""
     return count if count <= max(limit, ORDER_WINDOW) else limit
+
+
+MAX_REPLAYS: Final = 2**31 - 1
+"""The most ``x-sac-replayed`` counts to: what AMQP's 32-bit integer holds."""
+
+
+def next_replay(headers: Mapping[str, Any] | None) -> int:
+    """The ``x-sac-replayed`` a replayed copy carries: one more than the parked message's.
+    A value that is not a count of ours (not an integer, negative, or ``MAX_REPLAYS`` and
+    more: one past 2**63 - 1 cannot be sent at all) starts again at 1: the replay must go
+    out, and the header's presence is what makes an inbox look the message up."""
+    value = _count((headers or {}).get(REPLAYED_HEADER))
+    if value is None or not 0 <= value < MAX_REPLAYS:
+        return 1
+    return value + 1

@@ -15,7 +15,7 @@ import pika
 import pytest
 
 from sac.dlq import printable
-from sac.sdk import ConnectionSettings, QueueSettings, parked_messages
+from sac.sdk import ConnectionSettings, QueueSettings, parked_messages, replay_parked
 from sac.server import LocalCluster
 from tests.sdk.test_poison import declare
 
@@ -136,3 +136,29 @@ def test_a_listing_leaves_the_parking_queue_in_its_order(
     # The cost the README states: each listing marks every message redelivered and adds
     # one to its delivery count (three listings; nothing else took them).
     assert {(redelivered, count) for _, redelivered, count in seen} == {(True, 3)}
+
+
+def test_a_forged_replay_count_does_not_stop_a_replay(
+    cluster: LocalCluster, conn: ConnectionSettings, queue: QueueSettings,
+) -> None:
+    """``x-sac-replayed`` at 2**63 - 1 used to become 2**63, which AMQP cannot carry: the
+    replay stopped there ("the connection was lost"), every time, and held back every
+    message behind it."""
+    declare(cluster, conn, queue)
+    assert queue.parking_queue is not None
+    counts: list[object] = [2, 2**63 - 1, "seven", -3]
+    park_raw(cluster, queue.parking_queue,
+             [(f"r{i}", {"x-sac-replayed": count}, b"r") for i, count in enumerate(counts)])
+    assert replay_parked(conn, queue) == 4
+    with pika.BlockingConnection(pika.URLParameters(cluster.urls()[0])) as raw:
+        channel = raw.channel()
+        replayed = []
+        for method, props, _body in channel.consume(queue.name, inactivity_timeout=10):
+            assert method is not None, "a replayed message is missing"
+            replayed.append((props.message_id, props.headers["x-sac-replayed"]))
+            channel.basic_ack(method.delivery_tag)
+            if len(replayed) == len(counts):
+                break
+        channel.cancel()
+    assert replayed == [("r0", 3), ("r1", 1), ("r2", 1), ("r3", 1)]
+    assert parked_messages(conn, queue) == []

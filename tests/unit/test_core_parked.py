@@ -13,7 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sac.dlq import printable
-from sac.sdk._core.parked import LATEST_AT_MS, ORDER_WINDOW, parked_fields, to_take
+from sac.sdk._core.parked import (
+    LATEST_AT_MS,
+    MAX_REPLAYS,
+    ORDER_WINDOW,
+    next_replay,
+    parked_fields,
+    to_take,
+)
 
 FIELDS = {"x-sac-parked-reason": "reason", "x-sac-parked-error": "error",
           "x-sac-parked-from": "origin", "x-sac-parked-attempts": "attempts",
@@ -70,6 +77,19 @@ def test_a_listing_takes_the_whole_queue_up_to_the_window() -> None:
     assert to_take(ORDER_WINDOW + 1, 100) == 100
     assert to_take(50_000, 40_000) == 40_000
     assert to_take(0, 100) == 0
+
+
+@SHARED_CPU
+@given(amqp_values)
+def test_a_replay_count_always_fits_an_amqp_integer(value: Any) -> None:
+    assert 1 <= next_replay({"x-sac-replayed": value}) <= MAX_REPLAYS
+
+
+def test_a_replay_count_counts_ours_and_restarts_a_forged_one() -> None:
+    assert next_replay(None) == 1
+    assert next_replay({"x-sac-replayed": 2}) == 3
+    assert [next_replay({"x-sac-replayed": v}) for v in (2**63 - 1, -3, "7", True, 2.0)] == \
+        [1, 1, 1, 1, 1]
 
 
 @SHARED_CPU
