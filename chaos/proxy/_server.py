@@ -104,6 +104,9 @@ async def _session(api: Api, limits: ApiLimits, reader: asyncio.StreamReader,
             writer.close()
 
 
+LINGER = 2.0
+
+
 async def _turn_away(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                      limits: ApiLimits) -> None:
     """503 to a connection over the cap. What the client sends meanwhile is read and
@@ -123,9 +126,6 @@ async def _turn_away(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         pass
     with contextlib.suppress(OSError):
         writer.close()
-
-
-LINGER = 2.0
 
 
 async def start(host: str = "127.0.0.1", port: int = 8474,
