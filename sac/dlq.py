@@ -76,9 +76,35 @@ def _queue(args: argparse.Namespace) -> QueueSettings:
     return QueueSettings(args.queue)
 
 
+MAX_SHOWN = 1000
+"""Characters of a reason or an id shown (ours are cut at 1 000; a forged one may be any)."""
+
+
+def printable(value: str, most: int = MAX_SHOWN) -> str:
+    """``value`` as a terminal may show it: what ``repr`` would escape (C0 and C1 controls,
+    ESC, DEL, bidirectional overrides and other format characters, line separators) is
+    written as ``\\xNN``/``\\uNNNN``, a backslash as two, and past ``most`` characters
+    cut with "…". What a publisher put in a message never drives the reader's terminal."""
+    cut = value[:most]
+    shown = "".join(c if c.isprintable() and c != "\\" else _escape(c) for c in cut)
+    return shown + ("…" if len(value) > most else "")
+
+
+_SHORT = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if char in _SHORT:
+        return _SHORT[char]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 def _preview(body: bytes) -> str:
     text = body[:PREVIEW].decode("utf-8", "replace")
-    return json.dumps(text + ("…" if len(body) > PREVIEW else ""), ensure_ascii=False)
+    return '"' + printable(text) + ("…" if len(body) > PREVIEW else "") + '"'
 
 
 def _row(message: ParkedMessage) -> dict[str, Any]:
@@ -89,24 +115,40 @@ def _row(message: ParkedMessage) -> dict[str, Any]:
         "from": message.origin,
         "attempts": message.attempts,
         "parked_at": message.parked_at.isoformat() if message.parked_at else None,
+        "invalid": list(message.invalid),
         "size": len(message.body),
         "body": message.body[:PREVIEW].decode("utf-8", "replace"),
     }
+
+
+def _line(message: ParkedMessage) -> str:
+    """One message for a person: each field escaped, a forged one said to be invalid."""
+    if message.parked_at is not None:
+        when = message.parked_at.strftime("%Y-%m-%d %H:%M:%S")
+    else:
+        when = "(invalid time)" if "parked_at" in message.invalid else "-"
+    if message.attempts is not None:
+        tries = f"{message.attempts} attempt(s)"
+    else:
+        tries = "(invalid attempts)" if "attempts" in message.invalid else "-"
+    ident = printable(message.message_id) if message.message_id is not None else "(no id)"
+    line = f"{ident}  {when}  {tries}  {printable(message.reason)}"
+    if message.invalid:
+        line += f"  [invalid header: {', '.join(message.invalid)}]"
+    return line
 
 
 @one_line("sac dlq", SacError, 1)  # the broker or a queue said no
 def _list(args: argparse.Namespace) -> int:
     messages = parked_messages(_connection(args), _queue(args), limit=args.limit)
     for message in messages:
-        if args.json:
-            print(json.dumps(_row(message), ensure_ascii=False))
+        if args.json:  # ASCII only: JSON escapes C1 controls and the like only then
+            print(json.dumps(_row(message)))
             continue
-        when = message.parked_at.strftime("%Y-%m-%d %H:%M:%S") if message.parked_at else "-"
-        tries = f"{message.attempts} attempt(s)" if message.attempts else "-"
-        print(f"{message.message_id or '(no id)'}  {when}  {tries}  {message.reason}")
+        print(_line(message))
         print(f"    {len(message.body)} bytes: {_preview(message.body)}")
     if not args.json:
-        print(f"{len(messages)} parked message(s) shown for {args.queue!r}")
+        print(f"{len(messages)} parked message(s) shown for '{printable(args.queue)}'")
     return 0
 
 

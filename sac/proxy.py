@@ -14,7 +14,8 @@ def add_parser(commands: Any) -> None:
     sub = proxy.add_subparsers(dest="action", required=True)
     serve = sub.add_parser("serve", help="serve the Toxiproxy HTTP API until interrupted")
     serve.add_argument("--host", default="127.0.0.1", help="loopback address (default: 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8474, help="API port (default: 8474)")
+    serve.add_argument("--port", type=int, default=8474,
+                       help="API port (default: 8474; 0: a free one, printed)")
     serve.set_defaults(func=_serve)
 
 
@@ -23,9 +24,11 @@ def _serve(args: argparse.Namespace) -> int:
 
     if not is_loopback(args.host):
         raise ValueError(f"the fault proxy listens on loopback only, not {args.host!r}")
-    print(f"fault proxy: Toxiproxy API on http://{args.host}:{args.port}/", flush=True)
+    def ready(port: int) -> None:
+        print(f"fault proxy: Toxiproxy API on http://{args.host}:{port}/", flush=True)
+
     try:
-        serve(host=args.host, port=args.port)
+        serve(host=args.host, port=args.port, ready=ready)
     except KeyboardInterrupt:
         return 0
     except OSError as exc:

@@ -3,7 +3,8 @@
 A consumer parks a message its handler could not handle (``ConsumerSettings.retry`` spent,
 or ``Poison``) in the queue's parking queue, ``<queue>.parked`` by default, with the reason in
 its headers; the broker dead-letters there too what reached the delivery limit (a crash
-loop). ``parked_messages`` shows them without taking them away; ``replay_parked`` moves them
+loop). ``parked_messages`` shows them and gives them back (in their order; what that costs
+on RabbitMQ 3.10 is in its docstring); ``replay_parked`` moves them
 back to their queue, each confirmed there before it leaves the parking queue, keeping its
 message id and marked as a replay, so that an inbox looks each one up and a message whose
 effect was committed after all is not done twice.
@@ -32,16 +33,8 @@ from pika import spec
 from pika.channel import Channel
 from pika.spec import BasicProperties
 
-from ._core.poison import (
-    AT_HEADER,
-    ATTEMPTS_HEADER,
-    ERROR_HEADER,
-    REPLAYED_HEADER,
-    origin_of,
-    reason_of,
-    replay_headers,
-    text,
-)
+from ._core.parked import next_replay, parked_fields, to_take
+from ._core.poison import REPLAYED_HEADER, replay_headers, text
 from ._delivery import PARKED_PROPERTIES, other_properties
 from ._errors import ConfigurationError, ConnectError, QueueError
 from ._forward import Forwarder, Refused
@@ -70,6 +63,10 @@ class ParkedMessage:
     properties: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
     """The other AMQP properties it has (``content_encoding``, ``reply_to``, ``type``,
     ``app_id``...), as in ``Delivery.properties``."""
+    invalid: tuple[str, ...] = ()
+    """The fields above (``reason``, ``error``, ``origin``, ``attempts``, ``parked_at``)
+    whose ``x-sac-parked-*`` header is there but not of its type (a foreign or forged
+    message): each is None (the reason says so), the others are read as usual."""
 
 
 class ReplayError(QueueError):
@@ -85,21 +82,21 @@ def _parking_name(queue: str | QueueSettings) -> tuple[str, str]:
 
 def _parked(props: BasicProperties, body: bytes) -> ParkedMessage:
     headers = dict(props.headers or {})
-    at = headers.get(AT_HEADER)
-    attempts = headers.get(ATTEMPTS_HEADER)
+    fields = parked_fields(headers)
+    at = fields.parked_at_ms
     return ParkedMessage(
         message_id=text(props.message_id),
-        reason=reason_of(headers),
-        error=text(headers.get(ERROR_HEADER)),
-        origin=origin_of(headers),
-        attempts=attempts if isinstance(attempts, int) else None,
-        parked_at=(datetime.datetime.fromtimestamp(at / 1000, datetime.UTC)
-                   if isinstance(at, int) else None),
+        reason=fields.reason,
+        error=fields.error,
+        origin=fields.origin,
+        attempts=fields.attempts,
+        parked_at=None if at is None else datetime.datetime.fromtimestamp(at / 1000, datetime.UTC),
         body=body,
         headers=headers,
         content_type=text(props.content_type),
         correlation_id=text(props.correlation_id),
         properties=other_properties(props),
+        invalid=fields.invalid,
     )
 
 
@@ -168,11 +165,37 @@ def _passive(name: str) -> QueueSettings:
     return QueueSettings(name, single_active_consumer=False, parking_queue=None, declare=False)
 
 
+RETURN_WAIT = 5.0
+"""Seconds a listing waits for the broker to have put back what it took (see below)."""
+
+
+async def _give_back(link: Link, queue: str, last_tag: int, count: int) -> None:
+    """Give back every message taken on ``link`` (up to ``last_tag``), in the order taken,
+    and wait until ``queue`` counts ``count`` ready messages again (or ``RETURN_WAIT`` s: a
+    replay may be taking some meanwhile). The broker puts them back asynchronously: without
+    the wait, a listing or a replay right after this one would miss some of them."""
+    channel = link.channel
+    assert channel is not None
+    channel.basic_nack(last_tag, multiple=True, requeue=True)
+    deadline = asyncio.get_running_loop().time() + RETURN_WAIT
+    while await link.declare_queue(_passive(queue)) < count:
+        if asyncio.get_running_loop().time() > deadline:
+            return
+        await asyncio.sleep(0.01)  # nothing tells when the broker has put them back: poll
+
+
 async def parked_messages_async(
     connection: ConnectionSettings, queue: str | QueueSettings, limit: int = 100
 ) -> list[ParkedMessage]:
-    """Up to ``limit`` messages of the queue's parking queue, oldest first, left in place
-    (fetched unacked, given back when the channel closes)."""
+    """Up to ``limit`` messages of the queue's parking queue, oldest first, left in place.
+
+    RabbitMQ cannot show a quorum queue's message without taking it: each is taken
+    unacked and given back, which marks it redelivered and adds one to its
+    ``x-delivery-count`` (a replay drops that header). To keep their order, every message of
+    a parking queue holding up to ``ORDER_WINDOW`` (1 000) is taken, shown or not; past
+    that only the first ``limit`` are, and those go back behind the rest. A message whose
+    ``x-sac-parked-*`` headers are forged is listed, those fields None and named in its
+    ``invalid``."""
     if limit < 1:
         raise ConfigurationError(f"limit must be >= 1, got {limit}")
     _name, parking = _parking_name(queue)
@@ -180,12 +203,17 @@ async def parked_messages_async(
     try:
         count = await link.declare_queue(_passive(parking))
         out: list[ParkedMessage] = []
-        for _ in range(min(count, limit)):
+        last_tag: int | None = None
+        for _ in range(to_take(count, limit)):
             got = await _get(link, parking)
             if got is None:
                 break
-            _method, props, body = got
-            out.append(_parked(props, body))
+            method, props, body = got
+            last_tag = method.delivery_tag
+            if len(out) < limit:
+                out.append(_parked(props, body))
+        if last_tag is not None:
+            await _give_back(link, parking, last_tag, count)
         return out
     finally:
         await link.close()
@@ -208,7 +236,7 @@ async def replay_parked_async(
 
         def replayed(props: BasicProperties) -> dict[str, Any]:
             headers = replay_headers(props.headers)
-            headers[REPLAYED_HEADER] = int(_replays(props.headers)) + 1
+            headers[REPLAYED_HEADER] = next_replay(props.headers)
             return headers
 
         def refused(props: BasicProperties, done: int, exc: Refused) -> Exception:
@@ -222,11 +250,6 @@ async def replay_parked_async(
                            f"({exc}); what was not confirmed stays parked") from exc
     finally:
         await link.close()
-
-
-def _replays(headers: Mapping[str, Any] | None) -> int:
-    value = (headers or {}).get(REPLAYED_HEADER)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def parked_messages(

@@ -6,6 +6,7 @@ process on loopback, driven by any Toxiproxy client (``toxiproxy-python``).
 """
 
 from sac.chaos.proxy._api import VERSION, Api
+from sac.chaos.proxy._http import ApiLimits
 from sac.chaos.proxy._model import TOXIC_TYPES, ApiError, ProxySpec, Toxic, is_loopback
 from sac.chaos.proxy._server import ApiServer, ProxyThread, serve, start
 
@@ -14,6 +15,7 @@ __all__ = [
     "VERSION",
     "Api",
     "ApiError",
+    "ApiLimits",
     "ApiServer",
     "ProxySpec",
     "ProxyThread",

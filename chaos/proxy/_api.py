@@ -30,13 +30,40 @@ def _proxy_json(proxy: Proxy) -> dict[str, Any]:
     }
 
 
+MAX_DEPTH = 16
+"""How deeply a body's arrays and objects may nest: the API's own bodies nest three deep
+(``/populate``: a list of proxies, each with toxics' attributes)."""
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value``'s lists and dicts nest (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item \
+            if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth + 1)
+        if deepest > MAX_DEPTH:
+            break
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def _decode(body: bytes) -> Any:
     if not body.strip():
         return {}
     try:
-        return json.loads(body)
-    except ValueError as exc:
+        value = json.loads(body)
+    except RecursionError:  # the parser's own limit, far below what a body may hold
+        raise ApiError(400, f"body is not JSON this API takes: nested over {MAX_DEPTH} "
+                            "deep") from None
+    except ValueError as exc:  # UnicodeDecodeError too
         raise ApiError(400, f"body is not JSON: {exc}") from exc
+    if _depth(value) > MAX_DEPTH:
+        raise ApiError(400, f"body is not JSON this API takes: nested over {MAX_DEPTH} deep")
+    return value
 
 
 class Api:

@@ -8,13 +8,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
+from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
 from sac.chaos.proxy._api import Api
-from sac.chaos.proxy._http import HttpError, read_request, render_response
+from sac.chaos.proxy._http import (
+    MAX_HEAD,
+    ApiLimits,
+    HttpError,
+    Request,
+    read_request,
+    refusal,
+    render_error,
+    render_response,
+)
 from sac.chaos.proxy._model import ApiError, is_loopback
+
+DEFAULT_LIMITS = ApiLimits()
+log = logging.getLogger(__name__)
 
 
 class ApiServer:
@@ -31,25 +45,58 @@ class ApiServer:
         await self._server.wait_closed()
 
 
-async def _session(api: Api, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _answer(writer: asyncio.StreamWriter, response: bytes, limits: ApiLimits) -> None:
+    writer.write(response)
+    async with asyncio.timeout(limits.request_timeout):  # a client that never reads
+        await writer.drain()
+
+
+async def _next_request(reader: asyncio.StreamReader, limits: ApiLimits) -> Request | None:
+    """The next request, or None when the client closed or stayed silent for
+    ``idle_timeout`` between requests; HttpError 408 when it began one and did not
+    finish it within ``request_timeout``."""
+    try:
+        async with asyncio.timeout(limits.idle_timeout):
+            first = await reader.read(1)
+    except TimeoutError:
+        return None
+    if not first:
+        return None
+    try:
+        async with asyncio.timeout(limits.request_timeout):
+            return await read_request(reader, first, limits.max_body)
+    except TimeoutError:
+        raise HttpError(408, f"the request did not arrive within {limits.request_timeout:g} s"
+                        ) from None
+
+
+async def _session(api: Api, limits: ApiLimits, reader: asyncio.StreamReader,
+                   writer: asyncio.StreamWriter) -> None:
     try:
         while True:
             try:
-                request = await read_request(reader)
+                request = await _next_request(reader, limits)
+                if request is None:
+                    return
+                error = refusal(request)
+                if error is not None:
+                    raise error
             except HttpError as exc:
-                error = {"error": exc.message, "status": exc.status}
-                writer.write(render_response(exc.status, error, keep_alive=False))
-                return
-            if request is None:
+                await _answer(writer, render_error(exc), limits)
                 return
             try:
                 status, payload = await api.handle(request.method, request.path, request.body)
             except ApiError as exc:
                 status, payload = exc.status, exc.to_json()
-            writer.write(render_response(status, payload, request.keep_alive))
-            await writer.drain()
+            except Exception as exc:  # a bug of ours: the client hears of it, the API lives on
+                log.exception("fault proxy API: %s %s failed", request.method, request.path)
+                status, payload = 500, {"error": f"internal error: {type(exc).__name__}",
+                                        "status": 500}
+            await _answer(writer, render_response(status, payload, request.keep_alive), limits)
             if not request.keep_alive:
                 return
+    except TimeoutError:  # an answer not taken: close() would wait to flush it for ever
+        writer.transport.abort()
     except (OSError, asyncio.IncompleteReadError):
         return
     finally:
@@ -57,28 +104,66 @@ async def _session(api: Api, reader: asyncio.StreamReader, writer: asyncio.Strea
             writer.close()
 
 
-async def start(host: str = "127.0.0.1", port: int = 8474) -> ApiServer:
+LINGER = 2.0
+
+
+async def _turn_away(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     limits: ApiLimits) -> None:
+    """503 to a connection over the cap. What the client sends meanwhile is read and
+    dropped (for at most ``LINGER`` s) so that closing does not reset the connection
+    before the client has read why."""
+    error = HttpError(503, f"the fault proxy API serves {limits.max_connections} connections "
+                           "at once; try again when one has closed")
+    try:
+        await _answer(writer, render_error(error), limits)
+        writer.write_eof()
+        async with asyncio.timeout(min(LINGER, limits.request_timeout)):
+            while await reader.read(65536):
+                pass
+    except TimeoutError:
+        writer.transport.abort()
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        writer.close()
+
+
+async def start(host: str = "127.0.0.1", port: int = 8474,
+                limits: ApiLimits = DEFAULT_LIMITS) -> ApiServer:
     """Start the API on the running loop; only loopback addresses are accepted."""
     if not is_loopback(host):
         raise ValueError(f"the fault proxy listens on loopback only, not {host!r}")
     api = Api()
+    open_sessions = 0
 
     async def session(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _session(api, reader, writer)
+        nonlocal open_sessions
+        if open_sessions >= limits.max_connections:
+            await _turn_away(reader, writer, limits)
+            return
+        open_sessions += 1
+        try:
+            await _session(api, limits, reader, writer)
+        finally:
+            open_sessions -= 1
 
-    server = await asyncio.start_server(session, host, port)
+    server = await asyncio.start_server(session, host, port, limit=MAX_HEAD)
     return ApiServer(api, server)
 
 
-def serve(host: str = "127.0.0.1", port: int = 8474) -> None:
-    """Serve the Toxiproxy API at ``host:port`` until interrupted.
+def serve(host: str = "127.0.0.1", port: int = 8474, limits: ApiLimits = DEFAULT_LIMITS,
+          ready: Callable[[int], None] | None = None) -> None:
+    """Serve the Toxiproxy API at ``host:port`` until interrupted; ``ready(port)`` is
+    called once the port (a free one for 0) is bound.
 
     >>> serve(port=8474)  # doctest: +SKIP
     """
 
     async def main() -> None:
-        running = await start(host, port)
+        running = await start(host, port, limits)
         try:
+            if ready is not None:
+                ready(running.port)
             await asyncio.Event().wait()
         finally:
             await running.aclose()
@@ -92,9 +177,11 @@ class ProxyThread:
     ``port=0`` (the default) binds a free port.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, start_timeout: float = 10.0):
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, start_timeout: float = 10.0,
+                 limits: ApiLimits = DEFAULT_LIMITS):
         self.host = host
         self._port = port
+        self._limits = limits
         self._timeout = start_timeout
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -118,7 +205,7 @@ class ProxyThread:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
             try:
-                self._server = await start(self.host, self._port)
+                self._server = await start(self.host, self._port, self._limits)
             except (OSError, ValueError) as exc:
                 self._error = exc
                 self._ready.set()

@@ -67,7 +67,8 @@ def client(fault_proxy: ProxyThread) -> Iterator[Toxiproxy]:
 
 def _http(proxy: ProxyThread, method: str, path: str, body: Any = None) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(proxy.url + path, data=data, method=method)
+    headers = {} if body is None else {"Content-Type": "application/json"}
+    request = urllib.request.Request(proxy.url + path, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=WAIT) as answer:
             raw = answer.read()
