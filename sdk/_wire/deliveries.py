@@ -93,6 +93,14 @@ class InboundDeliveries:
     def active(self) -> bool:
         return bool(self._consumers) or bool(self._rest)
 
+    @property
+    def held(self) -> int:
+        """Bytes kept until the frame or delivery they begin is complete. They arrived, so
+        they count as traffic at once: a delivery that takes longer than two heartbeats to
+        arrive is a link at work, not a silent one (``bytes`` counts a delivery only once
+        it is decoded, and every fed byte is in ``bytes``, ``held`` or what pika got)."""
+        return len(self._rest)
+
     def register(self, channel: int, consumer_tag: str, callback: DeliveryCallback) -> None:
         key = (channel, consumer_tag)
         if key not in self._consumers:

@@ -7,7 +7,7 @@ step: every stream here is built with pika's own marshalling and decoded twice, 
 ``ContentFrameAssembler``). The deliveries pika assembles for registered consumers must reach
 the callbacks with equal values *and types*; every other frame must reach ``to_pika``
 byte for byte, whole and in order; and the byte and frame counts the connection adds to
-pika's heartbeat bookkeeping must account for everything fed.
+pika's heartbeat bookkeeping must account for everything fed, each byte as soon as it is fed.
 """
 
 from __future__ import annotations
@@ -238,6 +238,7 @@ class Harness:
         self.fed = 0
         self.pika_count = 0
         self.progress: list[tuple[int, int]] = []  # after each feed: bytes fed, bytes done
+        self.uncounted: list[int] = []  # after each feed: bytes fed that no counter has
         for key in registered:
             self.register(key)
 
@@ -259,6 +260,8 @@ class Harness:
                 self.frames_taken += inbound.frames
                 inbound.bytes = inbound.frames = 0
             self.progress.append((self.fed, self.pika_count + self.bytes_taken))
+            self.uncounted.append(
+                self.fed - self.pika_count - self.bytes_taken - inbound.held)
 
     def _to_pika(self, chunk: bytes) -> None:
         self.to_pika.append(chunk)
@@ -284,6 +287,7 @@ class Harness:
         assert self.timeline == expected.timeline
         assert len(self.pika_bytes) + self.bytes_taken == self.fed
         assert self.frames_taken == expected.frames_taken
+        assert set(self.uncounted) <= {0}, "bytes that arrived were not counted at once"
 
     def check_prompt(self, expected: Expected) -> None:
         """Nothing complete is held back: after each feed, every frame for pika and every
@@ -977,3 +981,15 @@ def test_a_large_message_not_ours_reaches_pika_frame_by_frame() -> None:
     assert harness.calls == []
     assert harness.pika_bytes == stream
     harness.check_prompt(pika_reference(stream, [(1, "ctag")]))
+
+
+def test_a_large_message_counts_as_traffic_while_it_arrives() -> None:
+    """The connection's silence checks read the byte count: each piece of an 8 MB delivery
+    counts when it arrives (as held bytes), not only when the last piece completes it, so
+    a link that needs longer than two heartbeats to carry one message is not silent."""
+    stream = Delivery(1, "ctag", body=EIGHT_MB, fragment=BIG_FRAME_MAX - 8).wire()
+    harness = Harness([(1, "ctag")], frame_max=BIG_FRAME_MAX)
+    harness.feed(sized(stream, [4096]))
+    assert len(harness.calls) == 1
+    assert harness.inbound.held == 0
+    assert set(harness.uncounted) == {0}
