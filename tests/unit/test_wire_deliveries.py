@@ -118,7 +118,7 @@ def call_args(deliver: Any, header: Any, body: bytes) -> tuple[Any, ...]:
     props = header.properties
     return (deliver.delivery_tag, deliver.redelivered, deliver.exchange, deliver.routing_key,
             props.content_type, props.headers, props.correlation_id, props.message_id,
-            props.timestamp, body)
+            props.timestamp, body, None)
 
 
 @dataclass
@@ -963,8 +963,8 @@ def test_a_large_message_is_decoded_once(
     [(key, args)] = harness.calls
     assert key == (1, "ctag")
     assert args[0] == 42
-    assert type(args[-1]) is bytes
-    assert args[-1] == EIGHT_MB
+    assert type(args[9]) is bytes
+    assert args[9] == EIGHT_MB
     assert harness.pika_frames == [heartbeat(), heartbeat()]
     assert harness.bytes_taken == len(stream) - 2 * len(heartbeat())
     assert harness.frames_taken == 2 + -(-len(EIGHT_MB) // fragment)
@@ -993,3 +993,54 @@ def test_a_large_message_counts_as_traffic_while_it_arrives() -> None:
     assert len(harness.calls) == 1
     assert harness.inbound.held == 0
     assert set(harness.uncounted) == {0}
+
+
+# ------------------------------------------------------------- 7. headers that do not decode
+
+
+def _nested_table(depth: int) -> bytes:
+    table = struct.pack(">I", 0)
+    for _ in range(depth - 1):
+        inner = b"\x01kF" + table
+        table = struct.pack(">I", len(inner)) + inner
+    return table
+
+
+def _hostile(channel: int, tag: str, priority: bool, body: bytes = b"payload") -> list[bytes]:
+    """A delivery whose headers table is nested 5000 deep (pika: ``RecursionError``), with a
+    content type before it and a message id and a timestamp after it."""
+    deliver = method(channel, Basic.Deliver(consumer_tag=tag, delivery_tag=9,
+                                            exchange="", routing_key="q"))
+    flags = (1 << 15) | (1 << 13) | (1 << 12) | (1 << 7) | (1 << 6)
+    props = b"\x0atext/plain" + _nested_table(5000) + b"\x02"
+    if priority:
+        flags |= 1 << 11
+        props += b"\x05"
+    props += b"\x03id1" + struct.pack(">Q", 1234)
+    header = raw_frame(2, channel, struct.pack(">HHQH", 60, 0, len(body), flags) + props)
+    return [deliver, header, raw_frame(3, channel, body)]
+
+
+@pytest.mark.parametrize("priority", [False, True], ids=["common", "with-a-rare-property"])
+@pytest.mark.parametrize("split", SPLITS, ids=list(SPLITS))
+def test_a_delivery_whose_headers_do_not_decode_is_taken_as_unfit(
+    priority: bool, split: str,
+) -> None:
+    """Never left to pika (whose decoder would raise inside its frame reader and lose the
+    connection): the callback gets it with headers None, the reason, and the properties
+    around the table; frames after it go on as usual."""
+    stream = b"".join(_hostile(1, "ctag", priority)) + heartbeat()
+    harness = Harness([(1, "ctag")], frame_max=BIG_FRAME_MAX)
+    with pytest.raises(RecursionError):
+        pika.frame.decode_frame(_hostile(1, "ctag", priority)[1])
+    harness.feed(SPLITS[split](stream))
+    [(key, args)] = harness.calls
+    assert key == (1, "ctag")
+    tag, _redelivered, _exchange, _key, content_type, headers, _corr, message_id, \
+        timestamp, body, unfit = args
+    assert (tag, content_type, headers, message_id, timestamp, body) == \
+        (9, "text/plain", None, "id1", 1234, b"payload")
+    assert unfit is not None
+    assert "nested deeper than 64 levels" in unfit
+    assert harness.pika_bytes == heartbeat()
+    assert set(harness.uncounted) <= {0}
