@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sac.sdk._wire.deliveries import InboundDeliveries
 from sac.sdk._wire.tables import MAX_DEPTH, Undecodable, decode_table
 from tests.unit.test_wire_deliveries import typed
 
@@ -227,3 +228,71 @@ def test_a_huge_announced_size_is_refused_at_once(size: int) -> None:
     if size > len(data) - 4:
         with pytest.raises(Undecodable, match="runs past the end"):
             decode_table(data, 0)
+
+
+# ------------------------------------------------------- whole deliveries, through the wire
+
+
+def _delivery_stream(headers: bytes, body: bytes) -> bytes:
+    """One delivery to (1, "ctag") whose headers are ``headers`` (raw), then a heartbeat
+    (an empty body has no body frame, as a broker sends it)."""
+    deliver = pika.frame.Method(1, pika.spec.Basic.Deliver(
+        consumer_tag="ctag", delivery_tag=3, exchange="", routing_key="q")).marshal()
+    flags = (1 << 13) | (1 << 7)
+    props = struct.pack(">HHQH", 60, 0, len(body), flags) + headers + b"\x02id"
+    header = struct.pack(">BHI", 2, 1, len(props)) + props + b"\xce"
+    body_frame = struct.pack(">BHI", 3, 1, len(body)) + body + b"\xce" if body else b""
+    return deliver + header + body_frame + pika.frame.Heartbeat().marshal()
+
+
+def _feed(stream: bytes, cut: int) -> tuple[list[tuple[Any, ...]], bytes, int]:
+    """``stream`` fed in pieces of ``cut`` bytes: the calls, what pika got, bytes held."""
+    calls: list[tuple[Any, ...]] = []
+    to_pika: list[bytes] = []
+    inbound = InboundDeliveries(to_pika.append, pika.spec.FRAME_MAX_SIZE)
+    inbound.register(1, "ctag", lambda *args: calls.append(args))
+    taken = 0
+    for at in range(0, len(stream), cut):
+        inbound.feed(stream[at:at + cut])
+        taken += inbound.bytes
+        inbound.bytes = 0
+    assert taken + sum(map(len, to_pika)) + inbound.held == len(stream)
+    return calls, b"".join(to_pika), inbound.held
+
+
+@FUZZ
+@given(tables, st.binary(max_size=64), st.integers(1, 64))
+def test_every_well_formed_delivery_is_taken_with_pikas_headers(
+    encoded: bytes, body: bytes, cut: int,
+) -> None:
+    """Any table, fed in any pieces: taken once, with the headers pika decodes, or (where
+    pika's decoder fails) taken as unfit with headers None; pika gets only the heartbeat."""
+    calls, to_pika, held = _feed(_delivery_stream(encoded, body), cut)
+    [args] = calls
+    theirs = pika_decode(encoded)
+    if isinstance(theirs, BaseException):
+        assert args[5] is None
+        assert args[10] is not None
+    else:
+        assert typed(args[5]) == typed(theirs[0])
+        assert args[10] is None
+    assert (args[7], args[9]) == ("id", body)
+    assert to_pika == pika.frame.Heartbeat().marshal()
+    assert held == 0
+
+
+@FUZZ
+@given(tables, st.data())
+def test_mutated_and_truncated_deliveries_never_raise_out_of_the_decoder(
+    encoded: bytes, data: st.DataObject,
+) -> None:
+    """Bytes changed anywhere in a delivery's frames (sizes, types, frame ends), or the
+    stream cut short: ``feed`` never raises; every byte is taken, held or handed to pika
+    (which reports what is malformed its own way); nothing is held beyond the stream."""
+    stream = bytearray(_delivery_stream(encoded, b"body"))
+    for _ in range(data.draw(st.integers(0, 4))):
+        stream[data.draw(st.integers(0, len(stream) - 1))] = data.draw(st.integers(0, 255))
+    end = data.draw(st.integers(1, len(stream)))
+    calls, _to_pika, held = _feed(bytes(stream[:end]), data.draw(st.integers(1, 64)))
+    assert len(calls) <= 1
+    assert held <= end
