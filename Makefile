@@ -38,7 +38,7 @@ unit: venv
 # The wire decoder's property tests (tests/unit/test_wire_tables.py) with many examples each:
 # hostile, truncated and mutated bytes against our decoder and pika's. Not part of `make test`,
 # which runs the same tests at a small size.
-SAC_FUZZ_EXAMPLES ?= 20000
+SAC_FUZZ_EXAMPLES ?= 10000
 fuzz: venv
 	SAC_FUZZ_EXAMPLES=$(SAC_FUZZ_EXAMPLES) $(BIN)/pytest tests/unit/test_wire_tables.py -q \
 		-o timeout=0

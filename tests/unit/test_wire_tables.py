@@ -4,7 +4,7 @@
 The differential half encodes tables of every AMQP field type byte by byte (pika's encoder
 cannot write floats, nor the nesting depths that matter) and decodes them twice. The fuzzing
 half feeds random, truncated and mutated bytes. ``SAC_FUZZ_EXAMPLES`` sets how many examples
-each property test runs: a few hundred in ``make test``, many more in ``make fuzz``.
+each property test runs: 150 in ``make test``, 10 000 in ``make fuzz``.
 """
 
 from __future__ import annotations
