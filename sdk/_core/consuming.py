@@ -115,7 +115,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
-from .._errors import MissingMessageId, Poison
+from .._errors import MissingMessageId, Poison, UnfitMessage
 from .acks import Ack, AckBatcher, Reject
 from .backoff import Backoff
 from .poison import Park as ParkStep
@@ -132,9 +132,10 @@ D = TypeVar("D", bound=Tagged)
 
 
 def permanent_failure(exc: Exception) -> bool:
-    """No retry cures it (``Poison`` raised by the handler, a message without an id): the
-    message is parked at once. Both faces and the simulator pass this as ``permanent``."""
-    return isinstance(exc, Poison | MissingMessageId)
+    """No retry cures it (``Poison`` raised by the handler, a message without an id, an
+    ``UnfitMessage`` found while running it): the message is parked at once. Both faces and
+    the simulator pass this as ``permanent``."""
+    return isinstance(exc, Poison | MissingMessageId | UnfitMessage)
 
 
 class Parking(enum.Enum):

@@ -4,8 +4,9 @@ confirmed; it is acked only after that confirm, and never when the park fails.""
 
 from __future__ import annotations
 
+from sac.sdk import UnfitMessage
 from sac.sdk._core.acks import Ack, Reject
-from sac.sdk._core.consuming import Halt, Park, Parking, Run, Why
+from sac.sdk._core.consuming import Halt, Park, Parking, Run, Why, permanent_failure
 from tests.unit.test_core_consuming import Msg, machine, of, running, tags
 
 
@@ -104,3 +105,9 @@ def test_a_lost_channel_forgets_which_tags_were_unfit() -> None:
     [run] = m.dispatch(0.0)
     assert isinstance(run, Run)
     assert tags(run) == [1]
+
+
+def test_an_unfit_message_found_while_running_is_parked_at_once_too() -> None:
+    """The other way in: a run (an inbox's store, say) that finds its message unfit reports
+    ``UnfitMessage`` as the failure; no retry cures it."""
+    assert permanent_failure(UnfitMessage("q", 1, "its id cannot be stored"))
