@@ -26,6 +26,7 @@ from sac.sdk import (
     Delivery,
     PublisherSettings,
     QueueSettings,
+    Role,
 )
 from sac.sdk._settings import DEFAULT_MAX_MESSAGE_SIZE
 from sac.server import LocalCluster
@@ -108,3 +109,37 @@ def test_a_message_that_takes_many_heartbeats_to_arrive_is_handled_on_one_connec
     assert digests[ids[0]] == hashlib.sha256(big).hexdigest(), "the large body changed"
     assert consumer.stats.reconnects == 0, "the link was dropped while bytes kept flowing"
     assert took >= transfer, "the toxic did not slow the link: the test proves nothing"
+
+
+def test_a_link_that_goes_silent_in_the_middle_of_a_large_message_is_dropped(
+    face: str, cluster: LocalCluster, conn: ConnectionSettings, queue: QueueSettings,
+    publishers: MakePublisher, consumers: Callable[..., ConsumerFace],
+    slow_link: Callable[[int], tuple[Proxy, str]],
+) -> None:
+    """The other half of the rule: bytes of a delivery still arriving keep the link alive
+    only while they arrive. Cut off (a ``timeout`` toxic: data dropped, the connection left
+    open) while a 4 MiB message is on its way, the link is given up within about two heartbeats,
+    and once the link is back the message is handled after all."""
+    size, rate_kb = 4 * MiB, 600
+    pub = publishers(face, PublisherSettings(attrs.evolve(conn, name=f"{queue.name}-pub"),
+                                             queue=queue))
+    pub.start()
+    ids = [pub.publish(os.urandom(size)), pub.publish(b"small")]
+    pub.close()
+    proxy, url = slow_link(rate_kb)
+    link = ConnectionSettings(urls=[url], heartbeat=HEARTBEAT, name=f"{queue.name}-slow")
+    consumer = consumers(face, ConsumerSettings(link, queue), None).start()
+    # The broker sends the message right after consume-ok: the chunks of it the proxy has
+    # read already go on at the link's pace; everything after them is dropped.
+    wait_until(lambda: Role.WAITING in consumer.roles, 30, "the subscription")
+    proxy.add_toxic(type="timeout", stream="downstream", attributes={"timeout": 0})
+    cut = time.monotonic()
+    wait_until(lambda: Role.CONNECTING in consumer.roles[1:], 2 * HEARTBEAT + 5,
+               "the silent link given up")
+    lost = next(t for t, role in consumer.role_times[1:] if role is Role.CONNECTING)
+    assert lost - cut <= 2 * HEARTBEAT + 2, f"given up only after {lost - cut:.1f} s"
+    assert consumer.count() == 0
+    proxy.destroy_toxic("timeout_downstream")
+    wait_until(lambda: consumer.count() >= len(ids), size / (rate_kb * 1000) * 2 + 30,
+               "the message handled once the link is back")
+    assert consumer.handled == ids
