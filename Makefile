@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test deps venv lint typecheck unit clean
+.PHONY: demo test deps venv lint typecheck unit fuzz clean
 
 demo: deps venv
 	$(BIN)/sac demo
@@ -34,6 +34,14 @@ typecheck: venv
 
 unit: venv
 	$(BIN)/pytest tests/unit
+
+# The wire decoder's property tests (tests/unit/test_wire_tables.py) with many examples each:
+# hostile, truncated and mutated bytes against our decoder and pika's. Not part of `make test`,
+# which runs the same tests at a small size.
+SAC_FUZZ_EXAMPLES ?= 10000
+fuzz: venv
+	SAC_FUZZ_EXAMPLES=$(SAC_FUZZ_EXAMPLES) $(BIN)/pytest tests/unit/test_wire_tables.py -q \
+		-o timeout=0
 
 clean:
 	rm -rf $(VENV) .sac .pytest_cache .mypy_cache .ruff_cache

@@ -51,6 +51,7 @@ from ._errors import (
     StoreError,
     StoreUnavailable,
     Unconfirmed,
+    UnfitMessage,
 )
 from ._history import HistoryRecorder
 from ._settings import (
@@ -150,6 +151,7 @@ __all__ = [
     "StoreUnavailable",
     "Transaction",
     "Unconfirmed",
+    "UnfitMessage",
     "move_messages",
     "move_messages_async",
     "new_message_id",

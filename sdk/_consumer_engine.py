@@ -82,6 +82,7 @@ from ._errors import (
     SacError,
     StaleEpoch,
     StoreUnavailable,
+    UnfitMessage,
 )
 from ._forward import Forwarder, Refused
 from ._history import HistoryRecorder
@@ -622,13 +623,13 @@ class ConsumerEngine(Recovering):
         self._take(method.delivery_tag, method.redelivered, method.exchange,
                    method.routing_key, props.content_type, props.headers,
                    props.correlation_id, props.message_id, props.timestamp, body,
-                   rare or _NO_HEADERS)
+                   properties=rare or _NO_HEADERS)
 
     def _take(
         self, tag: int, redelivered: bool, exchange: str, routing_key: str,
         content_type: str | None, headers: dict[str, Any] | None,
         correlation_id: str | None, message_id: str | None, timestamp: int | None,
-        body: bytes, properties: Mapping[str, Any] = _NO_HEADERS,
+        body: bytes, unfit: str | None = None, properties: Mapping[str, Any] = _NO_HEADERS,
     ) -> None:
         try:
             derived = False
@@ -644,7 +645,11 @@ class ConsumerEngine(Recovering):
                 self._ids_by_tag[tag] = message_id
                 self._record("deliver", msg=message_id, redelivered=delivery.redelivered,
                              delivery_count=delivery.delivery_count)
-            actions = self.machine.deliver(delivery)
+            if unfit is None:
+                actions = self.machine.deliver(delivery)
+            else:  # the wire could not decode it (``sdk/_wire/deliveries.py``): park it
+                actions = self.machine.refuse(
+                    delivery, UnfitMessage(self._queue_name, tag, unfit))
             if actions:
                 self._carry_out(actions)
         except Exception:

@@ -26,6 +26,7 @@ why every constructor passes all its arguments on to ``Exception.__init__``::
     │   ├── StaleEpoch                        a fenced consumer tried to commit (sac.sdk.dedup)
     │   ├── MissingMessageId                  an inbox got a message without a message id
     │   ├── Poison                            raised by a handler: park this message now
+    │   ├── UnfitMessage                      no handler may see it: parked at once, unrun
     │   └── ParkingFailed                     a failed message could not be parked
     ├── StoreError                            a dedup store cannot be used (sac.sdk.dedup)
     │   ├── StoreUnavailable                  cannot open or reach it (path, DSN)
@@ -196,6 +197,23 @@ class Poison(ConsumerError):
     body that does not decode, a request that is invalid): the message is parked at once,
     without the retries, with this exception's text as the reason. ``raise Poison("...")
     from exc`` keeps the cause."""
+
+
+class UnfitMessage(ConsumerError):
+    """A message no handler may see, for a reason in the message itself (its headers do not
+    decode, for one): it is parked at once, in its turn, without running the handler, with
+    ``reason`` in the parked copy's headers. What a publisher writes can never stop the
+    consumer, nor loop."""
+
+    def __init__(self, queue: str, delivery_tag: int, reason: str) -> None:
+        super().__init__(queue, delivery_tag, reason)
+        self.queue = queue
+        self.delivery_tag = delivery_tag
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return (f"a message on queue {self.queue!r} (delivery tag {self.delivery_tag}) is "
+                f"parked unhandled: {self.reason}")
 
 
 class ParkingFailed(ConsumerError):

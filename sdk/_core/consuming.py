@@ -12,6 +12,11 @@ Events (methods; each returns the actions to carry out, usually none)
     the client starts connecting.
 ``deliver(delivery)``
     a delivery arrived on the current channel (the hot path: no ``now``, no allocation).
+``refuse(delivery, error)``
+    a delivery no handler may see (``error`` says why: its headers do not decode, say). It
+    takes its turn like any other; when its turn comes (the runs before it reported) it is
+    parked at once, unrun (``Park`` with 0 attempts), and acked only once its copy is
+    confirmed, as a message that failed for good. Costs nothing on ``deliver``'s path.
 ``dispatch(now)``
     the shell may hand work to the worker: after a ``Wake``, once the read that brought the
     deliveries is over, so one ``Run`` takes all of them (up to ``batch``).
@@ -110,7 +115,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
-from .._errors import MissingMessageId, Poison
+from .._errors import MissingMessageId, Poison, UnfitMessage
 from .acks import Ack, AckBatcher, Reject
 from .backoff import Backoff
 from .poison import Park as ParkStep
@@ -127,9 +132,10 @@ D = TypeVar("D", bound=Tagged)
 
 
 def permanent_failure(exc: Exception) -> bool:
-    """No retry cures it (``Poison`` raised by the handler, a message without an id): the
-    message is parked at once. Both faces and the simulator pass this as ``permanent``."""
-    return isinstance(exc, Poison | MissingMessageId)
+    """No retry cures it (``Poison`` raised by the handler, a message without an id, an
+    ``UnfitMessage`` found while running it): the message is parked at once. Both faces and
+    the simulator pass this as ``permanent``."""
+    return isinstance(exc, Poison | MissingMessageId | UnfitMessage)
 
 
 class Parking(enum.Enum):
@@ -352,6 +358,8 @@ class ConsumerMachine(Generic[D]):
         self._resubscribing: _Resubscribing | None = None
         self._subscribed = False
         self._woken = False
+        self._unfit: dict[int, Exception] = {}
+        """Tags (of this generation) of deliveries to park unrun, and why (``refuse``)."""
 
     # ------------------------------------------------------------------ views
 
@@ -414,6 +422,10 @@ class ConsumerMachine(Generic[D]):
             return actions
         self._woken = True
         return [*actions, WAKE]
+
+    def refuse(self, delivery: D, error: Exception) -> Actions[D]:
+        self._unfit[delivery.delivery_tag] = error
+        return self.deliver(delivery)
 
     def dispatch(self, now: float) -> Actions[D]:
         self._woken = False
@@ -518,6 +530,7 @@ class ConsumerMachine(Generic[D]):
         self._subscribed = False
         self._acks.channel_lost()
         self._waiting.clear()
+        self._unfit.clear()
         self._failing = None
         self._resubscribing = None  # the reconnect subscribes again
         if self.stage is Stage.RUNNING:
@@ -609,11 +622,27 @@ class ConsumerMachine(Generic[D]):
         return run
 
     def _next_runs(self) -> list[Action[D]]:
-        """Runs of what waits, up to ``batch`` deliveries each, while the pipeline has room."""
+        """Runs of what waits, up to ``batch`` deliveries each, while the pipeline has room;
+        an unfit delivery ends the run before it, and is parked once nothing runs."""
         runs: list[Action[D]] = []
         waiting = self._waiting
         while waiting and self._room():
-            if len(waiting) <= self.batch:
+            if self._unfit:
+                error = self._unfit.get(waiting[0].delivery_tag)
+                if error is not None:
+                    if self._runs:
+                        break  # its turn comes when the runs before it reported
+                    del self._unfit[waiting[0].delivery_tag]
+                    failing = self._failing = _Failing(waiting.popleft(), self.generation, 0,
+                                                       0.0)
+                    return [*runs, *self._park(failing, error)]
+                ahead = 0
+                for delivery in waiting:
+                    if ahead == self.batch or delivery.delivery_tag in self._unfit:
+                        break
+                    ahead += 1
+                taken = [waiting.popleft() for _ in range(ahead)]
+            elif len(waiting) <= self.batch:
                 taken = list(waiting)
                 waiting.clear()
             else:
@@ -669,6 +698,12 @@ class ConsumerMachine(Generic[D]):
             failing.at = now + step.delay
             return [*self._acks.flush(),
                     RetryLater(delivery, error, failing.attempts, step.delay, failing.at)]
+        return self._park(failing, error)
+
+    def _park(self, failing: _Failing[D], error: Exception) -> Actions[D]:
+        """``failing`` leaves the queue for good: parked, dead-lettered, or the consumer
+        halts (nowhere to put it)."""
+        delivery = failing.delivery
         park = Park(delivery, error, failing.attempts, self._parking)
         if self._parking is Parking.QUEUE:
             failing.parking = True
@@ -685,6 +720,7 @@ class ConsumerMachine(Generic[D]):
         if self.stage is Stage.RUNNING:
             self.stage = Stage.HALTED
         self._waiting.clear()
+        self._unfit.clear()
         self._resubscribing = None
         # What is done is acked: a fenced batch refuses only its own messages.
         return [*self._acks.flush(), Halt(why, error, delivery, attempts)]

@@ -13,9 +13,15 @@ A delivery is taken here only when its method, header and body frames are all in
 back to back on one channel, and look exactly as AMQP 0-9-1 says; anything unusual (another
 channel's frame in between, a malformed frame) is left to pika, which has the error handling
 for it. Values are decoded as pika decodes them (a short string that is not UTF-8 stays bytes,
-tables go through ``pika.data.decode_table``), and a differential test holds the two together
-(``tests/unit/test_wire_deliveries.py``). Pure: bytes in, callbacks out; the connection that
-feeds it is ``pika_hooks.BatchedAsyncioConnection``.
+tables as ``pika.data.decode_table`` gives them, by ``tables.decode_table``), and a
+differential test holds the two together (``tests/unit/test_wire_deliveries.py``). Pure: bytes
+in, callbacks out; the connection that feeds it is ``pika_hooks.BatchedAsyncioConnection``.
+
+A delivery whose headers cannot be decoded (``tables.Undecodable``: nested past the limit, a
+float pika cannot read...) is taken here too, whatever its other properties, and never left
+to pika: pika's decoder would raise inside its frame reader, the connection would be lost,
+and the broker would hand the same message back first in line, forever. Its callback gets
+``headers`` None and the reason in ``unfit``; the consumer parks it at once.
 """
 
 from __future__ import annotations
@@ -24,16 +30,16 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from pika.data import decode_table
-
 from .frames import FRAME_HEAD as _FRAME_HEAD
+from .tables import Undecodable, decode_table
 
 DeliveryCallback = Callable[
-    [int, bool, Any, Any, Any, Any, Any, Any, Any, bytes], None
+    [int, bool, Any, Any, Any, Any, Any, Any, Any, bytes, "str | None"], None
 ]
 """``(delivery_tag, redelivered, exchange, routing_key, content_type, headers,
-correlation_id, message_id, timestamp, body)``; strings as pika gives them (``str``, or
-``bytes`` when not UTF-8), ``headers`` a dict or None, ``timestamp`` an int or None."""
+correlation_id, message_id, timestamp, body, unfit)``; strings as pika gives them (``str``,
+or ``bytes`` when not UTF-8), ``headers`` a dict or None, ``timestamp`` an int or None;
+``unfit`` None, or why the headers could not be decoded (``headers`` is then None)."""
 
 _HEAD_SIZE = 7
 _OVERHEAD = 8  # head and frame-end octet
@@ -41,6 +47,7 @@ _FRAME_END = 0xCE
 _METHOD, _HEADER, _BODY = 1, 2, 3
 _DELIVER = struct.pack(">HH", 60, 60)  # Basic.Deliver: class 60, method 60
 _U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
 _CONTENT_HEAD = struct.Struct(">HHQH")  # class, weight, body size, property flags
 
 # Basic property flags, in wire order (AMQP 0-9-1, class basic).
@@ -56,6 +63,11 @@ _MESSAGE_ID = 1 << 7
 _TIMESTAMP = 1 << 6
 _AFTER_TIMESTAMP = (1 << 5) | (1 << 4) | (1 << 3) | (1 << 2)  # type, user id, app id, cluster id
 _CONTINUED = 1
+_SHORTS_BEFORE_HEADERS = (_CONTENT_TYPE, _CONTENT_ENCODING)
+_AFTER_HEADERS = (  # (flag, size: 0 for a short string)
+    (_DELIVERY_MODE, 1), (_PRIORITY, 1), (_CORRELATION_ID, 0), (_REPLY_TO, 0),
+    (_EXPIRATION, 0), (_MESSAGE_ID, 0), (_TIMESTAMP, 8), (1 << 5, 0), (1 << 4, 0),
+    (1 << 3, 0), (1 << 2, 0))
 _RARE = _CONTENT_ENCODING | _PRIORITY | _REPLY_TO | _EXPIRATION | _AFTER_TIMESTAMP
 """Properties a ``Delivery`` keeps only in its ``properties`` mapping: a delivery that has
 any of them goes to pika, whose decoded properties the consumer then keeps whole (our own
@@ -75,6 +87,42 @@ class Malformed(Exception):
     """Frames that do not decode as a delivery: pika gets them, and reports the error."""
 
 
+def _headers_at(data: bytes, at: int, flags: int, end: int) -> int:
+    """Where the headers table begins in the properties from ``at`` (``flags`` has it)."""
+    for flag in _SHORTS_BEFORE_HEADERS:
+        if flags & flag:
+            at += 1 + data[at]
+    if at + 4 > end:
+        raise Malformed("header frame size")
+    return at
+
+
+def _around_headers(data: bytes, at: int, flags: int, end: int) -> tuple[Any, Any, Any, Any]:
+    """``(content_type, correlation_id, message_id, timestamp)`` of properties whose headers
+    table does not decode: the table is stepped over by its size, the rest read as usual."""
+    content_type = correlation_id = message_id = timestamp = None
+    if flags & _CONTENT_TYPE:
+        content_type, _ = _short(data, at)
+    at = _headers_at(data, at, flags, end)
+    at += 4 + _U32.unpack_from(data, at)[0]
+    for flag, size in _AFTER_HEADERS:
+        if not flags & flag:
+            continue
+        if size == 0:
+            value, at = _short(data, at)
+            if flag == _CORRELATION_ID:
+                correlation_id = value
+            elif flag == _MESSAGE_ID:
+                message_id = value
+        else:
+            if flag == _TIMESTAMP:
+                timestamp = _U64.unpack_from(data, at)[0]
+            at += size
+    if at != end:
+        raise Malformed("header frame size")
+    return content_type, correlation_id, message_id, timestamp
+
+
 class InboundDeliveries:
     """Per connection: which (channel, consumer tag) pairs take the fast path, the bytes of a
     frame not yet complete, and the decoding itself."""
@@ -92,6 +140,14 @@ class InboundDeliveries:
     @property
     def active(self) -> bool:
         return bool(self._consumers) or bool(self._rest)
+
+    @property
+    def held(self) -> int:
+        """Bytes kept until the frame or delivery they begin is complete. They arrived, so
+        they count as traffic at once: a delivery that takes longer than two heartbeats to
+        arrive is a link at work, not a silent one (``bytes`` counts a delivery only once
+        it is decoded, and every fed byte is in ``bytes``, ``held`` or what pika got)."""
+        return len(self._rest)
 
     def register(self, channel: int, consumer_tag: str, callback: DeliveryCallback) -> None:
         key = (channel, consumer_tag)
@@ -213,25 +269,35 @@ class InboundDeliveries:
         class_id, _weight, body_size, flags = _CONTENT_HEAD.unpack_from(data, head + 7)
         if class_id != 60 or flags & _CONTINUED:
             raise Malformed("content header")
-        if flags & _RARE:
-            return 0
-        at = head + 21
-        content_type = headers = correlation_id = message_id = timestamp = None
-        if flags & _CONTENT_TYPE:
-            content_type, at = _short(data, at)
-        if flags & _HEADERS:
-            headers, at = decode_table(data, at)
-        if flags & _DELIVERY_MODE:
-            at += 1
-        if flags & _CORRELATION_ID:
-            correlation_id, at = _short(data, at)
-        if flags & _MESSAGE_ID:
-            message_id, at = _short(data, at)
-        if flags & _TIMESTAMP:
-            timestamp = _U64.unpack_from(data, at)[0]
-            at += 8
-        if at != header_end - 1:
-            raise Malformed("header frame size")
+        content_type = headers = correlation_id = message_id = timestamp = unfit = None
+        try:
+            if flags & _RARE:
+                if not flags & _HEADERS:
+                    return 0
+                # pika decodes these; only its table decoder can fail on them: check first.
+                decode_table(data, _headers_at(data, head + 21, flags, header_end - 1),
+                             header_end - 1)
+                return 0
+            at = head + 21
+            if flags & _CONTENT_TYPE:
+                content_type, at = _short(data, at)
+            if flags & _HEADERS:
+                headers, at = decode_table(data, at, header_end - 1)
+            if flags & _DELIVERY_MODE:
+                at += 1
+            if flags & _CORRELATION_ID:
+                correlation_id, at = _short(data, at)
+            if flags & _MESSAGE_ID:
+                message_id, at = _short(data, at)
+            if flags & _TIMESTAMP:
+                timestamp = _U64.unpack_from(data, at)[0]
+                at += 8
+            if at != header_end - 1:
+                raise Malformed("header frame size")
+        except Undecodable as exc:
+            unfit = f"its headers cannot be decoded: {exc}"
+            content_type, correlation_id, message_id, timestamp = _around_headers(
+                data, head + 21, flags, header_end - 1)
 
         # The body frames, on the same channel, right after.
         end = header_end
@@ -262,7 +328,7 @@ class InboundDeliveries:
 
         return end, frames, callback, (delivery_tag, redelivered, exchange, routing_key,
                                        content_type, headers, correlation_id, message_id,
-                                       timestamp, body)
+                                       timestamp, body, unfit)
 
     def _at_least(self, at: int, body_left: int) -> int:
         """The fewest bytes that can hold ``body_left`` more body bytes from ``at``: frames

@@ -142,9 +142,13 @@ class BatchedAsyncioConnection(AsyncioConnection):  # type: ignore[misc]
             # frame, which is ours to complete now.
             data_in = held + data_in
             self._frame_buffer = b""
+        kept = inbound.held
         inbound.feed(data_in)
-        # What pika would have counted for the frames it did not see (heartbeat checks).
-        self.bytes_received += inbound.bytes
+        # Every byte that arrived counts now, for the silence checks (ours and pika's): the
+        # frames pika did not see, and what is held of a frame or delivery still arriving.
+        # pika counts a frame only when it is whole, but its frames are at most frame_max;
+        # one delivery here may be the broker's maximum message size, over a slow link.
+        self.bytes_received += inbound.bytes + inbound.held - kept
         self.frames_received += inbound.frames
         inbound.bytes = inbound.frames = 0
 

@@ -439,6 +439,8 @@ class Channel(RuleBasedStateMachine):
         self.retrying: Msg | None = None
         """A delivery waiting for its retry (after ``RetryLater``)."""
         self.halted = False
+        self.unfit: set[tuple[int, int]] = set()
+        """Deliveries given by ``refuse``: never run, parked in their turn."""
 
     @initialize(batch=st.integers(1, 4), parking=st.sampled_from(Parking),
                 pipeline=st.sampled_from([1, 2, None]))
@@ -466,6 +468,7 @@ class Channel(RuleBasedStateMachine):
                 assert keys == sorted(keys), "out of order"
                 assert not set(keys) & (self.done | self.acked | self.rejected), \
                     "a delivery that was done runs again"
+                assert not set(keys) & self.unfit, "an unfit delivery runs"
                 self.out.append((action, self.gen))
             elif isinstance(action, Ack):
                 covered = [(g, t) for g, t in self.delivered if g == self.gen
@@ -485,6 +488,11 @@ class Channel(RuleBasedStateMachine):
                 self.rejected.add(key)
             elif isinstance(action, Park):
                 key = (self.gen, action.delivery.delivery_tag)
+                if key in self.unfit:
+                    assert action.attempts == 0
+                    earlier = {(g, t) for g, t in self.delivered if g == self.gen
+                               and t < key[1]}
+                    assert earlier <= self.done | self.rejected, "parked out of its turn"
                 self.failed_for_good.add(key)
                 if action.target is Parking.QUEUE:
                     self.parking = action.delivery
@@ -531,7 +539,11 @@ class Channel(RuleBasedStateMachine):
         assert self.m is not None
         for _ in range(data.draw(st.integers(1, 4), "count")):
             self.delivered.append((self.gen, self.next_tag))
-            self.apply(self.m.deliver(Msg(self.next_tag)))
+            if data.draw(st.integers(0, 9), "unfit") == 0:
+                self.unfit.add((self.gen, self.next_tag))
+                self.apply(self.m.refuse(Msg(self.next_tag), Permanent("unfit")))
+            else:
+                self.apply(self.m.deliver(Msg(self.next_tag)))
             self.next_tag += 1
 
     def dispatch(self, data: st.DataObject) -> None:

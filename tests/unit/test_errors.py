@@ -37,6 +37,7 @@ from sac.sdk._errors import (
     StoreError,
     StoreUnavailable,
     Unconfirmed,
+    UnfitMessage,
 )
 
 EXAMPLES: list[SacError] = [
@@ -63,6 +64,7 @@ EXAMPLES: list[SacError] = [
     StaleEpoch("orders", 3, 4),
     MissingMessageId("orders", 7),
     Poison("body is not JSON"),
+    UnfitMessage("orders", 8, "its headers cannot be decoded: tables nested deeper than 64"),
     ParkingFailed("orders", "m-9", "the queue has no parking queue and no dead-letter exchange"),
     ParkingFailed("orders", None, "parking queue 'orders.parked' refused it: unroutable"),
     StoreError("odd store"),

@@ -7,7 +7,7 @@ step: every stream here is built with pika's own marshalling and decoded twice, 
 ``ContentFrameAssembler``). The deliveries pika assembles for registered consumers must reach
 the callbacks with equal values *and types*; every other frame must reach ``to_pika``
 byte for byte, whole and in order; and the byte and frame counts the connection adds to
-pika's heartbeat bookkeeping must account for everything fed.
+pika's heartbeat bookkeeping must account for everything fed, each byte as soon as it is fed.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def call_args(deliver: Any, header: Any, body: bytes) -> tuple[Any, ...]:
     props = header.properties
     return (deliver.delivery_tag, deliver.redelivered, deliver.exchange, deliver.routing_key,
             props.content_type, props.headers, props.correlation_id, props.message_id,
-            props.timestamp, body)
+            props.timestamp, body, None)
 
 
 @dataclass
@@ -238,6 +238,7 @@ class Harness:
         self.fed = 0
         self.pika_count = 0
         self.progress: list[tuple[int, int]] = []  # after each feed: bytes fed, bytes done
+        self.uncounted: list[int] = []  # after each feed: bytes fed that no counter has
         for key in registered:
             self.register(key)
 
@@ -259,6 +260,8 @@ class Harness:
                 self.frames_taken += inbound.frames
                 inbound.bytes = inbound.frames = 0
             self.progress.append((self.fed, self.pika_count + self.bytes_taken))
+            self.uncounted.append(
+                self.fed - self.pika_count - self.bytes_taken - inbound.held)
 
     def _to_pika(self, chunk: bytes) -> None:
         self.to_pika.append(chunk)
@@ -284,6 +287,7 @@ class Harness:
         assert self.timeline == expected.timeline
         assert len(self.pika_bytes) + self.bytes_taken == self.fed
         assert self.frames_taken == expected.frames_taken
+        assert set(self.uncounted) <= {0}, "bytes that arrived were not counted at once"
 
     def check_prompt(self, expected: Expected) -> None:
         """Nothing complete is held back: after each feed, every frame for pika and every
@@ -959,8 +963,8 @@ def test_a_large_message_is_decoded_once(
     [(key, args)] = harness.calls
     assert key == (1, "ctag")
     assert args[0] == 42
-    assert type(args[-1]) is bytes
-    assert args[-1] == EIGHT_MB
+    assert type(args[9]) is bytes
+    assert args[9] == EIGHT_MB
     assert harness.pika_frames == [heartbeat(), heartbeat()]
     assert harness.bytes_taken == len(stream) - 2 * len(heartbeat())
     assert harness.frames_taken == 2 + -(-len(EIGHT_MB) // fragment)
@@ -977,3 +981,66 @@ def test_a_large_message_not_ours_reaches_pika_frame_by_frame() -> None:
     assert harness.calls == []
     assert harness.pika_bytes == stream
     harness.check_prompt(pika_reference(stream, [(1, "ctag")]))
+
+
+def test_a_large_message_counts_as_traffic_while_it_arrives() -> None:
+    """The connection's silence checks read the byte count: each piece of an 8 MB delivery
+    counts when it arrives (as held bytes), not only when the last piece completes it, so
+    a link that needs longer than two heartbeats to carry one message is not silent."""
+    stream = Delivery(1, "ctag", body=EIGHT_MB, fragment=BIG_FRAME_MAX - 8).wire()
+    harness = Harness([(1, "ctag")], frame_max=BIG_FRAME_MAX)
+    harness.feed(sized(stream, [4096]))
+    assert len(harness.calls) == 1
+    assert harness.inbound.held == 0
+    assert set(harness.uncounted) == {0}
+
+
+# ------------------------------------------------------------- 7. headers that do not decode
+
+
+def _nested_table(depth: int) -> bytes:
+    table = struct.pack(">I", 0)
+    for _ in range(depth - 1):
+        inner = b"\x01kF" + table
+        table = struct.pack(">I", len(inner)) + inner
+    return table
+
+
+def _hostile(channel: int, tag: str, priority: bool, body: bytes = b"payload") -> list[bytes]:
+    """A delivery whose headers table is nested 5000 deep (pika: ``RecursionError``), with a
+    content type before it and a message id and a timestamp after it."""
+    deliver = method(channel, Basic.Deliver(consumer_tag=tag, delivery_tag=9,
+                                            exchange="", routing_key="q"))
+    flags = (1 << 15) | (1 << 13) | (1 << 12) | (1 << 7) | (1 << 6)
+    props = b"\x0atext/plain" + _nested_table(5000) + b"\x02"
+    if priority:
+        flags |= 1 << 11
+        props += b"\x05"
+    props += b"\x03id1" + struct.pack(">Q", 1234)
+    header = raw_frame(2, channel, struct.pack(">HHQH", 60, 0, len(body), flags) + props)
+    return [deliver, header, raw_frame(3, channel, body)]
+
+
+@pytest.mark.parametrize("priority", [False, True], ids=["common", "with-a-rare-property"])
+@pytest.mark.parametrize("split", SPLITS, ids=list(SPLITS))
+def test_a_delivery_whose_headers_do_not_decode_is_taken_as_unfit(
+    priority: bool, split: str,
+) -> None:
+    """Never left to pika (whose decoder would raise inside its frame reader and lose the
+    connection): the callback gets it with headers None, the reason, and the properties
+    around the table; frames after it go on as usual."""
+    stream = b"".join(_hostile(1, "ctag", priority)) + heartbeat()
+    harness = Harness([(1, "ctag")], frame_max=BIG_FRAME_MAX)
+    with pytest.raises(RecursionError):
+        pika.frame.decode_frame(_hostile(1, "ctag", priority)[1])
+    harness.feed(SPLITS[split](stream))
+    [(key, args)] = harness.calls
+    assert key == (1, "ctag")
+    tag, _redelivered, _exchange, _key, content_type, headers, _corr, message_id, \
+        timestamp, body, unfit = args
+    assert (tag, content_type, headers, message_id, timestamp, body) == \
+        (9, "text/plain", None, "id1", 1234, b"payload")
+    assert unfit is not None
+    assert "nested deeper than 64 levels" in unfit
+    assert harness.pika_bytes == heartbeat()
+    assert set(harness.uncounted) <= {0}
