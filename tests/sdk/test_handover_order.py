@@ -6,6 +6,10 @@ by; A stops gracefully a third of the way through. Every effect, A's then B's, m
 the publish order exactly: B's first effect is the first message A did not finish. Before
 the fix A's ``basic.cancel`` made the broker activate B at once, with A's prefetched
 messages still checked out to A: B handled a fresh prefetch-worth first, then A's.
+
+A crash keeps it too, as far as the broker allows: the broker gives a dropped connection's
+unacked messages back at the head of the queue in delivery order (RabbitMQ 3.10.8), the
+ones whose effects committed but whose ack never went out first: an inbox skips those.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from sac.chaos._process import ActorProcess
+from sac.chaos.actors import ConsumerActor
+from sac.chaos.actors.consumer import CRASHED
 from sac.sdk import (
     ConnectionSettings,
     ConsumerSettings,
@@ -26,8 +33,10 @@ from sac.sdk import (
     Role,
 )
 from sac.sdk.dedup import Inbox, Store, Transaction
-from tests.dedup.conftest import store_factory
+from tests.dedup.conftest import SQL_STORES, store_factory
+from tests.dedup.ledger import Ledger, sink_location
 from tests.helpers import wait_until
+from tests.sdk.conftest import consumer_actor
 from tests.sdk.faces import ConsumerFace, PublisherFace
 from tests.sdk.test_consumer import on_node, publish
 
@@ -139,3 +148,31 @@ def test_the_old_stop_order_breaks_it(
                              Handover.CANCEL)
     assert sorted(done) == sorted(ids)  # nothing lost or done twice...
     assert done != ids  # ...but B took a fresh prefetch-worth before A's returned ones
+
+
+@pytest.mark.parametrize("store_kind", SQL_STORES)
+def test_a_crash_keeps_the_order_of_effects_with_an_inbox(
+    face: str, store_kind: str, consumers: Callable[..., ConsumerFace],
+    publishers: MakePublisher, conn: ConnectionSettings, queue: QueueSettings,
+    actors: Callable[[ConsumerActor], ActorProcess], tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """A (a process of its own, an inbox) crashes in the middle of a backlog, a full
+    prefetch in hand and its last batch committed but maybe not acked; B takes over. The
+    effects, A's then B's, follow the publish order, each once."""
+    stores = store_factory(store_kind, tmp_path, request)
+    ledger = Ledger(stores())
+    crash_at = HOLD_AT
+    a = actors(consumer_actor(tmp_path, "a", face, queue.name, conn.urls, dedup="inbox",
+                              sink=sink_location(ledger.store), crash_on_body=f"m{crash_at}"))
+    a.wait_for("its subscription", lambda p: p.role == "waiting", 60)
+    b = consumers(face, ConsumerSettings(on_node(conn, 2, "consumer-b"), queue),
+                  inbox=Inbox(stores(), ledger.effect("b"))).start()
+    ids = publish(publishers, face, conn, queue, BACKLOG)
+    assert a.wait(60) == CRASHED
+    wait_until(lambda: len(ledger.rows()) >= BACKLOG, 60, "every message handled")
+    rows = ledger.rows()
+    assert {actor for _, actor in rows} == {"a", "b"}
+    assert [msg for msg, _ in rows] == ids  # once each, in publish order, across the crash
+    assert b.role is Role.ACTIVE
+    b.stop()
