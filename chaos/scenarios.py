@@ -5,11 +5,15 @@ seeded generator, so ``--seed`` replays the same plan (the broker's timing is it
 Each names the weakening its fault exposes and what the checker must then find: a suite that
 cannot fail proves nothing. ``rolling-handover`` is the exception that proves a point: with
 dedup off it must still be valid, because a graceful handover redelivers nothing.
+``handover-backlog``'s weakening is the stop order the SDK had before (``basic.cancel`` first,
+``Handover.CANCEL``): the next consumer works ahead of what the stopped one had prefetched,
+which the checker must find ``reordered``.
 """
 
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Callable
 
@@ -139,6 +143,37 @@ def rolling_handover(w: World) -> None:
         with w.nemesis.fault("graceful_restart", process.name):
             w.restart(process).wait_for(
                 "subscription", lambda p: p.role in ("waiting", "active"), w.bound(60))
+
+
+def handover_backlog(w: World) -> None:
+    """The active consumer held inside an effect while a publisher goes on, so a backlog
+    builds and its prefetch (``RunSettings.prefetch``) fills; its graceful stop begins there
+    (SIGTERM), then the effect ends: the stop finishes that batch, acks it and hands over
+    with a prefetch-worth unstarted. The next consumer must go on with the first message the
+    stopped one did not finish, in order. Twice, so that each consumer hands over once."""
+    for low, high in ((0.2, 0.35), (0.5, 0.65)):
+        w.wait_committed(w.at_fraction(low, high))
+        # Messages flow (the first publisher may be done by the second round) and keep
+        # coming while the victim is held: a backlog behind its full prefetch.
+        w.start_publisher(len(w.publishers), messages=max(10, w.settings.messages // 2))
+        victim = _inside_effect(w)
+        w.pause(w.rng.uniform(0.5, 1.0))
+        slot = next(s for s, p in w.consumers.items() if p is victim)
+        _stop_in_effect(w, victim)
+        w.start_consumer(slot).wait_for(
+            "subscription", lambda p: p.role in ("waiting", "active"), w.bound(60))
+
+
+def _stop_in_effect(w: World, victim: ActorProcess) -> None:
+    """The graceful stop of ``victim``, held inside an effect: begun (SIGTERM), then the
+    effect let go; until the process has ended."""
+    with w.nemesis.fault("graceful_stop", victim.name):
+        stopping = threading.Thread(target=w.stop_consumer, args=(victim,))
+        stopping.start()
+        w.until(f"{victim.name}'s stop to begin",
+                lambda: victim.role == "stopping" or not victim.alive, 30)
+        victim.tell("continue")
+        stopping.join()
 
 
 def flapping(w: World) -> None:
@@ -374,6 +409,9 @@ SCENARIOS: dict[str, Scenario] = {
                  prepare=_mirror),
         Scenario("rolling-handover", "consumers restarted one after another, gracefully",
                  rolling_handover, "dedup-off", ()),
+        Scenario("handover-backlog", "the active consumer stopped gracefully with a "
+                 "backlog and a full prefetch, twice", handover_backlog, "cancel-first",
+                 ("reordered",)),
         Scenario("flapping", "random client faults at random times", flapping,
                  "dedup-off", ("duplicated",)),
         Scenario("partition-consumer-node", "the active consumer's node cut off from the "

@@ -10,8 +10,9 @@ import attrs
 from sac.chaos.actors import Face
 from sac.chaos.errors import ChaosError
 
-Weakening = Literal["dedup-off", "redelivered-only", "fencing-off"]
-WEAKENINGS: tuple[Weakening, ...] = ("dedup-off", "redelivered-only", "fencing-off")
+Weakening = Literal["dedup-off", "redelivered-only", "fencing-off", "cancel-first"]
+WEAKENINGS: tuple[Weakening, ...] = ("dedup-off", "redelivered-only", "fencing-off",
+                                     "cancel-first")
 ANOMALIES = ("lost", "duplicated", "unexpected", "concurrent")
 CONSUMER_STOP_S = 30.0
 """A graceful stop finishes the running effect and acks: far less than this."""

@@ -110,6 +110,7 @@ class World:
             dedup="off" if s.weakened == "dedup-off" else
             "redelivered-only" if s.weakened == "redelivered-only" else "inbox",
             fencing=s.weakened != "fencing-off", effect_ms=s.effect_ms, prefetch=s.prefetch,
+            handover="cancel" if s.weakened == "cancel-first" else "close",
             sink=self.sink.location, **guard)
 
     def start_consumer(self, slot: int) -> ActorProcess:

@@ -17,6 +17,7 @@ if __name__ != "sac.sdk":  # one name per module: a second would load a second c
     )
 
 from ._core.backoff import Backoff
+from ._core.consuming import Handover
 from ._core.guarding import GuardStatus, LeaderRecord, Leadership, SessionState
 from ._core.ids import new_message_id
 from ._core.poison import MessageIdFrom
@@ -105,6 +106,7 @@ __all__ = [
     "Delivery",
     "GuardSettings",
     "GuardStatus",
+    "Handover",
     "HistoryRecorder",
     "Inbox",
     "InboxStats",

@@ -39,10 +39,12 @@ from ._core.acks import Ack, Reject
 from ._core.consuming import (
     RUNNING,
     Action,
+    Cancel,
     ConsumerMachine,
     Halt,
     Park,
     Parking,
+    Release,
     Replaced,
     ResubscribeLater,
     RetryLater,
@@ -152,7 +154,7 @@ class ConsumerEngine(Recovering):
             # An inbox commits a run in one transaction: one at a time, each as large as
             # what waits. Handlers run one message at a time anyway: keep the worker fed.
             pipeline=1 if inbox is not None else None,
-            rejoins=settings.guard is not None)
+            rejoins=settings.guard is not None, handover=settings.handover)
         self.life = Lifecycle("consumer")
         self._worker = worker
         self._on_role_change = on_role_change
@@ -246,8 +248,10 @@ class ConsumerEngine(Recovering):
             raise self.life.failure
 
     async def stop(self, timeout: float | None = None) -> None:
-        """Graceful handover: cancel the subscription, let the running handler finish and
-        ack, then close; what was prefetched but not started goes back to the queue."""
+        """Graceful handover: let the running handler finish, ack what is done, then close
+        the channel with the subscription in place (``Release``): the broker puts what was
+        prefetched but not started back at the head of the queue, in order, and only then
+        makes the next consumer active."""
         if not self.life.close():
             if self.life.phase is not Phase.CLOSED or self._loop is not None:
                 await self._stopped.wait()
@@ -264,11 +268,15 @@ class ConsumerEngine(Recovering):
             await asyncio.wait_for(self._quiet(), wait)
         except TimeoutError:
             log.warning("a handler did not finish within %.1f s; closing anyway", wait)
-        # Acks for what is done, then the cancel: the broker hands the queue over only once
-        # this consumer's last handler ended, so two never work at once.
-        cancel = self._carry_out(self.machine.finish(loop.time()))
+        # Acks for what is done, then the handover: the broker hands the queue over only
+        # once this consumer's last handler ended, so two never work at once.
+        handover = self._carry_out(self.machine.finish(loop.time()))
         link = self._link
-        if cancel and link is not None and link.usable and self._consumer_tag is not None:
+        # Release: no basic.cancel (a link closes without one), the close itself ends the
+        # subscription, and the broker takes back what this channel holds before it
+        # activates the next consumer. Cancel (the weakened order): cancel first.
+        if (isinstance(handover, Cancel) and link is not None and link.usable
+                and self._consumer_tag is not None):
             channel = link.channel
             assert channel is not None
             tag = self._consumer_tag
@@ -394,9 +402,9 @@ class ConsumerEngine(Recovering):
 
     # ------------------------------------------------------------------ actions
 
-    def _carry_out(self, actions: Sequence[Action[Delivery]]) -> bool:
-        """Do what the machine says, in order; whether it asked to cancel (a stop)."""
-        cancel = False
+    def _carry_out(self, actions: Sequence[Action[Delivery]]) -> Cancel | Release | None:
+        """Do what the machine says, in order; the handover it asked for (a stop), if any."""
+        handover: Cancel | Release | None = None
         for action in actions:
             if isinstance(action, Run):
                 self._worker.submit(action)
@@ -423,9 +431,10 @@ class ConsumerEngine(Recovering):
             elif isinstance(action, Replaced):
                 assert self._guard_machine is not None
                 self._carry_out_guard(self._guard_machine.fenced(self._now_loop().time()))
-            else:  # Cancel: the stop under way does it
-                cancel = True
-        return cancel
+            else:  # Cancel or Release: the stop under way does it
+                assert isinstance(action, Cancel | Release)
+                handover = action
+        return handover
 
     def _now_loop(self) -> asyncio.AbstractEventLoop:
         loop = self._loop

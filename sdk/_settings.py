@@ -25,7 +25,7 @@ from ._core.checks import flag as _flag
 from ._core.checks import kind as _kind
 from ._core.checks import optional as _optional
 from ._core.checks import positive as _positive
-from ._core.consuming import Parking
+from ._core.consuming import Handover, Parking
 from ._core.management_api import parse_endpoint
 from ._core.outbox import OutboxPolicy
 from ._core.poison import MessageIdFrom, worst_case
@@ -576,6 +576,11 @@ class ConsumerSettings:
     statistics interval plus the poll interval. None: the role comes from deliveries only."""
     role_poll_interval: float | None = attrs.field(default=None, validator=_optional(_positive))
     """Seconds between two role polls; None: half ``management.statistics_interval``."""
+    handover: Handover = attrs.field(default=Handover.CLOSE, validator=_kind(Handover))
+    """How a graceful stop hands the queue over: ``CLOSE`` (acks, then the channel closed
+    with its subscription in place) keeps the queue's order; ``CANCEL`` (``basic.cancel``
+    first, the SDK's order before) breaks it whenever messages were prefetched, and exists
+    only so that the chaos suite can show the checker catching that."""
 
     @property
     def role_poll(self) -> float | None:

@@ -49,7 +49,7 @@ from ._errors import (
 )
 from ._settings import ConnectionSettings, QueueSettings, mask_url
 from ._wire.deliveries import DeliveryCallback
-from ._wire.pika_hooks import BatchedAsyncioConnection, PublishFrames
+from ._wire.pika_hooks import BatchedAsyncioConnection, PublishFrames, keep_subscriptions_at_close
 
 T = TypeVar("T")
 
@@ -218,8 +218,7 @@ class Link:
         (and recovers as from any loss) while the connection closes in the background."""
         self._fail(LinkLost(self.node, why))
         self.closing = True
-        if self.conn.is_open:
-            self.conn.close()
+        self._close_connection()
 
     def _channel_closed(self, channel: Channel, exc: BaseException) -> None:
         self.forget_channel(channel)
@@ -331,10 +330,23 @@ class Link:
             raise self.lost or LinkLost(self.node, "no channel")
         return self.channel
 
+    def _close_connection(self) -> None:
+        """Close the connection, its channel with it, without a ``basic.cancel`` first: a
+        consumer's subscription ends with its channel. That is what keeps a single-active
+        queue's order (``sdk/_core/consuming.py``, ``Handover``): the broker takes back what
+        the channel holds before it activates the next consumer, while a cancel would
+        activate it first."""
+        if not self.conn.is_open:
+            return
+        channel = self.channel
+        if channel is not None and channel.is_open:
+            keep_subscriptions_at_close(channel)
+        self.conn.close()
+
     async def close(self, timeout: float = 5.0) -> None:
         self.closing = True
         if self.conn.is_open:
-            self.conn.close()
+            self._close_connection()
         elif self.conn.is_closed and not self.closed.done():
             self.closed.set_result(None)
         with contextlib.suppress(TimeoutError):

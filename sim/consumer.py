@@ -247,8 +247,9 @@ class ConsumerClient(Shell):
 
     def _stop(self, now: float) -> None:
         """A graceful stop, as ``ConsumerEngine.stop``: let the run in hand finish, then
-        ``finish`` (acks, the cancel) and wait for the cancel's answer, each wait bounded by
-        ``stop_timeout``; then close. Whether the machine cancels at ``stop`` or at
+        ``finish`` (acks, then ``Release``: the close with the subscription in place, or
+        ``Cancel`` with ``Handover.CANCEL``, whose answer is waited for), each wait bounded
+        by ``stop_timeout``; then close. Whether the machine cancels at ``stop`` or at
         ``finish`` is its decision: a cancel under way is waited for either way."""
         if self.stopping:
             return
@@ -511,6 +512,8 @@ class ConsumerClient(Shell):
                     self.send(1, BasicCancel(self.tag))
             elif isinstance(action, Halt):
                 self._halt(now, action.why.value, action.error)
+            # Release: the close that follows ends the subscription (``connection.close``
+            # sends no basic.cancel), as the real shell's does.
             # RetryLater, ResubscribeLater: ``machine.deadline`` says when to tick
 
     def _halt(self, now: float, why: str, error: BaseException | None) -> None:

@@ -152,6 +152,10 @@ class ConsumerActor(_Actor):
     crash_on_body: str | None = None
     """The process ends at once (``os._exit(CRASHED)``, a crash: nothing flushed, nothing
     acked) when it is handed a message with this body."""
+    handover: Literal["close", "cancel"] = attrs.field(
+        default="close", validator=attrs.validators.in_(("close", "cancel")))
+    """How a graceful stop hands over (``sac.sdk.Handover``): ``cancel`` is the order that
+    breaks the queue's order (``basic.cancel`` first), the ``cancel-first`` weakening."""
     pause_in_effect: str = ""
     """Pause (``at: "effect"``) before the effect of this message id writes (``*``: of the
     first message handled); a batch tried again does not pause again."""

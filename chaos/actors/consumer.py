@@ -45,6 +45,7 @@ from sac.sdk import (
     Consumer,
     ConsumerSettings,
     Delivery,
+    Handover,
     HistoryRecorder,
     Inbox,
     Role,
@@ -244,7 +245,8 @@ def main(spec: ConsumerActor) -> int:
         queue = attrs.evolve(queue, delivery_limit=spec.delivery_limit)
     settings = ConsumerSettings(connection, queue, prefetch=spec.prefetch,
                                 ack_batch=min(spec.prefetch, 50), consumer_name=spec.actor,
-                                guard=spec.guard(), management=spec.management())
+                                guard=spec.guard(), management=spec.management(),
+                                handover=Handover(spec.handover))
     work = Work(spec, recorder)
     code = 0
     error = None

@@ -96,6 +96,9 @@ HOOKS = (
     Hook(Connection, "_body_max_length", "cuts published bodies by",
          set_in="_on_connection_tune"),
     Hook(Connection, "_terminate_stream", "calls to drop a silent connection at once"),
+    Hook(Channel, "_consumers", "reads the subscriptions of", set_in="__init__"),
+    Hook(Channel, "_cancelled", "marks subscriptions ended without a basic.cancel in",
+         set_in="__init__"),
     Hook(BaseConnection, "_adapter_emit_data", "overrides to write a loop iteration at once"),
     Hook(BaseConnection, "_adapter_disconnect_stream", "overrides to flush before closing"),
     Hook(BaseConnection, "_transport", "writes to directly", set_in="_proto_connection_made"),
@@ -192,6 +195,19 @@ class BatchedAsyncioConnection(AsyncioConnection):  # type: ignore[misc]
         super()._adapter_disconnect_stream()
 
 
+def keep_subscriptions_at_close(channel: Channel) -> None:
+    """Closing ``channel`` (or its connection) will send no ``basic.cancel`` first.
+
+    pika's ``Channel.close`` cancels each of the channel's consumers before its
+    ``channel.close``; a graceful handover must not (``sdk/_core/consuming.py``,
+    ``Handover``): a single-active queue activates the next consumer at the cancel, before
+    this one's prefetched messages are back. Marking them cancelled already is all pika's
+    close looks at; what still arrives meanwhile is no longer rejected by pika once the
+    close has begun (it rejects only on an open channel), and comes back with the channel.
+    Call it right before the close, in the same step of the loop."""
+    channel._cancelled.update(channel._consumers)
+
+
 class PublishFrames:
     """Writes Basic.Publish, content header and body frames for one channel straight into
     its connection's batched output, in the order of the calls (and of pika's own frames).
@@ -222,4 +238,5 @@ class PublishFrames:
         conn.bytes_sent += size
 
 
-__all__ = ["HOOKS", "BatchedAsyncioConnection", "Hook", "PublishFrames", "require"]
+__all__ = ["HOOKS", "BatchedAsyncioConnection", "Hook", "PublishFrames",
+           "keep_subscriptions_at_close", "require"]

@@ -71,6 +71,7 @@ BAD: dict[tuple[type, str], Any] = {
     (GuardSettings, "auth"): ("app", ""),
     (ConsumerSettings, "management"): "http://app:pw@localhost:15672",
     (ConsumerSettings, "role_poll_interval"): 0,
+    (ConsumerSettings, "handover"): "close",
     (ManagementSettings, "timeout"): 0,
     (ManagementSettings, "statistics_interval"): -1.0,
     (ManagementSettings, "retry"): 5,
