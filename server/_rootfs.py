@@ -194,6 +194,7 @@ def _build(series: str, base: Path, final: Path) -> None:
     for stale in base.glob(f".{tree_name(series)}.*"):
         shutil.rmtree(stale, ignore_errors=True)
     work = Path(tempfile.mkdtemp(prefix=f".{tree_name(series)}.build-", dir=base))
+    work.chmod(0o755)  # apt downloads as _apt, who must reach the tree's lists
     target = work / "root"
     log = base / (tree_name(series) + ".build.log")  # kept: the last build's, for reading
     started = time.monotonic()
