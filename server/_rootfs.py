@@ -157,7 +157,8 @@ def ensure(series: str, cache: Path | None = None) -> Rootfs:
     or fails the check; one build at a time per tree (a lock), never a half-built one used."""
     if series not in SUITE:
         raise ValueError(f"RabbitMQ {series} needs no root filesystem of its own")
-    base = cache_dir() if cache is None else cache
+    # Absolute: nodes are spawned in their cluster's directory, and mount reads it from there.
+    base = (cache_dir() if cache is None else cache).resolve()
     base.mkdir(parents=True, exist_ok=True)
     final = base / tree_name(series)
     with _locked(base / (tree_name(series) + ".lock")):
