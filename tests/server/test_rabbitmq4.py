@@ -135,16 +135,25 @@ def test_a_killed_4_0_node_and_a_stopped_one_start_again_and_rejoin(
 
 
 @pytest.mark.slow
-def test_a_4_0_cluster_boots_in_network_namespaces(tmp_path: Path) -> None:
-    local = LocalCluster(name=f"ns4-{os.getpid()}", nodes=2, home=tmp_path, rabbitmq="4.0",
-                         network="netns")
-    with local:
+def test_sac_server_up_rabbitmq_4_0_boots_in_network_namespaces(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = f"ns4-{os.getpid()}"
+    where = ["--name", name, "--home", str(tmp_path)]
+    code = main(["server", "up", "--rabbitmq", "4.0", "--network", "netns", "--nodes", "2",
+                 *where])
+    local = LocalCluster.attach(name, home=tmp_path)
+    try:
+        assert code == 0
+        assert f"cluster {name!r} is up: 2 nodes of RabbitMQ {VERSION}" in capsys.readouterr().out
         assert [m["running"] for m in local.members()] == [True, True]
         assert local.status()["rabbitmq_version"] == VERSION
-        for node in local.nodes:
-            assert node.host != "127.0.0.1"
-            with pika.BlockingConnection(pika.URLParameters(local.urls()[node.index - 1])) as c:
-                assert c.is_open
+        for node, url in zip(local.nodes, local.urls(), strict=True):
+            assert node.host == local.netns.address(node.index)
+            with pika.BlockingConnection(pika.URLParameters(url)) as conn:
+                assert conn.is_open
+    finally:
+        assert main(["server", "down", *where]) == 0
     assert not _proc.find_marked(local.dir)
     assert local.nodes[0].log_file.exists()
 
