@@ -309,16 +309,15 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ environment
 
-    def _check_installed(self) -> _rootfs.Rootfs | None:
-        """Raise unless this cluster's RabbitMQ can run; 4.0's root filesystem, checked (and
-        built when missing or broken), or None for 3.10, which runs the host's package."""
+    def _check_installed(self) -> None:
+        """Raise unless this cluster's RabbitMQ can run (4.0's tree is ``_rootfs.ensure``'s)."""
         if self.spec.network == "netns":
             _netns.check_privileges()
             _netns.ip_binary()
         if self.spec.rabbitmq in _rootfs.SUITE:
             _rootfs.check_privileges(self.spec.rabbitmq)
             _netns.tool("unshare", "util-linux")
-            return _rootfs.ensure(self.spec.rabbitmq)
+            return
         server = self.spec.rabbitmq_dir / "bin" / "rabbitmq-server"
         if not server.exists():
             raise PackageMissingError(
@@ -336,7 +335,6 @@ class LocalCluster:
                 f"rabbitmq={self.spec.rabbitmq!r} runs the host's package, and "
                 f"{self.spec.rabbitmq_dir} holds RabbitMQ {version or 'of no known version'}; "
                 f"use rabbitmq='4.0' or install RabbitMQ {self.spec.rabbitmq}")
-        return None
 
     @staticmethod
     def _epmd_binary() -> str | None:
@@ -589,12 +587,15 @@ class LocalCluster:
 
     def up(self) -> Self:
         """Boot a fresh cluster (and ZooKeeper if asked); tear everything down on failure."""
-        rootfs = self._check_installed()
+        self._check_installed()
         if self._running_pids():
             raise AlreadyRunningError(
                 f"cluster {self.name!r} is already running (state in {self.dir}); "
                 f"`sac server down --name {self.name}` first"
             )
+        # 4.0's tree, checked, and built first when missing or broken.
+        rootfs = (_rootfs.ensure(self.spec.rabbitmq) if self.spec.rabbitmq in _rootfs.SUITE
+                  else None)
         base = self.spec.base_port
         if base is None:
             base = allocate_base(self.spec.home, self.name, self._port_offsets())
