@@ -385,8 +385,9 @@ class LocalCluster:
                 }
             )
             if self._rootfs is not None:
-                # Schedulers that sleep at once instead of busy-waiting when idle: three
-                # nodes of one machine then leave its cores to each other and to clients.
+                # Schedulers that sleep at once instead of busy-waiting when idle, so that
+                # nodes sharing a machine's few cores leave them to each other and to clients
+                # (no difference measured here at idle or in confirmed publishing).
                 env["RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS"] = SLEEPING_SCHEDULERS
         return env
 
