@@ -91,8 +91,8 @@ class ClusterSpec:
     ``rabbitmq``: the series, ``3.10`` (the host's Debian 12 package, from ``rabbitmq_dir``)
     or ``4.0`` (Debian 13's, from a root filesystem of its own: ``server/_rootfs.py``;
     ``rabbitmq_dir`` does not apply). ``network``: ``loopback`` or ``netns`` (a namespace
-    per node; root). ``net_ticktime``
-    (seconds; Erlang's 60 on loopback, 5 in netns) bounds how long a cut link goes unnoticed;
+    per node; root). ``net_ticktime`` (seconds; Erlang's 60 on loopback, 5 in netns) bounds
+    how long a cut link goes unnoticed;
     ``cluster_partition_handling`` is RabbitMQ's (``ignore`` on loopback, ``pause_minority``
     in netns; ``autoheal`` allowed). ``statistics_interval_ms`` is RabbitMQ's
     ``collect_statistics_interval`` and the management agent's finest sample step (1000 ms
