@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--rabbitmq", choices=SERIES, default=DEFAULT_SERIES,
                     help=f"RabbitMQ series (default: {DEFAULT_SERIES}): 3.10 is the host's "
                          "Debian package; 4.0 runs Debian 13's from a root filesystem built "
-                         "once (about 30 s, 240 MB in /var/cache/sac) and each node in chroot "
+                         "once (20-90 s, 240 MB in /var/cache/sac) and each node in chroot "
                          "(root)")
     up.add_argument("--network", choices=NETWORKS, default="loopback",
                     help="loopback (default), or netns: each node in a network namespace of "
