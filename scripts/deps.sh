@@ -5,9 +5,11 @@ set -euo pipefail
 
 # chromium renders checker/'s report headless (its test screenshots it);
 # libpostgresql-jdbc-java lets Spark read the dedup ledgers in PostgreSQL over JDBC;
-# iproute2 and nftables build netns clusters and cut links between their nodes (sac.chaos.partition).
+# iproute2 and nftables build netns clusters and cut links between their nodes (sac.chaos.partition);
+# mmdebstrap builds the Debian 13 root filesystem RabbitMQ 4.0 runs from (on the first
+# `sac server up --rabbitmq 4.0`, cached in /var/cache/sac: server/_rootfs.py).
 packages=(rabbitmq-server zookeeper default-jre-headless openssl postgresql chromium
-          libpostgresql-jdbc-java iproute2 nftables)
+          libpostgresql-jdbc-java iproute2 nftables mmdebstrap)
 python_ok=1
 python3 -c 'import venv, ensurepip' 2>/dev/null || python_ok=0
 

@@ -1,7 +1,8 @@
 """Real servers on loopback (or, for RabbitMQ, in network namespaces), started and stopped by
 the project itself.
 
-``LocalCluster`` runs RabbitMQ nodes from Debian's ``rabbitmq-server``; ``LocalZooKeeper`` runs
+``LocalCluster`` runs RabbitMQ nodes from Debian's ``rabbitmq-server`` (3.10 from the host's
+Debian 12, or 4.0 from a Debian 13 root filesystem, ``_rootfs``); ``LocalZooKeeper`` runs
 Debian's ``zookeeper``; ``LocalPostgres`` Debian's ``postgresql``; ``LocalSpark`` a standalone
 Spark master and worker from the pip ``pyspark`` package. All four are a ``LocalServer`` (up,
 down, kill, status, log_files). Nothing here knows about the SDK.

@@ -41,7 +41,7 @@ import subprocess
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -193,9 +193,13 @@ def namespace_pattern(cluster: str) -> re.Pattern[str]:
     return re.compile(rf"^{re.escape(namespace_of(cluster, 0)[:-1])}[1-9]$")
 
 
-def missing_capabilities(capeff: int) -> list[str]:
-    """The capabilities netns mode needs that the effective set ``capeff`` lacks."""
-    wanted = {"CAP_NET_ADMIN": CAP_NET_ADMIN, "CAP_SYS_ADMIN": CAP_SYS_ADMIN}
+NETNS_CAPABILITIES = {"CAP_NET_ADMIN": CAP_NET_ADMIN, "CAP_SYS_ADMIN": CAP_SYS_ADMIN}
+
+
+def missing_capabilities(capeff: int, wanted: Mapping[str, int] = NETNS_CAPABILITIES
+                         ) -> list[str]:
+    """The capabilities of ``wanted`` (netns mode's by default) that the effective set
+    ``capeff`` lacks."""
     return [name for name, bit in wanted.items() if not capeff >> bit & 1]
 
 
@@ -217,14 +221,18 @@ def ip_binary() -> str:
     return tool("ip", "iproute2")
 
 
-def check_privileges() -> None:
-    """Raise ServerError unless this process may create namespaces and links."""
-    capeff = 0
+def effective_capabilities() -> int:
+    """This process's effective capability set (0 when ``/proc`` does not say)."""
     with contextlib.suppress(OSError):
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("CapEff:"):
-                capeff = int(line.split()[1], 16)
-    missing = missing_capabilities(capeff)
+                return int(line.split()[1], 16)
+    return 0
+
+
+def check_privileges() -> None:
+    """Raise ServerError unless this process may create namespaces and links."""
+    missing = missing_capabilities(effective_capabilities())
     if missing:
         raise ServerError(
             "netns mode needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN, to create network "

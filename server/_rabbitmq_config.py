@@ -18,6 +18,7 @@ import attrs
 
 from ._files import Credentials, default_home, validate_name
 from ._ports import MAX_NODES
+from ._rootfs import DEFAULT_SERIES, SERIES
 
 RABBITMQ_DIR = Path("/usr/lib/rabbitmq")
 PLUGINS = ("rabbitmq_management", "rabbitmq_federation", "rabbitmq_federation_management")
@@ -42,6 +43,14 @@ def _one_of(choices: tuple[str, ...]) -> Any:
                 f"{attribute.name} must be one of {', '.join(choices)}; got {value!r}")
 
     return check
+
+
+def _series(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if value not in SERIES or not isinstance(value, str):
+        kind = "" if isinstance(value, str) else f" (a {type(value).__name__}; give a string)"
+        raise ValueError(
+            f"{attribute.name} must be one of {', '.join(map(repr, SERIES))}; "
+            f"got {value!r}{kind}")
 
 
 def _ticktime(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -79,8 +88,11 @@ def _default_partition_handling(spec: ClusterSpec) -> str:
 class ClusterSpec:
     """What to start. Ports come from ``base_port`` or, when None, from a free block.
 
-    ``network``: ``loopback`` or ``netns`` (a namespace per node; root). ``net_ticktime``
-    (seconds; Erlang's 60 on loopback, 5 in netns) bounds how long a cut link goes unnoticed;
+    ``rabbitmq``: the series, ``3.10`` (the host's Debian 12 package, from ``rabbitmq_dir``)
+    or ``4.0`` (Debian 13's, from a root filesystem of its own: ``server/_rootfs.py``;
+    ``rabbitmq_dir`` does not apply). ``network``: ``loopback`` or ``netns`` (a namespace
+    per node; root). ``net_ticktime`` (seconds; Erlang's 60 on loopback, 5 in netns) bounds
+    how long a cut link goes unnoticed;
     ``cluster_partition_handling`` is RabbitMQ's (``ignore`` on loopback, ``pause_minority``
     in netns; ``autoheal`` allowed). ``statistics_interval_ms`` is RabbitMQ's
     ``collect_statistics_interval`` and the management agent's finest sample step (1000 ms
@@ -104,6 +116,7 @@ class ClusterSpec:
     start_timeout: float = attrs.field(default=120.0, validator=_positive)
     home: Path = attrs.field(factory=default_home, converter=_resolved)
     rabbitmq_dir: Path = attrs.field(default=RABBITMQ_DIR, converter=Path)
+    rabbitmq: str = attrs.field(default=DEFAULT_SERIES, validator=_series)
     network: str = attrs.field(default="loopback", validator=_one_of(NETWORKS))
     net_ticktime: int = attrs.field(
         default=attrs.Factory(_default_ticktime, takes_self=True), validator=_ticktime)
@@ -228,9 +241,12 @@ def cluster_files(
     creds: Credentials,
     cookie: str,
     cluster_dir: Path,
+    seen_as: Path | None = None,
 ) -> dict[Path, File]:
     """Every config file of a cluster, by path. The password is in ``credentials.json`` and
-    in each ``rabbitmq.conf``: both are owner-only, like the cookie."""
+    in each ``rabbitmq.conf``: both are owner-only, like the cookie. ``seen_as``: where the
+    nodes see ``cluster_dir`` (``/sac`` inside a root filesystem), for the paths the files
+    name."""
     files = {
         cluster_dir / ".erlang.cookie": File(cookie, COOKIE),
         cluster_dir / "rabbitmq-env.conf": File(""),
@@ -239,7 +255,7 @@ def cluster_files(
     }
     for node in nodes:
         files[node.dir / "rabbitmq.conf"] = File(
-            rabbitmq_conf(spec, node, creds, cluster_dir / "tls"), SECRET)
+            rabbitmq_conf(spec, node, creds, (seen_as or cluster_dir) / "tls"), SECRET)
         files[node.dir / "advanced.config"] = File(advanced_config())
         files[node.dir / "enabled_plugins"] = File(enabled_plugins())
     return files

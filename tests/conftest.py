@@ -1,4 +1,5 @@
-"""Real servers for the whole run: one 3-node RabbitMQ cluster, one ZooKeeper, one PostgreSQL,
+"""Real servers for the whole run: one 3-node RabbitMQ cluster (3.10, and one of 4.0 for the
+tests that ask for ``cluster4``), one ZooKeeper, one PostgreSQL,
 one Spark standalone cluster.
 
 Started once per session with readiness probes (AMQP header, management API membership,
@@ -35,6 +36,16 @@ def sac_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def cluster(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
     local = LocalCluster(name=f"test-{os.getpid()}", nodes=3, home=sac_home)
+    pytestconfig.stash[_servers_key].append(local)
+    with local:
+        yield local
+
+
+@pytest.fixture(scope="session")
+def cluster4(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """Three nodes of RabbitMQ 4.0 (Debian 13's 4.0.5, from the cached root filesystem, which
+    the first run on a machine builds: about 30 s more)."""
+    local = LocalCluster(name=f"test4-{os.getpid()}", nodes=3, home=sac_home, rabbitmq="4.0")
     pytestconfig.stash[_servers_key].append(local)
     with local:
         yield local

@@ -122,3 +122,16 @@ def test_certificates_verify_against_the_clusters_ca(tmp_path: Path) -> None:
         ["openssl", "verify", "-CAfile", "ca.pem", "-verify_ip", "198.18.7.3", "server.pem"],
         cwd=tls, capture_output=True, text=True, check=False)
     assert wrong.returncode != 0
+
+
+def test_inside_a_root_filesystem_the_files_name_the_cluster_directory_as_sac(
+    tmp_path: Path,
+) -> None:
+    spec = ClusterSpec(name="demo", nodes=1, home=tmp_path, rabbitmq="4.0")
+    files = cluster_files(spec, [node(1, tmp_path)], CREDS, "cookie-123", tmp_path,
+                          seen_as=Path("/sac"))
+    # Written on the host where they are; naming what the node sees.
+    conf = settings(files[tmp_path / "node1" / "rabbitmq.conf"].text)
+    assert conf["ssl_options.cacertfile"] == "/sac/tls/ca.pem"
+    assert conf["ssl_options.keyfile"] == "/sac/tls/server.key"
+    assert not [text for text in (f.text for f in files.values()) if str(tmp_path) in text]
