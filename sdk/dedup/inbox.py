@@ -19,6 +19,10 @@ Each time the consumer becomes the active one it claims a new epoch (or adopts o
 ``epoch_source``, e.g. a ZooKeeper election); a commit from an older epoch is refused with
 ``StaleEpoch`` and the consumer stops without acking.
 
+Any message id is recorded under its canonical text (``id_key``): an id another client
+published with a NUL character, or in octets that are not UTF-8, is handled like any other
+(once), on every store; ``tx.message_id`` is that text.
+
 A store that fails (a database restarting, a lock held too long) is not the messages' fault:
 rejecting them would redeliver them at once, count a delivery each time, and a queue's
 delivery limit would dead-letter (or drop) good messages within seconds of an outage. So the
@@ -41,6 +45,7 @@ from typing import Any
 import attrs
 
 from .._core.backoff import Backoff
+from .._core.ids import id_key
 from .._core.retry import Interrupted, Retry, drive
 from .._delivery import Delivery
 from .._errors import MissingMessageId, StaleEpoch, StoreUnavailable
@@ -305,7 +310,7 @@ class Inbox:
             with store.batch(queue, epoch, self.consumer) as batch:
                 # One read for the batch; ids staged in it are added as they commit.
                 seen = batch.committed_among([
-                    d.message_id for d in deliveries
+                    id_key(d.message_id) for d in deliveries
                     if d.message_id and _looks_up(policy, d)])
                 for delivery in deliveries:
                     result = self._one(batch, delivery, queue, policy, seen, events)
@@ -326,7 +331,7 @@ class Inbox:
         for i, delivery in enumerate(deliveries[:len(results)]):
             if results[i] is not Outcome.COMMITTED:
                 continue
-            if delivery.message_id in batch.late_duplicates:
+            if delivery.message_id and id_key(delivery.message_id) in batch.late_duplicates:
                 results[i] = Outcome.DUPLICATE
                 self._dup_commit += 1
                 if rec is not None:
@@ -343,16 +348,17 @@ class Inbox:
         message_id = delivery.message_id
         if not message_id:
             return MissingMessageId(queue, delivery.delivery_tag)
+        key = id_key(message_id)  # what every store can hold, whatever the publisher sent
         if _looks_up(policy, delivery):
             self._lookups += 1
-            if message_id in seen:
+            if key in seen:
                 self._dup_lookup += 1
                 events.append(("duplicate_skipped", {
                     "msg": message_id,
                     "why": "redelivered-seen" if delivery.redelivered else "id-seen"}))
                 return Outcome.DUPLICATE
         try:
-            with batch.message(message_id) as tx:
+            with batch.message(key) as tx:
                 self.effect(delivery, tx)
         except Duplicate:
             self._dup_commit += 1
@@ -363,7 +369,7 @@ class Inbox:
             raise  # not this message's fault: the whole batch is refused or tried again
         except Exception as exc:  # noqa: BLE001 - the consumer logs it and requeues
             return exc
-        seen.add(message_id)  # a second copy in this batch is a duplicate too
+        seen.add(key)  # a second copy in this batch is a duplicate too
         return Outcome.COMMITTED
 
     def _queue(self) -> str:
