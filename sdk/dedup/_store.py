@@ -155,6 +155,13 @@ class Store(abc.ABC):
     def description(self) -> str:
         """Where the store is, safe to log (no password)."""
 
+    def message_fault(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by a batch's commit, is the store refusing what the
+        batch's messages wrote (a constraint, a value out of range) rather than the store
+        failing: waiting does not mend it, so the inbox finds the message at fault instead
+        of retrying the batch. False here: the memory store refuses nothing."""
+        return False
+
     @abc.abstractmethod
     def claim_epoch(self, queue: str) -> int:
         """Atomically raise the queue's epoch by one, record this store's user as its

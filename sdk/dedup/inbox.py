@@ -109,6 +109,10 @@ STORE_RETRY = Backoff(initial=0.1, maximum=5.0, max_attempts=None, max_elapsed=6
 a minute; far below the broker's consumer timeout for unacked messages (30 min)."""
 
 
+class _Isolate:
+    """A batch's commit was refused for one message's data: try each message alone."""
+
+
 class Inbox:
     """Wraps an effect ``(delivery, tx) -> None`` for one consumer. The consumer opens it at
     start (so a bad store fails before any message is consumed) and closes it at stop."""
@@ -265,7 +269,7 @@ class Inbox:
         virtual time (the simulator) lets the rest of the world go on between the tries."""
         queue = self._queue()
 
-        def attempt() -> list[Outcome | Exception] | StaleEpoch:
+        def attempt() -> list[Outcome | Exception] | StaleEpoch | _Isolate:
             try:
                 if activation != self._activation:
                     self.activate()
@@ -273,6 +277,16 @@ class Inbox:
                 return self._attempt(queue, deliveries)
             except StaleEpoch as exc:
                 return exc  # this consumer was replaced: not a store failure to retry
+            except Exception as exc:
+                if not self.store.message_fault(exc):
+                    raise  # an outage, or the store's set-up: tried again under store_retry
+                # The store refused what one of the messages wrote, at the commit (a
+                # deferred constraint): not an outage that waiting mends. Alone in its
+                # batch, that message failed (the consumer retries it, then parks it);
+                # in a batch, each message is tried on its own to find which.
+                log.warning("%s refused a commit of %d message(s) for their data (%s)",
+                            self.store.description, len(deliveries), exc)
+                return [exc] if len(deliveries) == 1 else _Isolate()
 
         def retried(_failures: int, delay: float, exc: BaseException) -> None:
             self._retries += 1
@@ -294,6 +308,14 @@ class Inbox:
                 f"{len(deliveries)} message(s) left unacked: {exc.__cause__}") from exc.__cause__
         if isinstance(result, StaleEpoch):
             raise result
+        if isinstance(result, _Isolate):
+            results: list[Outcome | Exception] = []
+            for delivery in deliveries:
+                [one] = yield from self.batch_steps([delivery], activation)
+                results.append(one)
+                if isinstance(one, Exception):
+                    break  # as in a batch: what follows waits for this one
+            return results
         return result
 
     def _attempt(

@@ -183,6 +183,11 @@ class PostgresStore(SqlStore):
 
         return isinstance(exc, psycopg.OperationalError) or not self._usable(conn)
 
+    def _data_errors(self) -> tuple[type[BaseException], ...]:
+        import psycopg
+
+        return (psycopg.DataError, psycopg.IntegrityError)
+
     def _begin_schema(self, conn: Any) -> None:
         conn.execute("BEGIN")
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
