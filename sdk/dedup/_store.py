@@ -71,7 +71,9 @@ class Retention:
 class Transaction:
     """What an inbox handler writes its effect through. For the SQL stores ``connection`` is
     the store's own connection inside the transaction that will also hold the dedup record;
-    for the memory store it is ``None`` (the effect cannot be rolled back)."""
+    for the memory store it is ``None`` (the effect cannot be rolled back). ``message_id`` is
+    the id as the store records it (``id_key``: text any store can hold, whatever octets the
+    publisher sent)."""
 
     __slots__ = ("_after", "connection", "epoch", "message_id", "queue")
 

@@ -5,7 +5,7 @@ Give a consumer an ``Inbox`` instead of a plain handler::
 
     def effect(delivery: Delivery, tx: Transaction) -> None:
         tx.execute("INSERT INTO orders (id, body) VALUES (?, ?)",
-                   (delivery.message_id, delivery.body))
+                   (tx.message_id, delivery.body))
 
     store = SQLiteStore("/var/lib/app/dedup.db")
     Consumer(settings, Inbox(store, effect)).run()
