@@ -3,6 +3,11 @@
 
 Publishers and consumers take ``recorder=None`` by default and test for it before building
 an event, so an unrecorded client pays one comparison per step.
+
+A message id is recorded under its canonical text (``_core.ids.id_key``), the same text the
+dedup stores record: an id another client published with a NUL or in octets that are not
+UTF-8 (pika hands those over as ``bytes``) is a message like any other, never an event that
+cannot be written.
 """
 
 from __future__ import annotations
@@ -13,6 +18,15 @@ import time
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
+
+from ._core.ids import id_key
+
+
+def _octets(value: object) -> str:
+    """JSON for the ``bytes`` a field may hold (an id pika could not decode, in a reason)."""
+    if isinstance(value, bytes | bytearray):
+        return id_key(bytes(value))
+    raise TypeError(f"a history event cannot hold {type(value).__name__}")
 
 
 class HistoryRecorder:
@@ -28,8 +42,11 @@ class HistoryRecorder:
         self._unflushed = 0
 
     def record(self, type: str, **fields: Any) -> None:
+        msg = fields.get("msg")
+        if isinstance(msg, str | bytes):
+            fields["msg"] = id_key(msg)
         event = {"ts": time.time(), "actor": self.actor, "type": type, **fields}
-        line = json.dumps(event, separators=(",", ":")) + "\n"
+        line = json.dumps(event, separators=(",", ":"), default=_octets) + "\n"
         with self._lock:
             if self._file is None:
                 raise ValueError(f"history {self.path} is closed")

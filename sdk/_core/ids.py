@@ -1,4 +1,5 @@
-"""Time-ordered message ids (UUID version 7 layout).
+"""Message ids: the time-ordered ones our publishers make (UUID version 7 layout), and the
+canonical text form under which any id a publisher sent is recorded (``id_key``).
 
 Ids sort by creation time, which keeps dedup indexes append-mostly and makes a history
 readable; a per-process counter keeps them strictly increasing within one millisecond.
@@ -14,6 +15,7 @@ import os
 import random
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 
 _MS_MASK = (1 << 48) - 1
@@ -114,3 +116,42 @@ class MessageIds:
 
 
 new_message_id = MessageIds()
+
+
+ESCAPED_ID_PREFIX = "sac-id:"
+"""Starts the canonical form of an id that is not recorded as it came (see ``id_key``)."""
+
+
+def id_key(message_id: str | bytes) -> str:
+    """The text under which a message id is recorded: in every dedup store and in histories.
+
+    AMQP's ``message_id`` is a string of up to 255 octets, any octets: pika hands one that is
+    not UTF-8 over as ``bytes``, and one with a NUL character as a ``str`` that PostgreSQL's
+    ``text`` cannot hold. Such an id is still a message's id, so it is mapped, not refused:
+    an id that is UTF-8 without NUL and does not start with ``ESCAPED_ID_PREFIX`` is its own
+    key (records written before this form existed stay valid); any other is the prefix
+    followed by its octets percent-encoded (every octet but ``A-Za-z0-9_.-~``). The mapping is
+    one-to-one (two different ids never share a record, so one is never skipped as the
+    other's duplicate), the same for a ``str`` and its UTF-8 octets (one id on the wire), and
+    its result is printable ASCII when escaped (safe to log). ``str`` ids that no wire can
+    carry (lone surrogates, e.g. from ``MessageIdFrom``) are escaped by their surrogate-passed
+    octets.
+    """
+    if isinstance(message_id, str):
+        if "\x00" not in message_id and not message_id.startswith(ESCAPED_ID_PREFIX):
+            try:
+                message_id.encode("utf-8")
+            except UnicodeEncodeError:
+                pass
+            else:
+                return message_id
+        raw = message_id.encode("utf-8", "surrogatepass")
+    else:
+        raw = bytes(message_id)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:
+            return id_key(text)
+    return ESCAPED_ID_PREFIX + urllib.parse.quote_from_bytes(raw, safe="")

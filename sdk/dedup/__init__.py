@@ -4,9 +4,11 @@ replaced consumers by epoch.
 
 Stores: ``MemoryStore`` (one process, bounded), ``SQLiteStore`` (one host, the embedded
 default), ``PostgresStore`` (several hosts; the ``postgres`` extra). See ``Inbox`` for how a
-consumer uses them and ``LookupPolicy`` for when a message id is looked up.
+consumer uses them and ``LookupPolicy`` for when a message id is looked up, and ``id_key`` for
+the text under which any message id is recorded.
 """
 
+from .._core.ids import id_key
 from ._store import SCHEMA_VERSION, Retention, Store, Transaction
 from .inbox import Effect, Inbox, InboxStats, LookupPolicy, Outcome
 from .memory import MemoryStore
@@ -26,4 +28,5 @@ __all__ = [
     "SQLiteStore",
     "Store",
     "Transaction",
+    "id_key",
 ]

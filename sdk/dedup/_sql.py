@@ -118,6 +118,14 @@ class SqlStore(Store):
         connection, lock not granted in time, disk full) rather than the statement."""
         return not self._usable(conn)
 
+    def _data_errors(self) -> tuple[type[BaseException], ...]:
+        """The driver's errors for data a statement or a commit refused (SQLSTATE classes
+        22, data exception, and 23, integrity constraint violation)."""
+        return ()
+
+    def message_fault(self, exc: BaseException) -> bool:
+        return isinstance(exc, self._data_errors()) and not self._outage(exc, self._conn)
+
     def unavailable(self, exc: BaseException) -> StoreUnavailable:
         return StoreUnavailable(f"dedup store {self.description}: {exc}")
 

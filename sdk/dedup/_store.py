@@ -71,7 +71,9 @@ class Retention:
 class Transaction:
     """What an inbox handler writes its effect through. For the SQL stores ``connection`` is
     the store's own connection inside the transaction that will also hold the dedup record;
-    for the memory store it is ``None`` (the effect cannot be rolled back)."""
+    for the memory store it is ``None`` (the effect cannot be rolled back). ``message_id`` is
+    the id as the store records it (``id_key``: text any store can hold, whatever octets the
+    publisher sent)."""
 
     __slots__ = ("_after", "connection", "epoch", "message_id", "queue")
 
@@ -154,6 +156,13 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def description(self) -> str:
         """Where the store is, safe to log (no password)."""
+
+    def message_fault(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by a batch's commit, is the store refusing what the
+        batch's messages wrote (a constraint, a value out of range) rather than the store
+        failing: waiting does not mend it, so the inbox finds the message at fault instead
+        of retrying the batch. False here: the memory store refuses nothing."""
+        return False
 
     @abc.abstractmethod
     def claim_epoch(self, queue: str) -> int:

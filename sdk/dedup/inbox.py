@@ -5,7 +5,7 @@ Give a consumer an ``Inbox`` instead of a plain handler::
 
     def effect(delivery: Delivery, tx: Transaction) -> None:
         tx.execute("INSERT INTO orders (id, body) VALUES (?, ?)",
-                   (delivery.message_id, delivery.body))
+                   (tx.message_id, delivery.body))
 
     store = SQLiteStore("/var/lib/app/dedup.db")
     Consumer(settings, Inbox(store, effect)).run()
@@ -18,6 +18,10 @@ in one transaction: one fsync for the batch, each effect in a savepoint of its o
 Each time the consumer becomes the active one it claims a new epoch (or adopts one from
 ``epoch_source``, e.g. a ZooKeeper election); a commit from an older epoch is refused with
 ``StaleEpoch`` and the consumer stops without acking.
+
+Any message id is recorded under its canonical text (``id_key``): an id another client
+published with a NUL character, or in octets that are not UTF-8, is handled like any other
+(once), on every store; ``tx.message_id`` is that text.
 
 A store that fails (a database restarting, a lock held too long) is not the messages' fault:
 rejecting them would redeliver them at once, count a delivery each time, and a queue's
@@ -41,6 +45,7 @@ from typing import Any
 import attrs
 
 from .._core.backoff import Backoff
+from .._core.ids import id_key
 from .._core.retry import Interrupted, Retry, drive
 from .._delivery import Delivery
 from .._errors import MissingMessageId, StaleEpoch, StoreUnavailable
@@ -102,6 +107,10 @@ class InboxStats:
 STORE_RETRY = Backoff(initial=0.1, maximum=5.0, max_attempts=None, max_elapsed=60.0)
 """How long a batch waits for a failing store: a restart or failover of the database fits in
 a minute; far below the broker's consumer timeout for unacked messages (30 min)."""
+
+
+class _Isolate:
+    """A batch's commit was refused for one message's data: try each message alone."""
 
 
 class Inbox:
@@ -260,7 +269,7 @@ class Inbox:
         virtual time (the simulator) lets the rest of the world go on between the tries."""
         queue = self._queue()
 
-        def attempt() -> list[Outcome | Exception] | StaleEpoch:
+        def attempt() -> list[Outcome | Exception] | StaleEpoch | _Isolate:
             try:
                 if activation != self._activation:
                     self.activate()
@@ -268,6 +277,16 @@ class Inbox:
                 return self._attempt(queue, deliveries)
             except StaleEpoch as exc:
                 return exc  # this consumer was replaced: not a store failure to retry
+            except Exception as exc:
+                if not self.store.message_fault(exc):
+                    raise  # an outage, or the store's set-up: tried again under store_retry
+                # The store refused what one of the messages wrote, at the commit (a
+                # deferred constraint): not an outage that waiting mends. Alone in its
+                # batch, that message failed (the consumer retries it, then parks it);
+                # in a batch, each message is tried on its own to find which.
+                log.warning("%s refused a commit of %d message(s) for their data (%s)",
+                            self.store.description, len(deliveries), exc)
+                return [exc] if len(deliveries) == 1 else _Isolate()
 
         def retried(_failures: int, delay: float, exc: BaseException) -> None:
             self._retries += 1
@@ -289,6 +308,14 @@ class Inbox:
                 f"{len(deliveries)} message(s) left unacked: {exc.__cause__}") from exc.__cause__
         if isinstance(result, StaleEpoch):
             raise result
+        if isinstance(result, _Isolate):
+            results: list[Outcome | Exception] = []
+            for delivery in deliveries:
+                [one] = yield from self.batch_steps([delivery], activation)
+                results.append(one)
+                if isinstance(one, Exception):
+                    break  # as in a batch: what follows waits for this one
+            return results
         return result
 
     def _attempt(
@@ -305,7 +332,7 @@ class Inbox:
             with store.batch(queue, epoch, self.consumer) as batch:
                 # One read for the batch; ids staged in it are added as they commit.
                 seen = batch.committed_among([
-                    d.message_id for d in deliveries
+                    id_key(d.message_id) for d in deliveries
                     if d.message_id and _looks_up(policy, d)])
                 for delivery in deliveries:
                     result = self._one(batch, delivery, queue, policy, seen, events)
@@ -326,7 +353,7 @@ class Inbox:
         for i, delivery in enumerate(deliveries[:len(results)]):
             if results[i] is not Outcome.COMMITTED:
                 continue
-            if delivery.message_id in batch.late_duplicates:
+            if delivery.message_id and id_key(delivery.message_id) in batch.late_duplicates:
                 results[i] = Outcome.DUPLICATE
                 self._dup_commit += 1
                 if rec is not None:
@@ -343,16 +370,17 @@ class Inbox:
         message_id = delivery.message_id
         if not message_id:
             return MissingMessageId(queue, delivery.delivery_tag)
+        key = id_key(message_id)  # what every store can hold, whatever the publisher sent
         if _looks_up(policy, delivery):
             self._lookups += 1
-            if message_id in seen:
+            if key in seen:
                 self._dup_lookup += 1
                 events.append(("duplicate_skipped", {
                     "msg": message_id,
                     "why": "redelivered-seen" if delivery.redelivered else "id-seen"}))
                 return Outcome.DUPLICATE
         try:
-            with batch.message(message_id) as tx:
+            with batch.message(key) as tx:
                 self.effect(delivery, tx)
         except Duplicate:
             self._dup_commit += 1
@@ -363,7 +391,7 @@ class Inbox:
             raise  # not this message's fault: the whole batch is refused or tried again
         except Exception as exc:  # noqa: BLE001 - the consumer logs it and requeues
             return exc
-        seen.add(message_id)  # a second copy in this batch is a duplicate too
+        seen.add(key)  # a second copy in this batch is a duplicate too
         return Outcome.COMMITTED
 
     def _queue(self) -> str:

@@ -20,8 +20,9 @@ nothing else applies.
 
 from __future__ import annotations
 
+import os
+import re
 import secrets
-import urllib.parse
 from typing import Any
 
 from .._errors import ConfigurationError, StoreUnavailable
@@ -40,22 +41,53 @@ CLAIM_STATEMENT_TIMEOUT = 10.0
 _SCHEMA_LOCK = 0x5AC_DED0  # pg_advisory_xact_lock key: one process creates the tables
 
 
+def _conninfo(dsn: str) -> dict[str, str] | None:
+    """The DSN's parameters as libpq reads them (keyword form or URL, several hosts
+    included); None without psycopg. Raises ``ConfigurationError`` when it does not parse,
+    naming libpq's reason with every quoted fragment left out (one may be a password)."""
+    try:
+        from psycopg import ProgrammingError
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:
+        return None
+    try:
+        return {key: str(value) for key, value in conninfo_to_dict(dsn).items()
+                if value is not None}
+    except ProgrammingError as exc:
+        reason = re.sub(r'"[^"]*"', '"..."', str(exc).strip().splitlines()[0])
+        raise ConfigurationError(f"PostgresStore DSN does not parse: {reason}") from None
+
+
 def mask_dsn(dsn: str) -> str:
-    """The DSN without its password, safe to log."""
-    if "://" in dsn:
-        parts = urllib.parse.urlsplit(dsn)
-        if parts.password is not None:
-            host = parts.hostname or ""
-            port = f":{parts.port}" if parts.port else ""
-            user = urllib.parse.quote(parts.username or "")
-            return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
-        return dsn
-    return " ".join("password=***" if w.startswith("password=") else w for w in dsn.split())
+    """The DSN without its password, safe to log: its parameters in keyword form, the
+    password (if any) as ``***``. Never raises: an unparsable DSN is shown as such."""
+    try:
+        params = _conninfo(dsn)
+    except ConfigurationError:
+        return "(a DSN that does not parse)"
+    if params is None:
+        return "(DSN not shown: psycopg is not installed)"
+    from psycopg.conninfo import make_conninfo
+
+    if "password" in params:
+        params["password"] = "***"
+    return make_conninfo("", **params)
+
+
+def merged_options(dsn_options: str | None, ours: str) -> str:
+    """libpq ``options`` holding the user's (the DSN's, else ``PGOPTIONS``, which libpq reads
+    only when the DSN has none) and then ours: a ``search_path``, role or timeout the user
+    set still applies, and for a setting both name ours, later on the line, wins."""
+    theirs = dsn_options if dsn_options is not None else os.environ.get("PGOPTIONS", "")
+    return f"{theirs.strip()} {ours}".strip()
 
 
 class PostgresStore(SqlStore):
     """``dsn`` is a libpq connection string or ``postgresql://`` URL. The tables are created
-    on first use in the DSN's database (the role needs CREATE there once)."""
+    on first use in the DSN's database (the role needs CREATE there once), in the schema its
+    ``search_path`` names: the DSN's ``options`` (or ``PGOPTIONS``) are kept, the store's own
+    ``-c idle_in_transaction_session_timeout`` added after them; ``application_name`` is the
+    store's (it names the session for the claim)."""
 
     placeholder = "%s"
     lock_epoch_row = " FOR SHARE"
@@ -82,6 +114,7 @@ class PostgresStore(SqlStore):
             raise ConfigurationError("PostgresStore needs a DSN (a non-empty string)")
         if connect_timeout <= 0 or idle_in_transaction_timeout <= 0:
             raise ConfigurationError("PostgresStore timeouts must be positive")
+        self._params = _conninfo(dsn)  # a DSN that does not parse fails here, in one line
         self.dsn = dsn
         self.connect_timeout = connect_timeout
         self.idle_in_transaction_timeout = idle_in_transaction_timeout
@@ -108,8 +141,10 @@ class PostgresStore(SqlStore):
                 autocommit=True,
                 connect_timeout=max(1, round(self.connect_timeout)),
                 application_name=f"{APPLICATION}{self.token}",
-                options=(f"-c idle_in_transaction_session_timeout="
-                         f"{int(self.idle_in_transaction_timeout * 1000)}"),
+                options=merged_options(
+                    None if self._params is None else self._params.get("options"),
+                    f"-c idle_in_transaction_session_timeout="
+                    f"{int(self.idle_in_transaction_timeout * 1000)}"),
             )
         except psycopg.Error as exc:
             # psycopg's message can quote the conninfo; keep only its first line, no password.
@@ -147,6 +182,11 @@ class PostgresStore(SqlStore):
         import psycopg
 
         return isinstance(exc, psycopg.OperationalError) or not self._usable(conn)
+
+    def _data_errors(self) -> tuple[type[BaseException], ...]:
+        import psycopg
+
+        return (psycopg.DataError, psycopg.IntegrityError)
 
     def _begin_schema(self, conn: Any) -> None:
         conn.execute("BEGIN")

@@ -183,6 +183,9 @@ class SQLiteStore(SqlStore):
         code = getattr(exc, "sqlite_errorcode", None)
         return isinstance(exc, sqlite3.Error) and code is not None and code & 0xFF in _OUTAGES
 
+    def _data_errors(self) -> tuple[type[BaseException], ...]:
+        return (sqlite3.DataError, sqlite3.IntegrityError)
+
     def _begin_schema(self, conn: Any) -> None:
         conn.execute("BEGIN IMMEDIATE")
 

@@ -43,7 +43,7 @@ class Ledger:
         def write(delivery: Delivery, tx: Transaction) -> None:
             if before is not None:
                 before(delivery)
-            msg = str(delivery.message_id)
+            msg = tx.message_id  # the id as the store records it (see dedup.id_key)
             if self.sink is None:
                 tx.on_commit(lambda: self._append((msg, actor)))
             else:
