@@ -35,13 +35,18 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest tests/unit
 
-# The wire decoder's property tests (tests/unit/test_wire_tables.py) with many examples each:
-# hostile, truncated and mutated bytes against our decoder and pika's. Not part of `make test`,
-# which runs the same tests at a small size.
+# The fuzz tests at a size `make test` cannot afford: the wire decoder's property tests
+# (tests/unit/test_wire_tables.py: hostile, truncated and mutated bytes against our decoder and
+# pika's) with many examples each, then hostile message ids, header tables and bodies through
+# a real broker to both faces and every store (tests/sdk/test_hostile_ids.py, about 0.3 s an
+# example). `make test` runs the same tests at a small size.
 SAC_FUZZ_EXAMPLES ?= 10000
-fuzz: venv
+SAC_FUZZ_BROKER_EXAMPLES ?= 300
+fuzz: deps venv
 	SAC_FUZZ_EXAMPLES=$(SAC_FUZZ_EXAMPLES) $(BIN)/pytest tests/unit/test_wire_tables.py -q \
 		-o timeout=0
+	SAC_FUZZ_EXAMPLES=$(SAC_FUZZ_BROKER_EXAMPLES) $(BIN)/pytest tests/sdk/test_hostile_ids.py \
+		-k fuzz -q -o timeout=0
 
 clean:
 	rm -rf $(VENV) .sac .pytest_cache .mypy_cache .ruff_cache
