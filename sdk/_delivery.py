@@ -43,7 +43,10 @@ class Delivery:
     (``Poison``: parked at once)."""
 
     body: bytes = attrs.field(repr=lambda b: f"<{len(b)} bytes>")
-    message_id: str | None
+    message_id: str | bytes | None
+    """As the publisher sent it: ``bytes`` when it is not UTF-8 (AMQP allows any octets in a
+    short string, and pika hands those over undecoded). ``sac.sdk.dedup.id_key`` (and an
+    inbox's ``tx.message_id``) gives its canonical text, safe for a ``text`` column."""
     headers: Mapping[str, Any]
     redelivered: bool
     delivery_count: int | None
@@ -51,18 +54,18 @@ class Delivery:
     routing_key: str
     exchange: str
     content_type: str | None = None
-    correlation_id: str | None = None
+    correlation_id: str | bytes | None = None
     timestamp: int | None = None
     delivery_tag: int = attrs.field(default=0, repr=False)
     id_derived: bool = attrs.field(default=False, repr=False)
+    """``message_id`` was derived (``ConsumerSettings.message_id_from``): the message was
+    published without one."""
     properties: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
     """The AMQP properties without a field of their own, as received, only those present:
     ``content_encoding``, ``priority``, ``reply_to``, ``expiration``, ``type``, ``user_id``,
     ``app_id``, ``cluster_id``. A parked message keeps them (except ``expiration``: it must not
     expire while a person has not looked at it, and ``user_id``, which the broker checks
     against the parking connection's user)."""
-    """``message_id`` was derived (``ConsumerSettings.message_id_from``): the message was
-    published without one."""
 
     @property
     def retransmitted(self) -> bool:

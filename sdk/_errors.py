@@ -221,7 +221,7 @@ class ParkingFailed(ConsumerError):
     put it: no parking queue and no dead-letter exchange, or the parking queue refused it.
     The consumer stops; the message stays in its queue, unacked until the channel closes."""
 
-    def __init__(self, queue: str, message_id: str | None, why: str) -> None:
+    def __init__(self, queue: str, message_id: str | bytes | None, why: str) -> None:
         super().__init__(queue, message_id, why)
         self.queue = queue
         self.message_id = message_id

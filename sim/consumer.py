@@ -455,8 +455,10 @@ class ConsumerClient(Shell):
                                   self.process, now)
         self._park_tags += 1
         parking.tag = self._park_tags
+        message_id = delivery.message_id
+        assert not isinstance(message_id, bytes), "the simulated publishers write text ids"
         self.send(PARK_CHANNEL, BasicPublish("", target, delivery.body, Properties(
-            message_id=delivery.message_id, headers=headers), mandatory=True))
+            message_id=message_id, headers=headers), mandatory=True))
 
     def _park_frame(self, now: float, method: object) -> None:
         parking = self._parking

@@ -17,7 +17,7 @@ FACE = [
     "RETRANSMIT_HEADER", "AsyncConsumer", "AsyncPublisher", "AuthenticationError", "Backoff",
     "BlockedTimeout", "ClosedError", "ConfigurationError", "ConfirmTimeout", "ConnectError",
     "ConnectionSettings", "Consumer", "ConsumerError", "ConsumerSettings", "ConsumerStats",
-    "Delivery", "GuardSettings", "GuardStatus", "HistoryRecorder", "Inbox", "InboxStats",
+    "Delivery", "GuardSettings", "GuardStatus", "Handover", "HistoryRecorder", "Inbox", "InboxStats",
     "LeaderRecord", "Leadership", "LifecycleError", "LookupPolicy", "Management",
     "ManagementError", "ManagementNotFound", "ManagementRefused", "ManagementSettings",
     "ManagementUnreachable", "MemoryStore",
@@ -27,7 +27,7 @@ FACE = [
     "PublisherSettings", "PublisherStats", "QueueError", "QueueMismatch", "QueueNotFound",
     "QueueSettings", "ReplayError", "Retention", "Role", "SQLiteStore", "SacError",
     "SchemaMismatch", "SessionState", "StaleEpoch", "Store", "StoreError", "StoreUnavailable",
-    "Transaction", "Unconfirmed", "move_messages", "move_messages_async", "new_message_id",
+    "Transaction", "Unconfirmed", "UnfitMessage", "move_messages", "move_messages_async", "new_message_id",
     "parked_messages", "parked_messages_async",
     "replay_parked", "replay_parked_async",
 ]
