@@ -2,7 +2,7 @@
 handover gaps, over a production fleet's histories (``SPEC.md``, "sac audit").
 
 A production history is what the SDK's ``HistoryRecorder`` writes in every process: the
-events of ``shared/HISTORY.md`` without a nemesis, cut at an arbitrary moment, and often
+events of a run directory (``SPEC.md``) without a nemesis, cut at an arbitrary moment, and often
 without ``effects.jsonl``. The committed effects come from the inbox table in PostgreSQL
 (``sac.checker.inbox``) or, without one, from the ``commit`` events. Everything up to the
 per-row figures is DataFrame operations (``audit_rules``, reusing the verdict's rules); the
@@ -32,6 +32,7 @@ from sac.checker import spark_rules as rules
 from sac.checker import spec
 from sac.checker.errors import InputError
 from sac.checker.inbox import InboxSource
+from sac.checker.runs import require_checkable
 from sac.checker.spark_read import History, read_history
 
 ID_CAP = 100
@@ -126,8 +127,9 @@ def audit(
     is ``pending``, not ``lost``, when confirmed within this many seconds of the history's
     end. ``activity_gap_s``: the longest pause inside one stretch of a consumer's work.
 
-    Raises ``InputError`` for a path that yields no file, a bad setting, or an inbox that
-    cannot be read (one line, password masked).
+    Raises ``InputError`` for a path that yields no file, a history without a well-formed
+    event or without an event naming a queue (an audit of nothing would look clean), a bad
+    setting, or an inbox that cannot be read (one line, password masked).
     """
     if not paths:
         raise InputError("nothing to audit: no path given")
@@ -141,7 +143,8 @@ def audit(
     try:
         history = read_history(spark, list(paths))
         persisted.extend(history.persisted)
-        return _Audit(spark, history, source, checked, settle_s, activity_gap_s, persisted).run()
+        return _Audit(spark, history, source, checked, settle_s, activity_gap_s, persisted,
+                      ", ".join(paths)).run()
     except (PySparkException, Py4JJavaError) as exc:
         failure = source.failure(exc) if source is not None else None
         if failure is None:
@@ -164,6 +167,8 @@ class _Audit:
     gap: float
     persisted: list[DataFrame]
     """Every frame persisted on the way, for ``audit`` to unpersist."""
+    where: str
+    """The paths as given, for an error naming them."""
     rows: dict[tuple[str, str], Row] = field(default_factory=dict)
 
     def _keep(self, frame: DataFrame) -> DataFrame:
@@ -174,7 +179,19 @@ class _Audit:
         # The table's schema first: a bad URL, login or table fails before any job runs.
         table = self.source.read(self.spark) if self.source is not None else None
         events = self.history.events
-        span_row = events.agg(F.min("ts").alias("start"), F.max("ts").alias("end")).first()
+        known = F.col("type").isin(*spec.KNOWN_EVENT_TYPES)
+        named = known & F.col("type").isin(*spec.QUEUE_EVENTS) & F.col("queue").isNotNull()
+        span_row = events.agg(
+            F.min("ts").alias("start"),
+            F.max("ts").alias("end"),
+            F.count(F.when(known, 1)).alias("events"),
+            F.count(F.when(named, 1)).alias("queued"),
+        ).first()
+        require_checkable(
+            self.where,
+            span_row["events"] if span_row is not None else 0,
+            span_row["queued"] if span_row is not None else 0,
+        )
         span = None
         if span_row is not None and span_row["start"] is not None:
             span = (float(span_row["start"]), float(span_row["end"]))

@@ -1,4 +1,4 @@
-"""Synthetic run directories (``shared/HISTORY.md``): realistic, deterministic, of any size.
+"""Synthetic run directories (``SPEC.md``): realistic, deterministic, of any size.
 
 A run is simulated message by message in publish order. Publishers publish and get confirms,
 now and then a ``nack`` or a lost connection followed by a ``retransmit`` of the same id (whose
@@ -9,7 +9,9 @@ its consumers after a gap, with a new epoch (the new one's ``active`` event); so
 one is a zombie that delivered a message and gets ``commit_rejected`` (stale epoch) for it
 later; sometimes the old one is still processing when the broker hands the queue over, and
 commits (accepted: no claim yet) after the new one's first deliveries but before its claim,
-which its effects wait for. A clean run is valid.
+which its effects wait for; sometimes the old one crashes holding a message, which the broker
+gives back to the new one behind a later message of its publisher (a failure's return: not
+``reordered``). A clean run is valid.
 
 ``inject`` adds anomalies whose ids (and lines) are written to ``RUN/injected.json`` so that a
 test can check each one is found:
@@ -19,6 +21,9 @@ test can check each one is found:
 - ``unexpected``: a consumer commits an id that no publisher published;
 - ``concurrent``: another consumer processes the next message of the queue while the active
   one is still processing (one overlapping pair, both ids);
+- ``reordered``: the active consumer hands the queue over gracefully (a client cancel) while
+  holding a message, which reaches the next consumer behind its publisher's next one (the
+  held message's id);
 - ``truncated`` / ``malformed``: an ``ack`` line is cut short / has a string ``ts``;
 - ``unknown``: an event of a type the spec does not know;
 - ``no_effects``: no ``effects.jsonl`` (the effects are then the commit events).
@@ -50,6 +55,7 @@ INJECTIONS = (
     "duplicated",
     "unexpected",
     "concurrent",
+    "reordered",
     "truncated",
     "malformed",
     "unknown",
@@ -84,6 +90,8 @@ the new one's first deliveries, before its claim (``late_claim``)."""
 P_NACK = 0.004
 P_RECONNECT = 0.002
 P_COPY_ARRIVED = 0.5
+P_CRASH_BACK = 0.3
+"""Of the handovers: the old consumer crashes holding a message that comes back late."""
 
 _EVENTS_PER_MESSAGE = 6
 """Events per message, rounded up (it is about 5): injection targets are picked among the
@@ -99,6 +107,7 @@ class Injected:
     unexpected: list[str] = field(default_factory=list)
     concurrent: list[dict[str, Any]] = field(default_factory=list)
     """``{"queue", "msgs"}`` of each overlapping pair."""
+    reordered: list[str] = field(default_factory=list)
     malformed: list[dict[str, Any]] = field(default_factory=list)
     """``{"file", "line"}`` of each corrupted line."""
     unknown_events: dict[str, int] = field(default_factory=dict)
@@ -110,6 +119,7 @@ class Injected:
             "duplicated": sorted(self.duplicated),
             "unexpected": sorted(self.unexpected),
             "concurrent": self.concurrent,
+            "reordered": sorted(self.reordered),
             "malformed": sorted(self.malformed, key=lambda m: (m["file"], m["line"])),
             "unknown_events": self.unknown_events,
             "effects_file": self.effects_file,
@@ -229,20 +239,23 @@ class _Simulation:
         self.seq = dict.fromkeys(publishers, 0)
         self.publisher_free = dict.fromkeys(publishers, start)
         self.t = start
+        self.last_publisher = publishers[0]
+        """Who published the last message (a ``reordered`` pair has one publisher)."""
         self.copy_at: float | None = None
         """When a second copy of the message just published reaches the queue, if one does."""
 
     def u(self, bounds: tuple[float, float]) -> float:
         return self.rng.uniform(*bounds)
 
-    def publish(self, msg: str, queue: str, plain: bool) -> float:
+    def publish(self, msg: str, queue: str, plain: bool, publisher: str | None = None) -> float:
         """Publish ``msg`` (with a nack or a reconnect unless ``plain``); when it can arrive.
 
         Returns the time the copy that gets processed is in the queue; a second copy, if
         any, is queued with ``self.copy_at``.
         """
         w, rng = self.w, self.rng
-        pub = rng.choice(self.publishers)
+        pub = publisher or rng.choice(self.publishers)
+        self.last_publisher = pub
         ts = max(self.t, self.publisher_free[pub])
         self.seq[pub] += 1
         w.event(ts, pub, "publish", f', "msg": "{msg}", "seq": {self.seq[pub]}, "queue": "{queue}"')
@@ -376,6 +389,33 @@ class _Simulation:
         q.free = c2 + self.u(ACK)
         self.w.event(q.free, new, "ack", f', "msg": "{second}"')
         self.come_back(q, old, start + 0.001)
+
+    def hand_back(self, q: _Queue, msg: str, arrival: float, second: str, new: str,
+                  graceful: bool) -> None:
+        """The active consumer holds ``msg`` (delivered, not started) and leaves: gracefully
+        (its client cancels) or not (its connection is lost). ``new`` claims the queue and is
+        handed its publisher's next message ``second`` first; ``msg`` comes back after it,
+        redelivered. Reordered when ``graceful`` (the old stop order), a failure's return
+        otherwise."""
+        w, old = self.w, q.active
+        second_arrival = self.publish(second, q.name, plain=True, publisher=self.last_publisher)
+        d = max(q.free, arrival)
+        self.deliver(d, old, msg)
+        if graceful:
+            gone = d + 0.0001
+            w.event(gone, old, "cancelled", f', "queue": "{q.name}", "by": "client"')
+        else:
+            gone = self.lose(old, d)
+        start = self.claim(q, new, gone + self.u(HANDED))
+        for m, at, again in ((second, second_arrival, False), (msg, start, True)):
+            delivered = max(q.free, at) + 0.00005
+            self.deliver(delivered, new, m, redelivered=again)
+            c = delivered + self.u(PROCESS)
+            self.commit(c, new, m, q.epoch)
+            q.free = c + self.u(ACK)
+            w.event(q.free, new, "ack", f', "msg": "{m}"')
+        if old != new:
+            self.come_back(q, old, q.free + 0.001)
 
     def lose(self, old: str, now: float) -> float:
         """``old``'s connection is found dead (missed heartbeats) just after ``now``."""
@@ -529,6 +569,12 @@ def _step(sim: _Simulation, q: _Queue, i: int, target: str, next_free: bool) -> 
     redelivered = False
     if not target and (q.handover_due or sim.rng.random() < P_HANDOVER * len(sim.queues)):
         late = next_free and len(q.consumers) > 1 and sim.rng.random() < P_LATE_CLAIM
+        if not late and next_free and len(q.consumers) > 1 and sim.rng.random() < P_CRASH_BACK:
+            new = sim.rng.choice([c for c in q.consumers if c != q.active])
+            sim.hand_back(q, msg, arrival, f"m-{i + 1:010d}", new, graceful=False)
+            if copy_at is not None:
+                sim.skip_copy(q, msg, copy_at)
+            return 2
         if late:
             sim.late_claim(q, msg, arrival, f"m-{i + 1:010d}")
             if copy_at is not None:
@@ -537,6 +583,11 @@ def _step(sim: _Simulation, q: _Queue, i: int, target: str, next_free: bool) -> 
         redelivered = sim.handover(q, msg, arrival)
     if target == "concurrent":
         _concurrent(sim, q, i, msg, arrival)
+        return 2
+    if target == "reordered":
+        new = ([c for c in q.consumers if c != q.active] or [q.active])[0]
+        sim.hand_back(q, msg, arrival, f"m-{i + 1:010d}", new, graceful=True)
+        sim.injected.reordered.append(msg)
         return 2
     corrupt = target if target in ("truncated", "malformed") else ""
     sim.process(q, msg, arrival, redelivered=redelivered, commit=target != "lost", corrupt=corrupt)

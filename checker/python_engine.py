@@ -21,7 +21,17 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from sac.checker import spec
-from sac.checker.runs import Effect, Event, Findings, Run, open_run, read_effects, read_events
+from sac.checker.runs import (
+    Effect,
+    Event,
+    Findings,
+    Run,
+    is_integer,
+    open_run,
+    read_effects,
+    read_events,
+    require_checkable,
+)
 
 ENGINE = "python"
 
@@ -65,6 +75,19 @@ class _Collected:
     counts: Counter[str] = field(default_factory=Counter)
     fault_starts: list[tuple[float, str, str]] = field(default_factory=list)
     fault_ends: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    publisher_seq: dict[str, tuple[float, str, int]] = field(default_factory=dict)
+    """id -> (ts, publisher, seq) of its earliest publish with an integer ``seq``."""
+    unordered: set[str] = field(default_factory=set)
+    """Ids whose place in the queue is not their publisher's order: retransmitted, nacked,
+    returned, or parked by a consumer (a ``reject`` not requeued)."""
+    deliveries: dict[str, set[tuple[float, str]]] = field(default_factory=dict)
+    """id -> its distinct (ts, actor) deliveries."""
+    client_cancels: dict[str, list[float]] = field(default_factory=dict)
+    """actor -> times of its ``cancelled`` events with ``by`` ``"client"``."""
+    events: int = 0
+    """Well-formed events of a known type."""
+    queued: int = 0
+    """Of those, ``publish`` and ``active`` events that name a queue."""
 
     def queue_of(self, msg: str) -> str:
         found = self.queue_publish.get(msg)
@@ -74,7 +97,8 @@ class _Collected:
 def check_run(path: Path) -> Verdict:
     """The verdict of the run directory at ``path`` (``SPEC.md``), as a JSON-able dict.
 
-    Raises ``InputError`` when the directory or its ``run.json`` cannot be used.
+    Raises ``InputError`` when the directory or its ``run.json`` cannot be used, or the
+    run holds nothing to check (``runs.require_checkable``).
     """
     run = open_run(path)
     findings = Findings()
@@ -87,6 +111,7 @@ def check_run(path: Path) -> Verdict:
         collected = _collect(read_events(run, findings), None)
         effects = collected.commits
         source = spec.EFFECTS_SOURCE_EVENTS
+    require_checkable(path, collected.events, collected.queued)
     return _verdict(run, findings, collected, effects, source)
 
 
@@ -121,12 +146,24 @@ def _collect(events: Iterable[Event], wanted: set[tuple[str, str]] | None) -> _C
     for event in events:
         kind = event["type"]
         ts = event["ts"]
+        c.events += 1
+        if kind in spec.QUEUE_EVENTS and isinstance(event.get("queue"), str):
+            c.queued += 1
         if kind in spec.COUNT_KEYS:
             c.counts[kind] += 1
+        if kind in spec.UNORDERED_EVENTS or (
+            kind == "reject" and event.get("requeue") is not True
+        ):
+            c.unordered.add(event["msg"])
         if kind == "publish":
             msg = event["msg"]
             if ts < c.first_publish.get(msg, float("inf")):
                 c.first_publish[msg] = ts
+            seq = event.get("seq")
+            if is_integer(seq):
+                position = (ts, event["actor"], seq)
+                if msg not in c.publisher_seq or position < c.publisher_seq[msg]:
+                    c.publisher_seq[msg] = position
             queue = event.get("queue")
             if isinstance(queue, str):
                 candidate = (ts, queue)
@@ -140,6 +177,10 @@ def _collect(events: Iterable[Event], wanted: set[tuple[str, str]] | None) -> _C
             key = (event["msg"], event["actor"])
             if wanted is None or key in wanted:
                 c.delivers.setdefault(key, []).append(ts)
+            c.deliveries.setdefault(event["msg"], set()).add((ts, event["actor"]))
+        elif kind == "cancelled":
+            if event.get("by") == spec.CLIENT_CANCEL:
+                c.client_cancels.setdefault(event["actor"], []).append(ts)
         elif kind == "active":
             queue = event.get("queue")
             if isinstance(queue, str):  # no queue named: it counts for none
@@ -154,7 +195,8 @@ def _collect(events: Iterable[Event], wanted: set[tuple[str, str]] | None) -> _C
             c.fault_starts.append((ts, _text(event, "fault"), _text(event, "target")))
         elif kind == "fault_end":
             c.fault_ends.setdefault((_text(event, "fault"), _text(event, "target")), []).append(ts)
-    for times in (*c.delivers.values(), *c.actives.values(), *c.fault_ends.values()):
+    for times in (*c.delivers.values(), *c.actives.values(), *c.fault_ends.values(),
+                  *c.client_cancels.values()):
         times.sort()
     return c
 
@@ -187,12 +229,14 @@ def _verdict(
         ]
     )
     malformed = sorted(findings.malformed, key=lambda m: (m.file, m.line))
+    late = reordered(effects, c, run.config.ordered_queues)
 
     named = {
         "lost": lost,
         "duplicated": duplicated,
         "unexpected": unexpected,
         "concurrent": sorted({m for pair in pairs for m in pair["msgs"]}),
+        "reordered": late,
     }
     anomalies: dict[str, list[str]] = defaultdict(list)
     for name in spec.ANOMALIES:
@@ -204,6 +248,7 @@ def _verdict(
         "duplicated": len(duplicated),
         "unexpected": len(unexpected),
         "concurrent": len(pairs),
+        "reordered": len(late),
         "malformed": len(malformed),
     }
     tolerates = run.config.tolerates
@@ -218,6 +263,7 @@ def _verdict(
         "duplicated": {"count": len(duplicated), "ids": duplicated},
         "unexpected": {"count": len(unexpected), "ids": unexpected},
         "concurrent": {"count": len(pairs), "pairs": pairs},
+        "reordered": {"count": len(late), "ids": late},
         "malformed": {
             "count": len(malformed),
             "lines": [{"file": m.file, "line": m.line, "error": m.error} for m in malformed],
@@ -313,6 +359,65 @@ def _pair(first: Island, second: Island) -> dict[str, Any]:
         "overlap_s": min(first.end, second.end) - second.start,
         "msgs": sorted(msgs),
     }
+
+
+def reordered(
+    effects: Iterable[Effect], c: _Collected, checked: frozenset[str] | None
+) -> list[str]:
+    """Ids committed after an id their publisher published later on the same checked queue
+    (``SPEC.md``, "Order"): per (queue, publisher), the first commits in time order, each
+    compared with the highest ``seq`` committed before it.
+
+    Ids whose queue position is not their publisher's order (``_Collected.unordered``), and
+    ids a consumer lost to a failure (``returned_by_failure``), are left out of the sequence.
+    """
+    first: dict[str, tuple[float, str]] = {}
+    for effect in effects:
+        commit = (effect.ts, effect.actor)
+        if effect.msg not in first or commit < first[effect.msg]:
+            first[effect.msg] = commit
+    sequences: dict[tuple[str, str], list[tuple[float, int, str]]] = defaultdict(list)
+    for msg, (ts, actor) in first.items():
+        published = c.publisher_seq.get(msg)
+        queue = c.queue_of(msg)
+        if (
+            published is None
+            or msg in c.unordered
+            or (checked is not None and queue not in checked)
+            or returned_by_failure(c, msg, actor, ts)
+        ):
+            continue
+        _, publisher, seq = published
+        sequences[(queue, publisher)].append((ts, seq, msg))
+    late = []
+    for sequence in sequences.values():
+        highest: int | None = None
+        for _, seq, msg in sorted(sequence):
+            if highest is not None and highest > seq:
+                late.append(msg)
+            highest = seq if highest is None else max(highest, seq)
+    return sorted(late)
+
+
+def returned_by_failure(c: _Collected, msg: str, actor: str, commit: float) -> bool:
+    """Whether the delivery ``actor`` committed ``msg`` from (its last at or before the
+    commit) came after an earlier delivery of ``msg`` (to anyone) whose holder did not hand
+    it back gracefully: no ``cancelled`` by the client of that holder between the two.
+
+    A consumer that crashed or lost its connection gives its unacknowledged messages back
+    when the broker notices, possibly behind what its successor has already taken: the
+    broker keeps no order for those (``SPEC.md``).
+    """
+    deliveries = sorted(c.deliveries.get(msg, ()))
+    for i in range(len(deliveries) - 1, -1, -1):
+        ts, who = deliveries[i]
+        if who == actor and ts <= commit:
+            if i == 0:
+                return False  # its first delivery: it came in the queue's order
+            before, holder = deliveries[i - 1]
+            cancel = _last_at_or_before(c.client_cancels.get(holder, []), ts)
+            return cancel is None or cancel < before
+    return False
 
 
 def activity(found: Iterable[Island]) -> list[dict[str, Any]]:

@@ -31,17 +31,19 @@ IDS_SHOWN = 12  # offending ids listed per anomaly before "and N more"
 LINES_SHOWN = 10  # malformed lines listed
 ROWS_SHOWN = 15  # concurrent pairs, handovers
 MSGS_PER_PAIR = 6  # ids listed per concurrent pair
-CHECKED = ("lost", "duplicated", "unexpected", "concurrent")
+CHECKED = ("lost", "duplicated", "unexpected", "concurrent", "reordered")
 MEANING = {
     "lost": "confirmed by the broker, no effect",
     "duplicated": "two or more effects",
     "unexpected": "an effect, never published",
     "concurrent": "processed by two actors at once",
+    "reordered": "committed after a later message of its publisher",
     "malformed": "input lines skipped",
 }
 REQUIRED = ("run", "engine", "effects_source", "published", "confirmed", "effects", "lost",
-            "duplicated", "unexpected", "concurrent", "malformed", "unknown_events", "counts",
-            "anomalies", "activity", "handovers", "recovery", "latency_ms", "valid", "tolerated")
+            "duplicated", "unexpected", "concurrent", "reordered", "malformed", "unknown_events",
+            "counts", "anomalies", "activity", "handovers", "recovery", "latency_ms", "valid",
+            "tolerated")
 
 
 @attrs.frozen
@@ -82,8 +84,8 @@ def _status(count: int, reason: str | None) -> str:
 
 
 def anomaly_rows(verdict: Mapping[str, Any]) -> list[AnomalyRow]:
-    """Lost, duplicated, unexpected and concurrent with their ids (from ``anomalies``), then
-    malformed with its ``file:line``s."""
+    """Lost, duplicated, unexpected, concurrent and reordered with their ids (from
+    ``anomalies``), then malformed with its ``file:line``s."""
     tolerated: Mapping[str, str] = verdict["tolerated"]
     by_name: dict[str, list[str]] = {name: [] for name in CHECKED}
     for msg, names in sorted(verdict["anomalies"].items()):

@@ -1,4 +1,4 @@
-"""Reading a run directory (``shared/HISTORY.md``) for the Python engine, as ``SPEC.md`` says.
+"""Reading a run directory (``SPEC.md``) for the Python engine, as ``SPEC.md`` says.
 
 Files are streamed line by line: a run of tens of millions of events is never held as text.
 Each line is parsed and checked against the required fields; a line that fails is recorded in
@@ -39,6 +39,9 @@ class RunConfig:
     """Queues checked for concurrent processing; ``None``: every queue."""
     tolerates: dict[str, str] = field(default_factory=dict)
     activity_gap_s: float = spec.DEFAULT_ACTIVITY_GAP_S
+    ordered_queues: frozenset[str] | None = None
+    """Queues checked for ``reordered``: ``run.json``'s ``ordered_queues``, else the
+    ``single_active_queues``; ``None``: every queue."""
 
 
 @dataclass(frozen=True)
@@ -79,13 +82,37 @@ class Findings:
 def open_run(path: Path) -> Run:
     """The run at ``path`` with its ``run.json`` read and checked.
 
-    Raises ``InputError`` when ``path`` is not a directory or ``run.json`` is unreadable or
-    has a setting of the wrong shape: a verdict computed on a misread setting would be wrong
-    without saying so.
+    Raises ``InputError`` when ``path`` is not a directory, has no ``run.json`` or no
+    non-empty event file (not a run: checking it would pass for want of evidence), or its
+    ``run.json`` is unreadable or has a setting of the wrong shape: a verdict computed on a
+    misread setting would be wrong without saying so. These are decided from the listing
+    alone, before any engine starts.
     """
     if not path.is_dir():
         raise InputError(f"run directory not found: {path}")
-    return Run(path=path, name=path.resolve().name, config=_read_config(path / spec.RUN_FILE))
+    if not (path / spec.RUN_FILE).is_file():
+        raise InputError(f"{path}: not a run: no {spec.RUN_FILE}")
+    run = Run(path=path, name=path.resolve().name, config=_read_config(path / spec.RUN_FILE))
+    files = event_files(run)
+    if not any(p.stat().st_size for p in files):
+        where = "empty" if files else "none"
+        raise InputError(f"{path}: not a run: no history events ({spec.EVENTS_DIR}/"
+                         f"{spec.EVENTS_GLOB}: {where})")
+    return run
+
+
+def require_checkable(where: object, events: int, queued: int) -> None:
+    """Refuse a history that was read but holds nothing to check: no well-formed event, or
+    no event naming a queue (a ``publish`` or ``active`` with ``queue``).
+
+    A verdict on such input would be "valid" for want of evidence, which is how a checker
+    pointed at the wrong directory passes; it is an input error instead (``SPEC.md``).
+    """
+    if not events:
+        raise InputError(f"{where}: no history events (no well-formed event line)")
+    if not queued:
+        raise InputError(f"{where}: no event names a queue (no publish or active event with a "
+                         "queue): nothing to check")
 
 
 def event_files(run: Run) -> list[Path]:
@@ -199,7 +226,7 @@ def _is_number(value: object) -> TypeGuard[int | float]:
 _INT64 = range(-(2**63), 2**63)
 
 
-def _is_integer(value: object) -> bool:
+def is_integer(value: object) -> TypeGuard[int]:
     """A JSON integer that fits 64 bits (what Spark reads as a long)."""
     return isinstance(value, int) and not isinstance(value, bool) and value in _INT64
 
@@ -227,14 +254,12 @@ def _effect_error(obj: dict[str, Any]) -> str | None:
     if not _is_number(obj.get("ts")):
         return "ts: missing or not a number"
     epoch = obj.get("epoch")
-    if epoch is not None and not _is_integer(epoch):
+    if epoch is not None and not is_integer(epoch):
         return "epoch: not an integer or null"
     return None
 
 
 def _read_config(path: Path) -> RunConfig:
-    if not path.is_file():
-        return RunConfig()
     try:
         raw = _DECODER.decode(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -243,18 +268,24 @@ def _read_config(path: Path) -> RunConfig:
         raise InputError(f"{path}: not JSON: {exc}") from exc
     if not isinstance(raw, dict):
         raise InputError(f"{path}: not a JSON object")
+    single_active = _queues(path, raw.get("single_active_queues"), "single_active_queues")
     return RunConfig(
-        single_active_queues=_queues(path, raw.get("single_active_queues")),
+        single_active_queues=single_active,
         tolerates=_tolerates(path, raw.get("tolerates")),
         activity_gap_s=_gap(path, raw.get("activity_gap_s")),
+        ordered_queues=(
+            _queues(path, raw["ordered_queues"], "ordered_queues")
+            if raw.get("ordered_queues") is not None
+            else single_active
+        ),
     )
 
 
-def _queues(path: Path, value: object) -> frozenset[str] | None:
+def _queues(path: Path, value: object, name: str) -> frozenset[str] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(q, str) for q in value):
-        raise InputError(f"{path}: single_active_queues must be a list of queue names or null")
+        raise InputError(f"{path}: {name} must be a list of queue names or null")
     return frozenset(value)
 
 

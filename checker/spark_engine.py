@@ -33,6 +33,7 @@ from pyspark.sql import functions as F
 
 from sac.checker import spark_rules as rules
 from sac.checker import spec
+from sac.checker.runs import require_checkable
 from sac.checker.spark_positions import in_order
 from sac.checker.spark_read import Inputs, open_runs, read_inputs
 
@@ -79,8 +80,9 @@ def check_runs(spark: SparkSession, paths: list[Path]) -> list[Verdict]:
     """The verdicts of the run directories ``paths``, in their order, computed in one set of
     Spark jobs for all of them.
 
-    Raises ``sac.checker.errors.InputError`` (before any job) when a directory is missing or its
-    ``run.json`` cannot be trusted, as the reference engine does.
+    Raises ``sac.checker.errors.InputError`` (before any job) when a directory is missing, is
+    not a run or its ``run.json`` cannot be trusted, and after the first job when a run holds
+    nothing to check, as the reference engine does.
     """
     runs = open_runs(paths)
     if not runs:
@@ -114,11 +116,16 @@ class _Assembly:
         events, effects = self.inputs.events, self.inputs.effects
         published = self._keep(rules.first_publishes(events))
         confirmed = rules.confirmed_ids(events)
+        self._counts(events)  # first: refuses a run with nothing to check before other jobs
         timed = self._keep(rules.intervals(events, effects, published))
-        self._counts(events)
         self._sizes(published, confirmed, effects)
         self._malformed()
         self._ids(rules.anomaly_ids(effects, published, confirmed))
+        self._ids(
+            rules.reordered(events, effects, published, self.inputs.settings).withColumn(
+                "name", F.lit("reordered")
+            )
+        )
         self._concurrency(timed)
         self._activity(timed)
         self._handovers(timed)
@@ -137,15 +144,20 @@ class _Assembly:
                 F.sum(F.col("redelivered").cast(as_int)).alias("redelivered"),
                 F.sum((F.col("why") == "stale-epoch").cast(as_int)).alias("stale"),
                 F.sum((F.col("why") == "duplicate").cast(as_int)).alias("duplicate"),
+                F.count("queue").alias("queued"),
             )
             .collect()
         )
+        known = [0] * len(self.out)
+        queued = [0] * len(self.out)
         for row in rows:
             verdict = self.out[row["run"]]
             counts, kind = verdict["counts"], row["type"]
             if kind not in spec.KNOWN_EVENT_TYPES:
                 verdict["unknown_events"][kind] = row["n"]
                 continue
+            known[row["run"]] += row["n"]
+            queued[row["run"]] += row["queued"]
             if kind in counts:
                 counts[kind] = row["n"]
             if kind == "deliver":
@@ -153,6 +165,8 @@ class _Assembly:
             if kind == "commit_rejected":
                 counts[spec.COMMIT_REJECTED_WHY["stale-epoch"]] = row["stale"] or 0
                 counts[spec.COMMIT_REJECTED_WHY["duplicate"]] = row["duplicate"] or 0
+        for run, read, named in zip(self.inputs.runs, known, queued, strict=True):
+            require_checkable(run.path, read, named)
 
     def _sizes(self, published: DataFrame, confirmed: DataFrame, effects: DataFrame) -> None:
         def per_run(frame: DataFrame, name: str) -> DataFrame:
@@ -185,7 +199,7 @@ class _Assembly:
         checked = (
             timed.join(settings, "run")
             .filter(F.col("checked").isNull() | F.array_contains(F.col("checked"), F.col("queue")))
-            .drop("gap", "checked")
+            .drop("gap", "checked", "ordered")
         )
         numbered = self._keep(rules.with_islands(checked, F.lit(spec.CONCURRENCY_GAP_S)))
         pairs = self._keep(rules.concurrent_pairs(rules.islands(numbered)))
@@ -278,6 +292,7 @@ def _empty_verdict(name: str, tolerates: dict[str, str], has_effects: bool) -> V
         "duplicated": {"count": 0, "ids": []},
         "unexpected": {"count": 0, "ids": []},
         "concurrent": {"count": 0, "pairs": []},
+        "reordered": {"count": 0, "ids": []},
         "malformed": {"count": 0, "lines": []},
         "unknown_events": {},
         "counts": dict.fromkeys(spec.COUNT_KEYS, 0),
@@ -300,7 +315,7 @@ def _empty_verdict(name: str, tolerates: dict[str, str], has_effects: bool) -> V
 
 def _finish(verdict: Verdict) -> None:
     """Sorts the collected lists as the spec orders them; counts, anomalies and validity."""
-    for name in ("lost", "duplicated", "unexpected"):
+    for name in ("lost", "duplicated", "unexpected", "reordered"):
         ids = sorted(verdict[name]["ids"])
         verdict[name] = {"count": len(ids), "ids": ids}
     pairs = sorted(
@@ -316,7 +331,8 @@ def _finish(verdict: Verdict) -> None:
         del row["_msg"]
     verdict["recovery"].sort(key=lambda r: (r["start"], r["fault"], r["target"]))
 
-    named = {name: verdict[name]["ids"] for name in ("lost", "duplicated", "unexpected")}
+    listed = ("lost", "duplicated", "unexpected", "reordered")
+    named = {name: verdict[name]["ids"] for name in listed}
     named["concurrent"] = sorted({m for pair in pairs for m in pair["msgs"]})
     anomalies: dict[str, list[str]] = defaultdict(list)
     for name in spec.ANOMALIES:

@@ -53,9 +53,6 @@ asking the variant for its whole schema."""
 
 _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 
-_QUEUE_EVENTS = ("publish", "active")
-"""Events whose ``queue`` is read: a message's queue (the verdict), and the queue a consumer
-became active on (``sac audit`` places a commit of an id no one published there)."""
 
 FILES_SCHEMA = T.StructType(
     [
@@ -73,9 +70,11 @@ RUNS_SCHEMA = T.StructType(
         T.StructField("run", T.IntegerType(), False),
         T.StructField("gap", T.DoubleType(), False),
         T.StructField("checked", T.ArrayType(T.StringType(), False), True),
+        T.StructField("ordered", T.ArrayType(T.StringType(), False), True),
     ]
 )
-"""One row per run: its ``activity_gap_s`` and ``single_active_queues`` (null: every queue)."""
+"""One row per run: its ``activity_gap_s``, ``single_active_queues`` and the queues checked
+for order (``RunConfig.ordered_queues``); null: every queue."""
 
 EVENT_COLUMNS = (
     "run",
@@ -88,8 +87,13 @@ EVENT_COLUMNS = (
     "why",
     "fault",
     "target",
+    "seq",
+    "by",
+    "requeue",
 )
-"""The explicit schema of an event row (``run``: the run's index; ``ts``: double)."""
+"""The explicit schema of an event row (``run``: the run's index; ``ts``: double; ``seq``:
+long, of ``publish`` events, null unless an integer; ``by``: of ``cancelled`` events;
+``requeue``: of ``reject`` events, true only for JSON ``true``)."""
 EFFECT_COLUMNS = ("run", "msg", "actor", "ts")
 HISTORY_GLOB = "*.jsonl"
 """The event files of a history given to ``read_history``."""
@@ -117,6 +121,10 @@ def open_runs(paths: list[Path]) -> list[Run]:
     return [open_run(path) for path in paths]
 
 
+def _listed(queues: frozenset[str] | None) -> list[str] | None:
+    return sorted(queues) if queues is not None else None
+
+
 def read_inputs(spark: SparkSession, runs: list[Run]) -> Inputs:
     """One scan over every file of ``runs``, parsed, checked and split into DataFrames."""
     files = _list_files(runs)
@@ -127,9 +135,8 @@ def read_inputs(spark: SparkSession, runs: list[Run]) -> Inputs:
                 (
                     i,
                     float(run.config.activity_gap_s),
-                    sorted(run.config.single_active_queues)
-                    if run.config.single_active_queues is not None
-                    else None,
+                    _listed(run.config.single_active_queues),
+                    _listed(run.config.ordered_queues),
                 )
                 for i, run in enumerate(runs)
             ],
@@ -308,6 +315,14 @@ def _is_null_or_integer(v: Column, field: str) -> Column:
     return kind.isNull() | kind.isin("VOID", *_INTEGER_TYPES)
 
 
+def _boolean(v: Column, field: str) -> Column:
+    """True when ``field`` is JSON ``true``; false otherwise, absent included (no coercion)."""
+    return F.coalesce(
+        (_json_type(v, field) == "BOOLEAN") & F.try_variant_get(v, f"$.{field}", "boolean"),
+        F.lit(False),
+    )
+
+
 def _string(v: Column, field: str) -> Column:
     """``field`` when it is a JSON string, else null (SPEC: no coercion)."""
     return F.when(_is_string(v, field), F.try_variant_get(v, f"$.{field}", "string"))
@@ -364,15 +379,8 @@ def _parse(lines: DataFrame) -> DataFrame:
         _string(v, "actor").alias("actor"),
         "type",
         _string(v, "msg").alias("msg"),
-        F.when(typed.isin(*_QUEUE_EVENTS), _string(v, "queue")).alias("queue"),
-        F.when(
-            typed == "deliver",
-            F.coalesce(
-                (_json_type(v, "redelivered") == "BOOLEAN")
-                & F.try_variant_get(v, "$.redelivered", "boolean"),
-                F.lit(False),
-            ),
-        ).alias("redelivered"),
+        F.when(typed.isin(*spec.QUEUE_EVENTS), _string(v, "queue")).alias("queue"),
+        F.when(typed == "deliver", _boolean(v, "redelivered")).alias("redelivered"),
         F.when(typed == "commit_rejected", _string(v, "why")).alias("why"),
         F.when(typed.startswith("fault_"), F.coalesce(_string(v, "fault"), F.lit(""))).alias(
             "fault"
@@ -380,6 +388,12 @@ def _parse(lines: DataFrame) -> DataFrame:
         F.when(typed.startswith("fault_"), F.coalesce(_string(v, "target"), F.lit(""))).alias(
             "target"
         ),
+        F.when(
+            (typed == "publish") & _json_type(v, "seq").isin(*_INTEGER_TYPES),
+            F.try_variant_get(v, "$.seq", "long"),
+        ).alias("seq"),
+        F.when(typed == "cancelled", _string(v, "by")).alias("by"),
+        F.when(typed == "reject", _boolean(v, "requeue")).alias("requeue"),
         F.when(F.col("blank"), F.lit(None))
         .when(v.isNull(), F.lit("not JSON"))
         .when(~F.col("value").rlike(_OBJECT_START), F.lit("not an object"))

@@ -335,3 +335,91 @@ def ranked_values(ordered: DataFrame) -> DataFrame:
 def nearest_rank(pct: int, n: str) -> Column:
     """1-based nearest rank, in integer arithmetic like ``spec.nearest_rank`` (+1)."""
     return F.expr(f"({pct} * {n} + 99) div 100")
+
+
+def reordered(
+    events: DataFrame, effects: DataFrame, published: DataFrame, settings: DataFrame
+) -> DataFrame:
+    """``run, msg``: ids committed after an id their publisher published later, on a checked
+    queue (``SPEC.md``, "Order"), as the reference's ``python_engine.reordered``.
+
+    Each id's first commit is placed by its publisher's ``seq``; ids that keep no place
+    (``spec.UNORDERED_EVENTS``, a ``reject`` not requeued) or came back from a consumer's failure
+    (``returned_by_failure``) are left out; then, per (run, queue, publisher), the first
+    commits sorted by (time, seq, id) and a running max of the ``seq`` before each: a window,
+    one publisher's messages on one queue in one task.
+    """
+    publishes = events.filter((F.col("type") == "publish") & F.col("seq").isNotNull())
+    positions = publishes.groupBy("run", "msg").agg(
+        F.min(F.struct("ts", "actor", "seq")).alias("p")
+    )
+    parked = (F.col("type") == "reject") & ~F.col("requeue")
+    unordered = events.filter(F.col("type").isin(*spec.UNORDERED_EVENTS) | parked).select(
+        "run", "msg"
+    )
+    firsts = effects.groupBy("run", "msg").agg(F.min(F.struct("ts", "actor")).alias("f"))
+    candidates = (
+        firsts.join(positions, ["run", "msg"])
+        .join(unordered, ["run", "msg"], "left_anti")
+        .join(published.select("run", "msg", "queue"), ["run", "msg"])
+        .join(settings.select("run", "ordered"), "run")
+        .filter(F.col("ordered").isNull() | F.array_contains("ordered", F.col("queue")))
+        .select(
+            "run",
+            "msg",
+            F.col("f.actor").alias("actor"),
+            F.col("f.ts").alias("ts"),
+            "queue",
+            F.col("p.actor").alias("publisher"),
+            F.col("p.seq").alias("seq"),
+        )
+    )
+    kept = candidates.join(returned_by_failure(events, candidates), ["run", "msg"], "left_anti")
+    order = Window.partitionBy("run", "queue", "publisher").orderBy("ts", "seq", "msg")
+    before = F.max("seq").over(order.rowsBetween(*_EARLIER))
+    return kept.withColumn("before", before).filter(F.col("before") > F.col("seq")).select(
+        "run", "msg"
+    )
+
+
+def returned_by_failure(events: DataFrame, commits: DataFrame) -> DataFrame:
+    """``run, msg`` of the ``commits`` (``run, msg, actor, ts``: an id's first commit) whose
+    delivery (the committer's last of the id at or before the commit) followed an earlier
+    delivery of the id whose holder did not hand it back gracefully: no ``cancelled`` by the
+    client of that holder between the two deliveries (both ends included).
+
+    Two sweeps (``latest_before``): the id's distinct deliveries, each carrying the one before
+    it (a lag in (time, actor) order), up to the commit; then the holder's client cancels up
+    to that delivery.
+    """
+    distinct = (
+        events.filter(F.col("type") == "deliver").select("run", "msg", "actor", "ts").distinct()
+    )
+    by_time = Window.partitionBy("run", "msg").orderBy("ts", "actor")
+    delivers = distinct.select(
+        "run",
+        "msg",
+        "actor",
+        "ts",
+        F.struct(
+            F.col("ts").alias("at"),
+            F.lag("actor").over(by_time).alias("holder"),
+            F.lag("ts").over(by_time).alias("held"),
+        ).alias("d"),
+    )
+    taken = latest_before(
+        delivers, commits.select("run", "msg", "actor", "ts"), ["run", "msg", "actor"], "d", "d"
+    ).filter(F.col("d.holder").isNotNull())
+    cancels = events.filter(
+        (F.col("type") == "cancelled") & (F.col("by") == spec.CLIENT_CANCEL)
+    ).select("run", "actor", "ts")
+    back = taken.select(
+        "run",
+        "msg",
+        F.col("d.holder").alias("actor"),
+        F.col("d.at").alias("ts"),
+        F.col("d.held").alias("held"),
+    )
+    cancelled = latest_before(cancels, back, ["run", "actor"], "ts", "cancel")
+    graceful = F.col("cancel").isNotNull() & (F.col("cancel") >= F.col("held"))
+    return cancelled.filter(~graceful).select("run", "msg")

@@ -53,11 +53,20 @@ OTHER_EVENT_TYPES: Final = frozenset(
 )
 KNOWN_EVENT_TYPES: Final = MESSAGE_EVENT_TYPES | OTHER_EVENT_TYPES
 """Any other type is counted in ``unknown_events`` and otherwise ignored."""
+UNORDERED_EVENTS: Final = ("retransmit", "nack", "return")
+"""An id with one of these is not in the ``reordered`` check: its place in the queue is not
+its publisher's order (sent again, refused, unroutable). So is an id with a ``reject`` whose
+``requeue`` is not ``true``: parked (a replay brings it back later, under the same id)."""
+CLIENT_CANCEL: Final = "client"
+"""``by`` of a ``cancelled`` event the consumer asked for: a graceful hand-back (SPEC)."""
+QUEUE_EVENTS: Final = ("publish", "active")
+"""Events whose ``queue`` is read: a message's queue, and the queue a consumer claimed. A
+history where none names a queue holds nothing to check (an input error)."""
 
-ANOMALIES: Final = ("concurrent", "duplicated", "lost", "unexpected")
+ANOMALIES: Final = ("concurrent", "duplicated", "lost", "reordered", "unexpected")
 """Names in the ``anomalies`` map, in the (sorted) order they are listed for an id."""
 
-TOLERABLE: Final = ("lost", "duplicated", "unexpected", "concurrent", "malformed")
+TOLERABLE: Final = ("lost", "duplicated", "unexpected", "concurrent", "reordered", "malformed")
 """The anomalies ``run.json``'s ``tolerates`` may name; ``valid`` needs each at 0 otherwise."""
 
 COUNT_KEYS: Final = (
@@ -120,6 +129,7 @@ SUMMARY_TOTALS: Final = (
     "duplicated",
     "unexpected",
     "concurrent",
+    "reordered",
     "malformed",
 )
 """Keys of ``summary.json``'s ``totals``: sums of the counts of the same name."""

@@ -4,7 +4,9 @@ a production fleet's histories audited per queue and UTC day (``sac.checker.audi
 
 Writes ``audit.json`` in ``--out`` and prints one table line per queue and day, those with
 an anomaly first. Exit status: 0 clean, 1 some anomaly (or a malformed line), 2 the input
-could not be audited: one line naming the problem, never a stack trace as the only output.
+could not be audited (among others a history without events, or whose events name no
+queue): one line naming the problem, never a stack trace as the only output, and no
+``audit.json``.
 
 The password is never an argument (it would be in the shell history and ``ps``): it is read
 from the environment variable ``--inbox-password-env`` names, and never printed. Spark's JVM
@@ -94,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     for path in args.paths:
         if "://" not in path and not os.path.exists(path):
             raise InputError(f"{path}: no such file or directory")
+    _require_bytes(args.paths)
     if args.master is not None:
         check_master(args.master)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -110,6 +113,26 @@ def run(args: argparse.Namespace) -> int:
     written.write_text(json.dumps(result.as_json(), indent=2, sort_keys=True) + "\n")
     _print(result, written)
     return 0 if result.clean else 1
+
+
+def _require_bytes(paths: list[str]) -> None:
+    """Refuse, before Spark starts, local paths whose ``*.jsonl`` files are all empty: a
+    history without events is not clean, it is not there. Remote paths (``hdfs://``...)
+    are left to Spark's listing; hidden names are skipped as Spark skips them, but every
+    directory is searched, so this never refuses what Spark would read."""
+    if any("://" in path for path in paths):
+        return
+    for path in paths:
+        if os.path.isfile(path):
+            if os.path.getsize(path):
+                return
+            continue
+        for parent, _dirs, names in os.walk(path):
+            for name in names:
+                if (name.endswith(".jsonl") and not name.startswith((".", "_"))
+                        and os.path.getsize(os.path.join(parent, name))):
+                    return
+    raise InputError(f"{', '.join(paths)}: no history events (no non-empty *.jsonl file)")
 
 
 def _inbox(args: argparse.Namespace) -> dict[str, str] | None:

@@ -3,8 +3,9 @@ run directory (``RUN/verdict.json``), ``summary.json`` and ``report.html`` in ``
 
 The exit status says what a script needs: 0 every run valid, 1 some run invalid (its
 anomalies are printed, one line each), 2 the input could not be checked (a missing
-directory, an unreachable ``--master``): one line naming the problem, never a Spark stack
-trace as the only output.
+directory, a directory that is not a run: no ``run.json``, no history events, no event naming
+a queue; an unreachable ``--master``): one line naming the problem, never a Spark stack
+trace as the only output, and nothing written.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 from sac._oneline import one_line
 from sac._reach import check_master
 from sac.checker.errors import CheckerError, InputError
+from sac.checker.runs import open_run
 
-ANOMALIES = ("lost", "duplicated", "unexpected", "concurrent", "malformed")
+ANOMALIES = ("lost", "duplicated", "unexpected", "concurrent", "reordered", "malformed")
 SHOWN = 10  # offending ids printed per anomaly; the report lists them all
 SPARK_LOG = "check-spark.log"
 """In ``--out``: what Spark's JVM writes (its banner, warnings), not shown on the terminal."""
@@ -58,11 +60,12 @@ def check_and_report(runs: list[Path], engine: str, master: str | None, out: Pat
                      ) -> tuple[list[dict[str, Any]], dict[str, Any], Path]:
     """Each run's verdict on ``engine`` (written to ``RUN/verdict.json``), ``summary.json``
     and ``report.html`` in ``out``: what ``sac check`` and ``sac chaos campaign`` share."""
+    if master is not None and engine != "spark":
+        raise InputError("--master needs --engine spark")
     for path in runs:
         if not path.is_dir():
             raise InputError(f"{path}: no such run directory")
-    if master is not None and engine != "spark":
-        raise InputError("--master needs --engine spark")
+        open_run(path)  # not a run (no run.json, no events): refused before Spark starts
     out.mkdir(parents=True, exist_ok=True)
     if engine == "python":
         from sac.checker.python_engine import check_runs

@@ -101,7 +101,7 @@ def test_engines_agree(runs: list[Path], spark_verdicts: list[dict[str, Any]], i
 def test_injected_anomalies_are_found(spark_verdicts: list[dict[str, Any]]) -> None:
     """Not only agreement: the anomalies the generator injected are in the verdict."""
     by_name = {v["run"]: v for v in spark_verdicts}
-    for name in ("lost", "duplicated", "unexpected", "concurrent"):
+    for name in ("lost", "duplicated", "unexpected", "concurrent", "reordered"):
         assert by_name[f"inject-{name}"][name]["count"] >= 1, name
         assert not by_name[f"inject-{name}"]["valid"]
     assert by_name["inject-malformed"]["malformed"]["count"] == 1
@@ -124,6 +124,7 @@ def test_the_engines_agree_on_surrogates_negative_zero_and_duplicate_keys(
         '{"ts": 4.0, "actor": "p", "type": "publish", "msg": "b", "msg": "c", "queue": "q"}',
     ]
     (run / "events" / "p.jsonl").write_text("\n".join(lines) + "\n")
+    (run / "run.json").write_text("{}")
     (run / "effects.jsonl").write_text('{"msg": "a", "actor": "c1", "ts": 5.0, "epoch": 1}\n')
     [reference] = python_engine.check_runs([run])
     [verdict] = spark_engine.check_runs(spark, [run])
@@ -139,6 +140,7 @@ def test_the_engines_agree_on_byte_order_marks_and_long_lines(
     Hadoop's line reader skips it; one anywhere else is not JSON. A 5 MB line is one line."""
     run = tmp_path / "bom"
     (run / "events").mkdir(parents=True)
+    (run / "run.json").write_text("{}")
     bom = "\ufeff"
     (run / "events" / "p.jsonl").write_text(
         bom + '{"ts": 1.0, "actor": "p", "type": "publish", "msg": "a", "queue": "q"}\n'
@@ -153,3 +155,61 @@ def test_the_engines_agree_on_byte_order_marks_and_long_lines(
     assert [(m["file"], m["line"]) for m in reference["malformed"]["lines"]] == \
         [("events/p.jsonl", 2)]
     assert (reference["published"], reference["confirmed"], reference["effects"]) == (1, 1, 1)
+
+
+def test_the_engines_agree_on_order_and_its_exceptions(
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    """``reordered`` on hand-made runs whose every exception is in play: a graceful hand-back
+    (checked), a crash and a server cancel (not), parked and requeued rejects, re-sent ids,
+    two publishers, a duplicate, ties in time, and ``seq``, ``by`` and ``requeue`` of every
+    odd type (only an integer, the string "client" and JSON true count)."""
+    rng = random.Random(7)
+    runs = []
+    for n in range(6):
+        run = tmp_path / f"order-{n}"
+        (run / "events").mkdir(parents=True)
+        settings: dict[str, Any] = {"single_active_queues": ["q", "r"]}
+        if n % 2:
+            settings["ordered_queues"] = ["q", "z"]
+        (run / "run.json").write_text(json.dumps(settings))
+        lines: list[dict[str, Any]] = []
+        holder: dict[str, str] = {}
+        for i in range(60):
+            msg, publisher = f"m{i:03d}", rng.choice(["p", "p", "s"])
+            seq: Any = i if rng.random() < 0.9 else rng.choice(ODD_VALUES)
+            queue = rng.choice(["q", "q", "r", "z"])
+            lines.append({"ts": i / 10, "actor": publisher, "type": "publish", "msg": msg,
+                          "seq": seq, "queue": queue})
+            if rng.random() < 0.05:
+                kind = rng.choice(["retransmit", "nack", "return"])
+                lines.append({"ts": i / 10 + 0.01, "actor": publisher, "type": kind, "msg": msg})
+        ids = [f"m{i:03d}" for i in range(60)]
+        rng.shuffle(ids)  # against the order, everywhere
+        for k, msg in enumerate(ids):
+            at = round(10 + k / 5 + rng.choice([0, 0, 0.1]), 1)  # some ties
+            first = holder.setdefault(msg, rng.choice(["a", "b"]))
+            lines.append({"ts": at - 0.5, "actor": first, "type": "deliver", "msg": msg})
+            if rng.random() < 0.3:  # it comes back to another consumer
+                how = rng.choice(["client", "server", None, 1, True])
+                if how is not None:
+                    lines.append({"ts": at - 0.4, "actor": first, "type": "cancelled",
+                                  "queue": "q", "by": how})
+                first = "c"
+                lines.append({"ts": at - 0.3, "actor": first, "type": "deliver", "msg": msg,
+                              "redelivered": True})
+            if rng.random() < 0.08:
+                lines.append({"ts": at - 0.2, "actor": first, "type": "reject", "msg": msg,
+                              "requeue": rng.choice([True, False, "true", 1, None])})
+            lines.append({"ts": at, "actor": first, "type": "commit", "msg": msg, "epoch": 1})
+            if rng.random() < 0.05:
+                lines.append({"ts": at + 30, "actor": "b", "type": "commit", "msg": msg})
+        for actor in ("p", "s", "a", "b", "c"):
+            mine = [json.dumps(e) for e in lines if e["actor"] == actor]
+            (run / "events" / f"{actor}.jsonl").write_text("\n".join(mine) + "\n")
+        runs.append(run)
+    references = python_engine.check_runs(runs)
+    verdicts = spark_engine.check_runs(spark, runs)
+    for reference, verdict in zip(references, verdicts, strict=True):
+        assert comparable(verdict) == comparable(reference)
+    assert all(r["reordered"]["count"] > 5 for r in references)

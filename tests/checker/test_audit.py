@@ -549,3 +549,45 @@ def test_a_missing_jdbc_driver_names_the_package(
     assert status == 2
     assert len(err.splitlines()) == 1
     assert "apt-get install libpostgresql-jdbc-java" in err
+
+
+def test_a_history_of_empty_files_is_one_line_and_exit_2_before_spark_starts(
+    tmp_path: Path,
+) -> None:
+    """An audit of nothing is not clean: empty ledgers are refused from the listing alone."""
+    (tmp_path / "fleet" / "host-1").mkdir(parents=True)
+    (tmp_path / "fleet" / "host-1" / "consumer.jsonl").write_text("")
+    (tmp_path / "fleet" / "publisher.jsonl").write_text("")
+    done = sac("audit", tmp_path / "fleet", "--out", tmp_path / "out")
+    assert done.returncode == 2, done.stdout
+    assert done.stderr.strip() == (
+        f"sac audit: {tmp_path / 'fleet'}: no history events (no non-empty *.jsonl file)")
+    assert not (tmp_path / "out" / "audit-spark.log").exists()
+    assert not (tmp_path / "out" / "audit.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("lines", "missing"),
+    [
+        (['{"ts": "soon"}', "not json", ""], "no history events (no well-formed event line)"),
+        ([json.dumps({"ts": 1.0, "actor": "p", "type": "publish", "msg": "m-1", "seq": 1}),
+          json.dumps({"ts": 1.1, "actor": "p", "type": "confirm", "msg": "m-1"}),
+          json.dumps({"ts": 2.0, "actor": "c", "type": "commit", "msg": "m-1", "epoch": None}),
+          json.dumps({"ts": 3.0, "actor": "c", "type": "evict", "queue": "q"})],
+         "no event names a queue"),
+    ],
+)
+def test_a_history_with_nothing_to_audit_is_one_line_and_exit_2(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    lines: list[str], missing: str,
+) -> None:
+    """Files with no well-formed event, or whose events name no queue, are not a clean
+    fleet: they could not be audited (in this process, on the shared Spark session)."""
+    ledger = tmp_path / "ledger.jsonl"
+    ledger.write_text("\n".join(lines) + "\n")
+    status = cli.main(["audit", str(ledger), "--out", str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    assert status == 2, captured.out
+    assert captured.err.startswith(f"sac audit: {ledger}: {missing}")
+    assert len(captured.err.splitlines()) == 1
+    assert not (tmp_path / "out" / "audit.json").exists()

@@ -87,13 +87,15 @@ def test_the_spark_engine_runs_on_a_standalone_cluster(
     ("args", "message"),
     [
         (["check", "/nonexistent/run-1", "--engine", "python"], "/nonexistent/run-1"),
-        (["check", ".", "--master", "spark://127.0.0.1:9"], "cannot reach 127.0.0.1:9"),
-        (["check", ".", "--engine", "python", "--master", "spark://127.0.0.1:9"],
+        (["check", "RUN", "--master", "spark://127.0.0.1:9"], "cannot reach 127.0.0.1:9"),
+        (["check", "RUN", "--engine", "python", "--master", "spark://127.0.0.1:9"],
          "--master needs --engine spark"),
     ],
 )
-def test_bad_input_is_one_line_and_a_non_zero_exit(args: list[str], message: str) -> None:
-    done = sac(*args)
+def test_bad_input_is_one_line_and_a_non_zero_exit(
+    runs: dict[str, Path], args: list[str], message: str,
+) -> None:
+    done = sac(*(runs["clean"] if a == "RUN" else a for a in args))
     assert done.returncode == 2
     assert message in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -112,3 +114,80 @@ def test_a_malformed_line_is_named_and_the_rest_is_checked(
     verdict = json.loads((run / "verdict.json").read_text())
     assert verdict["published"] > 0  # the rest of the run was checked
     assert verdict["lost"]["count"] == 0
+
+
+# --- input that is not a run -------------------------------------------------------------
+
+
+def _lines(*events: dict[str, object]) -> str:
+    return "".join(json.dumps(e) + "\n" for e in events)
+
+
+def not_a_run(base: Path, kind: str) -> Path:
+    """A directory ``sac check`` must refuse, of the ``kind`` named in ``NOT_RUNS``."""
+    path = base / kind
+    path.mkdir()
+    if kind == "scratch":  # what /tmp holds: files and directories of other programs
+        (path / "notes.txt").write_text("hello\n")
+        (path / "cache" / "events").mkdir(parents=True)
+        (path / "cache" / "events" / "x.jsonl").write_text("{}\n")
+        return path
+    if kind == "no-run-json":
+        path.rmdir()
+        generate_run(path, events=300, seed=3)
+        (path / "run.json").unlink()
+        return path
+    if kind == "empty":
+        return path
+    (path / "run.json").write_text("{}")
+    if kind == "no-events":
+        return path
+    (path / "events").mkdir()
+    if kind == "empty-events":
+        (path / "events" / "p.jsonl").write_text("")
+        (path / "events" / "c.jsonl").write_text("")
+    elif kind == "only-malformed":
+        (path / "events" / "p.jsonl").write_text('{"ts": "soon"}\nnot json\n\n')
+    elif kind == "no-queue":
+        (path / "events" / "p.jsonl").write_text(_lines(
+            {"ts": 1.0, "actor": "p", "type": "publish", "msg": "m-1", "seq": 1},
+            {"ts": 1.1, "actor": "p", "type": "confirm", "msg": "m-1"}))
+        (path / "events" / "c.jsonl").write_text(_lines(
+            {"ts": 2.0, "actor": "c", "type": "deliver", "msg": "m-1", "redelivered": False},
+            {"ts": 2.1, "actor": "c", "type": "commit", "msg": "m-1", "epoch": None}))
+    return path
+
+
+NOT_RUNS = {
+    # kind: (what the one line names, decided before Spark starts)
+    "empty": ("not a run: no run.json", True),
+    "scratch": ("not a run: no run.json", True),
+    "no-run-json": ("not a run: no run.json", True),
+    "no-events": ("not a run: no history events (events/*.jsonl: none)", True),
+    "empty-events": ("not a run: no history events (events/*.jsonl: empty)", True),
+    "only-malformed": ("no history events (no well-formed event line)", False),
+    "no-queue": ("no event names a queue", False),
+}
+
+
+@pytest.mark.parametrize("engine", ["python", "spark"])
+@pytest.mark.parametrize("kind", list(NOT_RUNS))
+def test_a_directory_that_is_not_a_run_is_refused_and_nothing_is_written(
+    tmp_path: Path, kind: str, engine: str,
+) -> None:
+    """An empty directory, scratch space, a run without run.json, without events or whose
+    events name no queue could not be checked: exit 2, one line naming what is missing, no
+    verdict.json, summary or report; what the listing shows is refused before Spark."""
+    path = not_a_run(tmp_path, kind)
+    out = tmp_path / "out"
+    done = sac("check", path, "--engine", engine, "--out", out)
+    missing, before_spark = NOT_RUNS[kind]
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith(f"sac check: {path}: {missing}"), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "valid" not in done.stdout
+    assert not (path / "verdict.json").exists()
+    assert not (out / "summary.json").exists()
+    assert not (out / "report.html").exists()
+    if before_spark:
+        assert not (out / "check-spark.log").exists(), "refused before Spark started"

@@ -118,6 +118,7 @@ def test_a_clean_run_is_valid_and_tells_the_whole_story(tmp_path: Path) -> None:
         "lost": [],
         "duplicated": [],
         "unexpected": [],
+        "reordered": [],
         "concurrent": [],
         "malformed": [],
         "unknown_events": {},

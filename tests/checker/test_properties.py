@@ -63,12 +63,14 @@ def test_the_engine_finds_exactly_the_injected_anomalies(
     assert sorted((p["queue"], p["msgs"]) for p in verdict["concurrent"]["pairs"]) == sorted(
         (c["queue"], c["msgs"]) for c in injected.concurrent
     )
+    assert verdict["reordered"]["ids"] == sorted(injected.reordered)
     assert [(m["file"], m["line"]) for m in verdict["malformed"]["lines"]] == sorted(
         (m["file"], m["line"]) for m in injected.malformed
     )
     assert verdict["unknown_events"] == injected.unknown_events
     assert verdict["effects_source"] == ("effects.jsonl" if injected.effects_file else "events")
-    found = {"lost", "duplicated", "unexpected", "concurrent", "truncated", "malformed"}
+    found = {"lost", "duplicated", "unexpected", "concurrent", "reordered", "truncated",
+             "malformed"}
     assert verdict["valid"] is not any(name in found for name in inject)
 
 

@@ -48,8 +48,7 @@ def write_run(
         (path / "events" / f"{actor}.jsonl").write_text("\n".join(lines) + "\n")
     if effects is not None:
         (path / "effects.jsonl").write_text("".join(json.dumps(e) + "\n" for e in effects))
-    if run is not None:
-        (path / "run.json").write_text(json.dumps(run))
+    (path / "run.json").write_text(json.dumps(run if run is not None else {}))
     for rel, text in (files or {}).items():
         (path / rel).parent.mkdir(parents=True, exist_ok=True)
         (path / rel).write_bytes(text.encode())
@@ -73,19 +72,18 @@ def intervals_run(
 # --- reading -----------------------------------------------------------------------------
 
 
-def test_an_empty_run_is_valid_with_nothing_in_it(tmp_path: Path) -> None:
-    (tmp_path / "empty").mkdir()
-    verdict = check_run(tmp_path / "empty")
-    assert verdict["run"] == "empty"
+def test_a_run_with_one_publish_is_valid_with_nothing_else_in_it(tmp_path: Path) -> None:
+    verdict = check_run(write_run(tmp_path, events=[pub(1.0, "a")], name="bare"))
+    assert verdict["run"] == "bare"
     assert verdict["engine"] == "python"
     assert verdict["valid"] is True
     assert verdict["effects_source"] == "events"
-    assert (verdict["published"], verdict["confirmed"], verdict["effects"]) == (0, 0, 0)
-    for name in ("lost", "duplicated", "unexpected"):
+    assert (verdict["published"], verdict["confirmed"], verdict["effects"]) == (1, 0, 0)
+    for name in ("lost", "duplicated", "unexpected", "reordered"):
         assert verdict[name] == {"count": 0, "ids": []}
     assert verdict["concurrent"] == {"count": 0, "pairs": []}
     assert verdict["malformed"] == {"count": 0, "lines": []}
-    assert verdict["counts"] == dict.fromkeys(spec.COUNT_KEYS, 0)
+    assert verdict["counts"] == {**dict.fromkeys(spec.COUNT_KEYS, 0), "publish": 1}
     assert verdict["latency_ms"] == {
         "count": 0,
         "p50": None,
@@ -99,6 +97,37 @@ def test_an_empty_run_is_valid_with_nothing_in_it(tmp_path: Path) -> None:
     json.dumps(verdict, allow_nan=False)  # JSON-able as it is
 
 
+@pytest.mark.parametrize(
+    ("kind", "missing"),
+    [
+        ("no run.json", "not a run: no run.json"),
+        ("no events", "not a run: no history events (events/*.jsonl: none)"),
+        ("empty events", "not a run: no history events (events/*.jsonl: empty)"),
+        ("malformed only", "no history events (no well-formed event line)"),
+        ("unknown types only", "no history events (no well-formed event line)"),
+        ("no queue", "no event names a queue"),
+    ],
+)
+def test_a_run_with_nothing_to_check_is_an_input_error_naming_what_is_missing(
+    tmp_path: Path, kind: str, missing: str
+) -> None:
+    """A verdict needs evidence: "valid" for want of any would pass the wrong directory."""
+    files = {
+        "no run.json": {},
+        "no events": {},
+        "empty events": {"events/p.jsonl": ""},
+        "malformed only": {"events/p.jsonl": '{"ts": 1}\n[]\n'},
+        "unknown types only": {"events/c.jsonl": json.dumps(ev(1.0, "c", "evict")) + "\n"},
+        "no queue": {"events/p.jsonl": json.dumps(pub(1.0, "a", queue=None)) + "\n"},
+    }[kind]
+    path = write_run(tmp_path, files=files)
+    if kind == "no run.json":
+        (path / "run.json").unlink()
+    with pytest.raises(InputError) as caught:
+        check_run(path)
+    assert str(caught.value).startswith(f"{path}: {missing}")
+
+
 def test_a_missing_directory_is_an_input_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="nowhere"):
         check_run(tmp_path / "nowhere")
@@ -107,7 +136,7 @@ def test_a_missing_directory_is_an_input_error_naming_it(tmp_path: Path) -> None
 def test_the_run_name_of_dot_is_the_directory_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(write_run(tmp_path, name="r-7"))
+    monkeypatch.chdir(write_run(tmp_path, events=[pub(1.0, "a")], name="r-7"))
     assert check_run(Path("."))["run"] == "r-7"
 
 
@@ -120,6 +149,7 @@ def test_the_run_name_of_dot_is_the_directory_name(
         ('{"tolerates": {"lots": "why"}}', "lots"),
         ('{"tolerates": ["lost"]}', "tolerates"),
         ('{"single_active_queues": "q"}', "single_active_queues"),
+        ('{"ordered_queues": [1]}', "ordered_queues"),
         ('{"activity_gap_s": -1}', "activity_gap_s"),
         ('{"activity_gap_s": true}', "activity_gap_s"),
     ],
@@ -190,7 +220,9 @@ def test_malformed_lines_are_reported_by_file_and_line_and_the_rest_is_checked(
 
 
 def test_verdicts_compare_without_engine_and_error_texts(tmp_path: Path) -> None:
-    verdict = check_run(write_run(tmp_path, files={"events/p.jsonl": "{"}))
+    published = json.dumps(pub(1.0, "a")) + "\n"
+    files = {"events/p.jsonl": "{", "events/q.jsonl": published}
+    verdict = check_run(write_run(tmp_path, files=files))
     other = json.loads(json.dumps(verdict))
     other["engine"] = "spark"
     other["malformed"]["lines"][0]["error"] = "Unexpected end of input"
@@ -210,7 +242,7 @@ def test_lines_end_at_cr_lf_and_crlf_alike(tmp_path: Path) -> None:
 def test_invalid_utf8_reads_as_replacement_characters(tmp_path: Path) -> None:
     path = write_run(tmp_path)
     (path / "events" / "p.jsonl").write_bytes(
-        b'{"ts": 1, "actor": "p", "type": "publish", "msg": "a\xff"}\n{"ts": 1\xff}\n'
+        b'{"ts": 1, "actor": "p", "type": "publish", "msg": "a\xff", "queue": "q"}\n{"ts": 1\xff}\n'
     )
     verdict = check_run(path)
     assert verdict["published"] == 1
@@ -226,6 +258,7 @@ def test_hidden_event_files_are_not_read(tmp_path: Path) -> None:
 
 def test_unknown_event_types_are_counted_and_otherwise_ignored(tmp_path: Path) -> None:
     events = [
+        pub(0.5, "a"),
         ev(1.0, "c", "heartbeat"),
         ev(2.0, "c", "heartbeat"),
         ev(3.0, "c", "gc_pause", msg="x"),
@@ -287,7 +320,8 @@ def test_lost_duplicated_and_unexpected_ids_sorted_with_their_anomalies(tmp_path
 
 def test_a_run_with_effects_and_no_publish_at_all(tmp_path: Path) -> None:
     effects = [eff("b", "c", 2.0), eff("a", "c", 1.0)]
-    verdict = check_run(write_run(tmp_path, effects=effects))
+    claimed = [ev(0.5, "c", "active", queue="q")]  # a queue named: something to check
+    verdict = check_run(write_run(tmp_path, events=claimed, effects=effects))
     assert verdict["unexpected"]["ids"] == ["a", "b"]
     assert verdict["latency_ms"]["count"] == 0
     assert [(a["queue"], a["effects"]) for a in verdict["activity"]] == [("", 2)]
@@ -451,6 +485,7 @@ def test_a_claim_without_a_queue_counts_not_even_for_the_unknown_queue(tmp_path:
     """Ids never published are in queue ``""``: a claim naming ``""`` is a claim of it, a
     claim naming no queue is not."""
     events = [ev(s, a, "deliver", msg=m) for m, a, s, _ in HANDOVER]
+    events.append(ev(0.0, "x", "active", queue="other"))  # a queue named: something to check
     effects = [eff(m, a, c) for m, a, _, c in HANDOVER]
     nameless = write_run(
         tmp_path, events=[*events, claim(4.0, queue=None)], effects=effects, name="nameless"
@@ -651,6 +686,7 @@ def test_handovers_are_consecutive_effects_of_different_actors_per_queue(tmp_pat
 def test_recovery_is_from_each_fault_start_to_the_next_effect(tmp_path: Path) -> None:
     fault = {"fault": "reset_peer", "target": "consumer-1"}
     events = [
+        pub(0.0, "a"),
         ev(10.0, "nemesis", "fault_start", **fault),
         ev(9.0, "nemesis", "fault_end", **fault),  # before the start: not its end
         ev(12.0, "nemesis", "fault_end", **fault),
@@ -792,6 +828,117 @@ def test_summary_of_many_runs(tmp_path: Path) -> None:
             "duplicated": 1,
             "unexpected": 0,
             "concurrent": 0,
+            "reordered": 0,
             "malformed": 1,
         },
     }
+
+
+# --- order ---------------------------------------------------------------------------------
+
+
+def seq_pub(ts: float, msg: str, seq: int, actor: str = "p", queue: str = "q") -> dict[str, Any]:
+    return ev(ts, actor, "publish", msg=msg, seq=seq, queue=queue)
+
+
+def delivered(ts: float, actor: str, msg: str) -> dict[str, Any]:
+    return ev(ts, actor, "deliver", msg=msg, redelivered=False)
+
+
+def handover_back(a_leaves: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """m1..m6 from one publisher. A takes m1..m4 (a prefetch), commits m1 and m2, then
+    leaves as ``a_leaves`` says; B takes m5 and m6 first, then m3 and m4 come back to it."""
+    events = [seq_pub(i / 10, f"m{i}", i) for i in range(1, 7)]
+    events += [delivered(1.0 + i / 100, "A", f"m{i}") for i in range(1, 5)]
+    events += [ev(1.1, "A", "commit", msg="m1", epoch=1), ev(1.2, "A", "commit", msg="m2", epoch=1)]
+    events += list(a_leaves)
+    events += [ev(2.0, "B", "active", queue="q", epoch=2)]
+    for i, m in enumerate(["m5", "m6", "m3", "m4"]):
+        at = 2.1 + i / 10
+        events += [delivered(at, "B", m), ev(at + 0.05, "B", "commit", msg=m, epoch=2)]
+    return events
+
+
+def test_a_graceful_handover_whose_prefetch_comes_back_late_is_reordered(tmp_path: Path) -> None:
+    """The old stop order: A cancels (by the client) while holding m3 and m4, B is handed
+    m5 and m6 at once, and A's prefetch reaches B only after them."""
+    events = handover_back([ev(1.5, "A", "cancelled", queue="q", by="client")])
+    verdict = check_run(write_run(tmp_path, events=events))
+    assert verdict["reordered"] == {"count": 2, "ids": ["m3", "m4"]}
+    assert verdict["anomalies"] == {"m3": ["reordered"], "m4": ["reordered"]}
+    assert verdict["valid"] is False
+    assert summarize([verdict], "python")["totals"]["reordered"] == 2
+
+
+@pytest.mark.parametrize(
+    "a_leaves",
+    [
+        [],  # killed: nothing more from A
+        [ev(1.5, "A", "connection_lost", node="n1", reason="reset")],
+        [ev(0.5, "A", "cancelled", queue="q", by="client"),  # a cancel before it held m3
+         ev(1.5, "A", "connection_lost", node="n1", reason="reset")],
+        [ev(1.5, "A", "cancelled", queue="q", by="server")],  # the broker's cancel
+    ],
+    ids=["killed", "connection-lost", "earlier-cancel", "server-cancel"],
+)
+def test_what_a_failed_consumer_gives_back_late_is_not_reordered(
+    tmp_path: Path, a_leaves: list[dict[str, Any]]
+) -> None:
+    """A consumer that crashed or lost its link returns its messages when the broker
+    notices, behind what its successor took: the broker keeps no order for those."""
+    verdict = check_run(write_run(tmp_path, events=handover_back(a_leaves)))
+    assert verdict["reordered"] == {"count": 0, "ids": []}
+    assert verdict["valid"] is True
+
+
+def test_order_is_per_publisher_and_per_checked_queue(tmp_path: Path) -> None:
+    """Two publishers' messages interleave freely; one publisher's must not, on a checked
+    queue only; the first commit of an id is its place (a second one is a duplicate)."""
+    events = [
+        seq_pub(1.0, "p1", 1, "p"), seq_pub(1.1, "r1", 1, "r"), seq_pub(1.2, "p2", 2, "p"),
+        seq_pub(1.3, "r2", 2, "r"), seq_pub(1.4, "x1", 1, "p", queue="other"),
+        seq_pub(1.5, "x2", 2, "p", queue="other"),
+    ]
+    commits = [("r1", 2.0), ("r2", 2.1), ("p1", 2.2), ("p2", 2.3), ("p1", 2.4),  # dup later
+               ("x2", 2.5), ("x1", 2.6)]  # against the order, on an unchecked queue
+    events += [ev(ts, "c", "commit", msg=m, epoch=1) for m, ts in commits]
+    verdict = check_run(write_run(tmp_path, events=events, run={"single_active_queues": ["q"]}))
+    assert verdict["reordered"]["count"] == 0
+    assert verdict["duplicated"]["ids"] == ["p1"]
+    everywhere = check_run(write_run(tmp_path, events=events, name="all"))
+    assert everywhere["reordered"]["ids"] == ["x1"]
+    ordered = {"single_active_queues": ["q"], "ordered_queues": ["other"]}
+    named = check_run(write_run(tmp_path, events=events, run=ordered, name="named"))
+    assert named["reordered"]["ids"] == ["x1"]
+    unordered = {"ordered_queues": []}  # e.g. a guard's lock over a plain queue: no order
+    assert check_run(write_run(tmp_path, events=events, run=unordered, name="none"))[
+        "reordered"]["count"] == 0
+
+
+@pytest.mark.parametrize(
+    "kind", ["reject", "retransmit", "nack", "return"],
+)
+def test_parked_replayed_and_republished_messages_keep_no_place(tmp_path: Path, kind: str) -> None:
+    """m1 parked (rejected) and replayed after m2, or sent again by its publisher: its place
+    in the queue is not its publisher's order, so it is not compared."""
+    actor = "c" if kind == "reject" else "p"
+    events = [
+        seq_pub(1.0, "m1", 1), seq_pub(1.1, "m2", 2), ev(1.5, actor, kind, msg="m1"),
+        ev(2.0, "c", "commit", msg="m2", epoch=1), ev(3.0, "c", "commit", msg="m1", epoch=1),
+    ]
+    assert check_run(write_run(tmp_path, events=events))["reordered"]["count"] == 0
+    plain = [e for e in events if e["type"] != kind]
+    assert check_run(write_run(tmp_path, events=plain, name="plain"))["reordered"]["ids"] == ["m1"]
+    if kind == "reject":  # put back, not parked: it keeps its place, so it is late here
+        events[2]["requeue"] = True
+        requeued = write_run(tmp_path, events=events, name="requeued")
+        assert check_run(requeued)["reordered"]["ids"] == ["m1"]
+
+
+def test_reordered_can_be_tolerated_with_a_reason(tmp_path: Path) -> None:
+    events = [seq_pub(1.0, "m1", 1), seq_pub(1.1, "m2", 2),
+              ev(2.0, "c", "commit", msg="m2", epoch=1), ev(3.0, "c", "commit", msg="m1", epoch=1)]
+    tolerates = {"reordered": "no single active consumer here"}
+    verdict = check_run(write_run(tmp_path, events=events, run={"tolerates": tolerates}))
+    assert verdict["reordered"]["ids"] == ["m1"]
+    assert verdict["valid"] is True

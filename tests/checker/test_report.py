@@ -67,6 +67,7 @@ def valid_verdict() -> dict[str, Any]:
         "duplicated": {"count": 0, "ids": []},
         "unexpected": {"count": 0, "ids": []},
         "concurrent": {"count": 0, "pairs": []},
+        "reordered": {"count": 0, "ids": []},
         "malformed": {"count": 0, "lines": []},
         "unknown_events": {},
         "counts": _counts(publish=2200, retransmit=16, confirm=2184, deliver=2190, redelivered=6,
@@ -97,6 +98,7 @@ LOST = ["m-000417", "m-000418", "m-000951"]
 DUPLICATED = [f"m-{i:06d}" for i in range(200, 227)]  # 27: more than the report lists
 UNEXPECTED = ["zz-foreign-1", "zz-foreign-2"]
 CONCURRENT = ["m-000203", "m-000204", "m-000205"]
+REORDERED = ["m-000550", "m-000551"]
 
 
 def invalid_verdict() -> dict[str, Any]:
@@ -104,7 +106,7 @@ def invalid_verdict() -> dict[str, Any]:
     mode lets duplicates through; two lines of a log were cut."""
     anomalies: dict[str, list[str]] = {}
     for name, ids in (("lost", LOST), ("duplicated", DUPLICATED), ("unexpected", UNEXPECTED),
-                      ("concurrent", CONCURRENT)):
+                      ("concurrent", CONCURRENT), ("reordered", REORDERED)):
         for msg in ids:
             anomalies.setdefault(msg, []).append(name)
     anomalies = {m: sorted(names) for m, names in anomalies.items()}
@@ -123,6 +125,7 @@ def invalid_verdict() -> dict[str, Any]:
             "second": {"actor": "consumer-b", "start": T0 + 8.1, "end": T0 + 21.5},
             "overlap_s": 1.1, "msgs": CONCURRENT,
         }]},
+        "reordered": {"count": len(REORDERED), "ids": REORDERED},
         "malformed": {"count": 2, "lines": [
             {"file": "events/consumer-a.jsonl", "line": 812, "error": "not valid JSON"},
             {"file": "events/publisher-0.jsonl", "line": 77, "error": "ts is not a number"},
@@ -153,7 +156,7 @@ def invalid_verdict() -> dict[str, Any]:
 def summary_of(verdicts: list[dict[str, Any]]) -> dict[str, Any]:
     keys = ("published", "confirmed", "effects")
     totals = {k: sum(v[k] for v in verdicts) for k in keys}
-    for k in ("lost", "duplicated", "unexpected", "concurrent", "malformed"):
+    for k in ("lost", "duplicated", "unexpected", "concurrent", "reordered", "malformed"):
         totals[k] = sum(v[k]["count"] for v in verdicts)
     return {"runs": len(verdicts), "valid": sum(v["valid"] for v in verdicts),
             "invalid": [v["run"] for v in verdicts if not v["valid"]], "engine": "python",
@@ -220,7 +223,7 @@ def test_page_loads_with_each_verdict_and_its_ids(rendered: dict[str, Any]) -> N
     bad = section(dom, "run-2")
     assert "partition-redelivered-only" in bad
     assert '<span class="badge invalid">invalid</span>' in bad
-    for msg in LOST + UNEXPECTED + CONCURRENT:
+    for msg in LOST + UNEXPECTED + CONCURRENT + REORDERED:
         assert f"<code>{msg}</code>" in bad
     shown = [m for m in DUPLICATED if f"<code>{m}</code>" in bad]
     assert shown == DUPLICATED[:IDS_SHOWN]

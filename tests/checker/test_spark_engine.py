@@ -51,8 +51,7 @@ def write_run(
         (path / "events" / file).write_text(text(lines), newline="")
     if effects is not None:
         (path / "effects.jsonl").write_text(text(effects), newline="")
-    if run is not None:
-        (path / "run.json").write_text(json.dumps(run))
+    (path / "run.json").write_text(json.dumps(run if run is not None else {}))
     return path
 
 
@@ -156,7 +155,8 @@ def build_runs(root: Path) -> list[Path]:
                 ],
                 "c.jsonl": [ev(2.5, "c", "deliver", "mA1"), *processed("c", "mW3", 32, 33)],
             },
-            run={"single_active_queues": ["q", "t", "w"]},
+            # Order unchecked: on w, mW3 (published last) is committed first (reordered).
+            run={"single_active_queues": ["q", "t", "w"], "ordered_queues": []},
         )
     )
     runs.append(claims_run(root))
@@ -208,6 +208,7 @@ def build_runs(root: Path) -> list[Path]:
             root,
             "recovery",
             {
+                "p.jsonl": published("m1"),
                 "nemesis.jsonl": [
                     ev(10, "n", "fault_start", fault="kill", target="n1"),
                     ev(9, "n", "fault_end", fault="kill", target="n1"),
@@ -247,14 +248,13 @@ def build_runs(root: Path) -> list[Path]:
             },
         )
     )
-    empty = root / "empty"
-    empty.mkdir()
-    runs.append(empty)
+    runs.append(write_run(root, "empty", {"p.jsonl": published("m1")}))
     runs.append(
         write_run(
             root,
             "no-publish",
             {
+                "c.jsonl": [ev(0.0, "c", "active", queue="other")],  # a queue named
                 "a.jsonl": processed("a", "m1", 1, 2),
                 "b.jsonl": processed("b", "m2", 1.5, 3),
             },
@@ -294,6 +294,7 @@ def build_runs(root: Path) -> list[Path]:
                         )
                     ),
                     ev(6, "c", "subscribed", queue="q", by="client"),
+                    ev(7, "c", "active", queue="q", epoch=1),  # a queue named
                 ]
             },
         )
@@ -631,9 +632,10 @@ def test_latency_histogram_bins(verdicts: dict[str, Any]) -> None:
 
 
 def test_empty_run(verdicts: dict[str, Any]) -> None:
-    v = verdicts["empty"]
-    assert (v["valid"], v["published"], v["effects"], v["effects_source"]) == (True, 0, 0, "events")
-    assert set(v["counts"].values()) == {0}
+    v = verdicts["empty"]  # one publish and nothing else: less is not a run (test_cli)
+    assert (v["valid"], v["published"], v["effects"], v["effects_source"]) == (True, 1, 0, "events")
+    assert v["counts"] == {**dict.fromkeys(v["counts"], 0), "publish": 1}
+    assert v["reordered"] == {"count": 0, "ids": []}
     assert v["latency_ms"] == {
         "count": 0,
         "p50": None,
@@ -723,7 +725,8 @@ def test_queue_of_a_message_is_its_earliest_named_publish(verdicts: dict[str, An
 def test_line_numbers_across_splits(spark: SparkSession, tmp_path: Path) -> None:
     """A file read in many splits (tiny maxPartitionBytes) still numbers its lines exactly."""
     lines: list[Line] = ["oops" if i % 97 == 0 else ev(i, "p", "connected") for i in range(1, 3001)]
-    run = write_run(tmp_path, "split", {"a.jsonl": lines, "b.jsonl": lines[:500]})
+    files = {"a.jsonl": lines, "b.jsonl": lines[:500], "p.jsonl": published("m1")}
+    run = write_run(tmp_path, "split", files)
     spark.conf.set("spark.sql.files.maxPartitionBytes", "16384")
     spark.conf.set("spark.sql.files.openCostInBytes", "0")
     try:
