@@ -20,7 +20,7 @@ from sac.chaos.settings import RunSettings
 from sac.server import LocalCluster, LocalPostgres
 
 COLUMNS = ("scenario", "seed", "config", "messages", "lost", "duplicated", "concurrent",
-           "recovery", "verdict")
+           "reordered", "recovery", "verdict")
 
 
 def plan(scenarios: Sequence[str], seeds: int, *, weakened: bool = True, first_seed: int = 1,
@@ -58,6 +58,7 @@ class Row:
     lost: int
     duplicated: int
     concurrent: int
+    reordered: int
     recovery_s: float | None
     """The slowest recovery of the run: from a fault's start to the next effect."""
     verdict: str
@@ -65,7 +66,8 @@ class Row:
     def cells(self) -> tuple[str, ...]:
         recovery = "-" if self.recovery_s is None else f"{self.recovery_s:.2f} s"
         return (self.scenario, str(self.seed), self.config, str(self.messages), str(self.lost),
-                str(self.duplicated), str(self.concurrent), recovery, self.verdict)
+                str(self.duplicated), str(self.concurrent), str(self.reordered), recovery,
+                self.verdict)
 
 
 def row(result: RunResult, verdict: dict[str, Any] | None = None) -> Row:
@@ -76,7 +78,7 @@ def row(result: RunResult, verdict: dict[str, Any] | None = None) -> Row:
     s = result.settings
     return Row(s.scenario, s.seed, s.weakened or "default", v["published"],
                v["lost"]["count"], v["duplicated"]["count"], v["concurrent"]["count"],
-               max(recoveries) if recoveries else None, checked.outcome)
+               v["reordered"]["count"], max(recoveries) if recoveries else None, checked.outcome)
 
 
 def table(rows: Sequence[Row]) -> str:

@@ -27,6 +27,7 @@ from sac.chaos.faults import FaultProxy
 from sac.chaos.federation import federate, unfederate
 from sac.chaos.settings import ANOMALIES, GUARD_LEASE_S, GUARD_TICK_MS, RunSettings, Weakening
 from sac.chaos.world import World
+from sac.checker.errors import CheckerError
 from sac.server import LocalCluster, LocalPostgres, LocalZooKeeper
 
 
@@ -141,6 +142,8 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
         "scenario": scenario.name, "summary": scenario.summary, "seed": settings.seed,
         "parameters": attrs.asdict(settings), "queue": queue,
         "queue_type": scenario.queue_type, "single_active_queues": [queue],
+        # A guard's lock over a plain or federated queue keeps one consumer, not the order.
+        "ordered_queues": [queue] if scenario.single_active else [],
         "expect": list(expected),
         "topology": {"nodes": [n.name for n in cluster.nodes], "cluster": cluster.name},
         "start": time.time(),
@@ -210,7 +213,11 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
         world.sink.dump(run_dir / "effects.jsonl", world.commit_times())
         (run_dir / "run.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
         _delete_queue(cluster, queue)
-    verdict = _check(run_dir, check)
+    try:
+        verdict = _check(run_dir, check)
+    except CheckerError as exc:  # a run that died before its history holds anything
+        failed = f"; the run itself failed: {meta['error']}" if error is not None else ""
+        raise ChaosError(f"run {run_dir} could not be checked: {exc}{failed}") from exc
     return RunResult(run_dir, settings, verdict, expected, time.monotonic() - started,
                      None if error is None else meta["error"], tuple(world.repaired))
 

@@ -13,7 +13,7 @@ from sac.chaos.errors import ChaosError
 Weakening = Literal["dedup-off", "redelivered-only", "fencing-off", "cancel-first"]
 WEAKENINGS: tuple[Weakening, ...] = ("dedup-off", "redelivered-only", "fencing-off",
                                      "cancel-first")
-ANOMALIES = ("lost", "duplicated", "unexpected", "concurrent")
+ANOMALIES = ("lost", "duplicated", "unexpected", "concurrent", "reordered")
 CONSUMER_STOP_S = 30.0
 """A graceful stop finishes the running effect and acks: far less than this."""
 GUARD_LEASE_S = 1.0

@@ -17,7 +17,7 @@ from sac.chaos.settings import RunSettings
 
 def verdict(**counts: int) -> dict[str, Any]:
     anomalies = {a: {"count": counts.get(a, 0)} for a in
-                 ("lost", "duplicated", "unexpected", "concurrent")}
+                 ("lost", "duplicated", "unexpected", "concurrent", "reordered")}
     return {**anomalies, "valid": not any(counts.values()), "published": 300,
             "recovery": [{"recovery_s": 0.5}, {"recovery_s": None}, {"recovery_s": 4.25}]}
 
@@ -44,6 +44,7 @@ def test_outcomes() -> None:
     assert result("dedup-off", ("duplicated",), duplicated=3).outcome == "caught"
     assert result("dedup-off", ("duplicated",), lost=2).outcome == "FAIL"  # not what it must find
     assert result("dedup-off", ("duplicated",)).outcome == "FAIL"  # a suite that cannot fail
+    assert result("cancel-first", ("reordered",), reordered=2).outcome == "caught"
     went_wrong = attrs.evolve(result(None, ()), error="ChaosTimeout: no effect within 30 s")
     assert went_wrong.outcome == "ERROR"
     assert failed([row(went_wrong)]) == [row(went_wrong)]
@@ -54,9 +55,9 @@ def test_the_table() -> None:
             row(result("dedup-off", ("duplicated",)))]
     text = table(rows).splitlines()
     assert text[0].split() == ["scenario", "seed", "config", "messages", "lost", "duplicated",
-                               "concurrent", "recovery", "verdict"]
-    assert text[1].split() == ["consumer-reset", "2", "default", "300", "0", "0", "0", "4.25",
-                               "s", "pass"]
+                               "concurrent", "reordered", "recovery", "verdict"]
+    assert text[1].split() == ["consumer-reset", "2", "default", "300", "0", "0", "0", "0",
+                               "4.25", "s", "pass"]
     assert text[2].split()[-1] == "caught"
     assert [r.verdict for r in failed(rows)] == ["FAIL"]
     # Columns aligned: the verdict column starts at the same place on every line.
