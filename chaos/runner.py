@@ -1,5 +1,5 @@
 """One chaos run: a workload of SDK actors on a local cluster, a scenario's faults, and the
-checker's verdict of the history it leaves (``shared/HISTORY.md``).
+checker's verdict of the history it leaves (``docs/history.md``).
 
 ``run(settings, cluster, out)`` writes ``out/<scenario>-s<seed>[-<weakening>]/`` with
 ``run.json``, ``events/*.jsonl``, ``effects.jsonl`` (the sink read back), ``logs/`` (each

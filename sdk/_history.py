@@ -1,5 +1,5 @@
 """Recording what a publisher or consumer did, in the history format chaos runs use
-(``shared/HISTORY.md``): one JSON object per line with ``ts``, ``actor`` and ``type``.
+(``docs/history.md``): one JSON object per line with ``ts``, ``actor`` and ``type``.
 
 Publishers and consumers take ``recorder=None`` by default and test for it before building
 an event, so an unrecorded client pays one comparison per step.

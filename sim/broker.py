@@ -94,7 +94,7 @@ class Timing:
     """Raft latency of a queue command (seconds)."""
     election: tuple[float, float] = (0.25, 0.45)
     """How long a queue has no leader after its leader's node died; RabbitMQ 3.10 nacked
-    publishes for 0.25-0.41 s after a SIGKILL here (``../shared/INFRA.md``)."""
+    publishes for 0.25-0.41 s after a SIGKILL in our measurements."""
     loss_if_uncommitted: float = 0.5
     """Chance that a publish taken but not committed is lost when its connection or the
     queue's leader dies."""

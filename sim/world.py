@@ -55,7 +55,7 @@ from .trace import Trace
 
 HEARTBEAT_TIMEOUT = (2.0, 3.0)
 """The broker closes a connection it heard nothing from for this many heartbeat intervals
-(RabbitMQ 3.10 took 2.6-2.8 here: ``../shared/INFRA.md``)."""
+(RabbitMQ 3.10 took 2.6-2.8 in our measurements)."""
 
 
 class SimulationError(Exception):

@@ -7,7 +7,7 @@ line of its stdin: one definition of what an actor takes, used by the runner, th
 benchmarks alike. The settings hold the brokers' and the management API's URLs with their
 password, so they never go on the command line, which every local user can read (``ps``,
 ``/proc/<pid>/cmdline``); stdin is a pipe only the runner holds. Each process
-records its history (``events/<actor>.jsonl``, ``shared/HISTORY.md``) through the SDK's own
+records its history (``events/<actor>.jsonl``, ``docs/history.md``) through the SDK's own
 recorder and tells the runner what it needs to steer the run as JSON lines on stdout:
 ``{"event": "role", "role": "active", "monotonic": ...}``, ``{"event": "in_effect", "msg": ...}``,
 ``{"event": "paused", "at": ..., "msg": ...}`` and ``{"event": "done", ...}``; it takes

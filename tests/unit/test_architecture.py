@@ -1,4 +1,4 @@
-"""The arrows that must never exist (shared/ARCHITECTURE.md), checked on the source."""
+"""The arrows that must never exist (README, "Architecture"), checked on the source."""
 
 from __future__ import annotations
 
@@ -225,3 +225,23 @@ def test_the_pika_internals_check_sees_what_it_should(tmp_path: Path) -> None:
     found = _pika_private_offences(sample, {"_frame_buffer", "_terminate_stream", "_state"},
                                    shared={"_state"})
     assert sorted(int(line.split(":")[0]) for line in found) == [2, 4, 7, 8, 9]
+
+
+def test_no_file_points_outside_the_checkout() -> None:
+    """Users who clone the project have only the project: nothing may send them to the team's
+    own notes beside it (``..`` then ``/shared``), in code, docs or build files."""
+    import subprocess
+
+    outside = "../" + "shared"  # spelled in two parts so that this file does not hold it
+    names = ("HISTORY", "INFRA", "ARCHITECTURE", "STYLE", "TOXIPROXY_API")
+    notes = [f"shared/{name}.md" for name in names]
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
+                             check=True).stdout.decode().split("\0")
+    offences = []
+    for name in filter(None, tracked):
+        path = ROOT / name
+        if not path.is_file() or path.is_symlink():
+            continue
+        text = path.read_bytes().decode("utf-8", "replace")
+        offences += [f"{name}: {needle}" for needle in (outside, *notes) if needle in text]
+    assert offences == []
