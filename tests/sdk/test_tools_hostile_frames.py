@@ -12,16 +12,20 @@ is, intact, and carries the rest over, in order.
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
+import attrs
 import pika
 import pytest
 
 from sac.sdk import (
     ConnectionSettings,
+    ConsumerSettings,
     MoveError,
     Publisher,
     PublisherSettings,
@@ -32,6 +36,8 @@ from sac.sdk import (
     replay_parked,
 )
 from sac.server import LocalCluster
+from tests.helpers import wait_until
+from tests.sdk.faces import ConsumerFace
 from tests.sdk.test_hostile_frames import DEPTH, RawProperties, nested_headers, publish_raw
 from tests.sdk.test_poison import declare
 
@@ -165,3 +171,38 @@ def test_a_move_moves_the_rest_and_leaves_what_cannot_be_decoded_in_the_source(
     left = parked_messages(conn, QueueSettings("unused", parking_queue=source.name))
     assert [(m.message_id, m.undecodable) for m in left] == [
         ("deep", DEEP_REASON), ("far", FAR_REASON)]
+
+
+def test_a_delivery_that_pika_decodes_is_parked_when_its_headers_cannot_be(
+    cluster: LocalCluster, conn: ConnectionSettings, queue: QueueSettings,
+    consumers: Callable[..., ConsumerFace],
+) -> None:
+    """A consumer's deliveries go to pika when the fast path does not take them (frames not
+    back to back; a consumer tag already cancelled): here the fast path is switched off for
+    the consumer's tag. Before, pika's decoder raised and the connection was lost; now the
+    message is parked unrun, as the fast path parks it, on the same connection."""
+    declare(cluster, conn, queue)
+    consumer = consumers("async", ConsumerSettings(
+        attrs.evolve(conn, name=f"{queue.name}-c"), queue)).start()
+    engine = consumer.inner._engine  # type: ignore[union-attr]
+
+    async def to_pika() -> None:
+        engine._link.release_deliveries(engine._consumer_tag)
+
+    asyncio.run_coroutine_threadsafe(to_pika(), consumer._loop).result(10)
+    publish_raw(cluster, queue.name, hostile_mix())
+    good = ["good-1", "good-2", "good-3"]
+    try:
+        wait_until(lambda: consumer.count() >= len(good) and consumer.stats.parked >= 2, 30,
+                   "the good messages handled and the others parked")
+    except AssertionError as exc:
+        stats = consumer.stats
+        raise AssertionError(f"{exc}: handled {consumer.handled}, {stats.reconnects} "
+                             f"reconnects, {stats.parked} parked") from None
+    assert consumer.handled == good
+    assert consumer.stats.reconnects == 0, "a hostile header cost the connection"
+    parked = parked_messages(conn, queue)
+    assert [(m.message_id, m.error, m.attempts) for m in parked] == [
+        ("deep", "UnfitMessage", 0), ("far", "UnfitMessage", 0)]
+    assert parked[0].reason.endswith(f"is parked unhandled: {DEEP_REASON}")
+    assert parked[1].reason.endswith(f"is parked unhandled: {FAR_REASON}")
