@@ -13,6 +13,7 @@ is, intact, and carries the rest over, in order.
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 import subprocess
 import sys
@@ -108,6 +109,12 @@ def test_a_listing_shows_every_message_and_names_headers_that_cannot_be_decoded(
                         "[invalid header: headers]")
     assert lines[6] == f"far  -  -  unknown ({FAR_REASON})  [invalid header: headers]"
     assert "[invalid" not in lines[0] + lines[4] + lines[8]
+    as_json = subprocess.run([*sac, "--json"], capture_output=True, timeout=60, check=False)
+    assert as_json.returncode == 0, as_json.stderr.decode(errors="replace")
+    rows = [json.loads(line) for line in as_json.stdout.decode().splitlines()]
+    assert [(row["message_id"], row["undecodable"], row["invalid"]) for row in rows] == [
+        ("good-1", None, []), ("deep", DEEP_REASON, ["headers"]), ("good-2", None, []),
+        ("far", FAR_REASON, ["headers"]), ("good-3", None, [])]
 
     messages = parked_messages(conn, queue)
     assert [m.message_id for m in messages] == ["good-1", "deep", "good-2", "far", "good-3"]
