@@ -192,11 +192,13 @@ def test_a_delivery_that_pika_decodes_is_parked_when_its_headers_cannot_be(
     consumer = consumers("async", ConsumerSettings(
         attrs.evolve(conn, name=f"{queue.name}-c"), queue)).start()
     engine = consumer.inner._engine  # type: ignore[union-attr]
+    link = engine._link
 
     async def to_pika() -> None:
-        engine._link.release_deliveries(engine._consumer_tag)
+        link.release_deliveries(engine._consumer_tag)
 
-    asyncio.run_coroutine_threadsafe(to_pika(), consumer._loop).result(10)
+    # On the consumer's loop, which owns the link (its futures are bound to it).
+    asyncio.run_coroutine_threadsafe(to_pika(), link.closed.get_loop()).result(10)
     publish_raw(cluster, queue.name, hostile_mix())
     good = ["good-1", "good-2", "good-3"]
     try:
