@@ -153,7 +153,8 @@ def without_undecodable_headers(data: bytes) -> tuple[bytes, int, str] | None:
     not decode: the same frame without the table (its flag cleared), the size of the frame
     in ``data``, and why. None for anything else (another frame, one not whole yet, no
     headers, headers that decode), which pika reads as usual. A table whose size runs past
-    the frame cannot be stepped over: the properties after it are left out too. Pure."""
+    the frame cannot be stepped over: the properties after it are left out too; and when
+    those before it run past the frame, all of them are. Pure."""
     if len(data) < 7 or data[0] != _CONTENT_HEADER:
         return None
     _kind, channel, length = FRAME_HEAD.unpack_from(data, 0)
@@ -169,12 +170,12 @@ def without_undecodable_headers(data: bytes) -> tuple[bytes, int, str] | None:
         return None
     except Undecodable as exc:
         why = f"its headers cannot be decoded: {exc}"
-    except (Malformed, IndexError):
+        after = at + 4 + _U32.unpack_from(data, at)[0]
+        if after > end:  # nothing after the table can be found: keep what comes before it
+            flags, after = flags & _BEFORE_HEADERS, end
+    except (Malformed, IndexError):  # what comes before the table runs past the frame
         why = "its properties run past the end of their frame"
-        at = end
-    after = at + 4 + _U32.unpack_from(data, at)[0] if at + 4 <= end else end + 1
-    if after > end:  # nothing after the table can be found: keep what comes before it
-        flags, at, after = flags & _BEFORE_HEADERS, min(at, end), end
+        flags, at, after = 0, 7 + _SIZES.size, end
     payload = (data[7:19] + struct.pack(">H", flags & ~_HEADERS_FLAG)
                + data[7 + _SIZES.size:at] + data[after:end])
     return (FRAME_HEAD.pack(_CONTENT_HEADER, channel, len(payload)) + payload + b"\xce",

@@ -93,6 +93,21 @@ def test_what_comes_before_a_table_that_runs_past_its_frame_is_kept() -> None:
         "text/plain", None, None)
 
 
+def test_properties_that_run_past_their_frame_before_the_table_are_all_left_out() -> None:
+    props = pika.BasicProperties(content_type="t", content_encoding="e", headers={"a": 1},
+                                 message_id="m")
+    frame = bytearray(header_frame(props))
+    frame[7 + 14] = 200  # the content type's length
+    with pytest.raises(struct.error):
+        pika.frame.decode_frame(bytes(frame))
+    bare = without_undecodable_headers(bytes(frame))
+    assert bare is not None
+    cleaned, size, why = bare
+    assert (size, why) == (len(frame), "its properties run past the end of their frame")
+    decoded = pika.frame.decode_frame(cleaned)[1].properties
+    assert vars(decoded) == vars(pika.BasicProperties())
+
+
 @pytest.mark.parametrize("data", [
     header_frame(pika.BasicProperties(headers={"x-death": [{"count": 1, "q": "a"}]})),
     header_frame(pika.BasicProperties(message_id="no headers")),
