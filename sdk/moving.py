@@ -68,7 +68,7 @@ async def move_messages_async(
     Consumers of ``source`` would take messages from under the move: stop them first. A
     quorum queue with single active consumer cannot be a source (RabbitMQ 3.10 refuses
     ``basic.get`` on it: ``MoveError``). A message whose headers cannot be decoded stays in
-    ``source``, as it is (a copy would lose them), and the others are moved: then
+    ``source``, headers and all (a copy would lose them), and the others are moved: then
     ``MoveError`` says how many were, and names those left."""
     if limit is not None and limit < 1:
         raise ConfigurationError(f"limit must be >= 1, got {limit}")

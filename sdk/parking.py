@@ -165,13 +165,15 @@ async def _move(
 ) -> _Moved:
     """Up to ``count`` messages from ``source`` to ``target``, in order: each taken with
     ``basic.get``, copied (persistent, with ``headers(props)`` and the properties in
-    ``keep``), and acked in ``source`` once ``target`` confirmed the copy; how many.
+    ``keep``), and acked in ``source`` once ``target`` confirmed the copy; how many, and
+    which were left (see below).
     ``refused(props, moved, error)`` makes the error raised when ``target`` refuses one.
 
     A message whose headers cannot be decoded is not copied: a copy would lose them (what
     a handler reads, and the parked reason), and the SDK cannot send a table it cannot
-    read. It is held until the others are moved, then given back, in its place among
-    those left (holding it keeps it from being taken again within ``count``)."""
+    read. It is held until the others are moved (given back at once, it could be taken
+    again within ``count``), then all such are given back, in their order, as a listing
+    gives messages back."""
     forwarder = Forwarder(link)
     moved = 0
     kept: list[tuple[str | None, str]] = []
@@ -271,7 +273,7 @@ async def replay_parked_async(
     many. Each is confirmed in the queue before it is acked in the parking queue, so a
     failure half-way loses nothing (at worst one message is in both, with one id). Messages
     parked again while this runs are not replayed a second time. A message whose headers
-    cannot be decoded stays parked, as it is, and the others are replayed: then
+    cannot be decoded stays parked, headers and all, and the others are replayed: then
     ``ReplayError`` says how many were, and names those left."""
     if limit is not None and limit < 1:
         raise ConfigurationError(f"limit must be >= 1, got {limit}")
