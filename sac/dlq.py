@@ -116,6 +116,7 @@ def _row(message: ParkedMessage) -> dict[str, Any]:
         "attempts": message.attempts,
         "parked_at": message.parked_at.isoformat() if message.parked_at else None,
         "invalid": list(message.invalid),
+        "undecodable": message.undecodable,
         "size": len(message.body),
         "body": message.body[:PREVIEW].decode("utf-8", "replace"),
     }

@@ -92,6 +92,7 @@ from ._recovery import Recovering
 from ._role_poll import RolePoller
 from ._settings import ConsumerSettings, GuardSettings
 from ._transport import Link, LinkLost
+from ._wire.pika_hooks import undecodable
 from .dedup.inbox import Inbox
 
 if TYPE_CHECKING:
@@ -627,12 +628,13 @@ class ConsumerEngine(Recovering):
         self, channel: Any, method: Basic.Deliver, props: BasicProperties, body: bytes
     ) -> None:
         """A delivery that pika decoded (the fast path in ``sdk/_wire/deliveries.py`` takes the
-        usual ones): the same handling."""
+        usual ones): the same handling, and one that reached pika without its headers (they
+        do not decode: ``pika_hooks.undecodable``) is unfit there too."""
         rare = other_properties(props)
         self._take(method.delivery_tag, method.redelivered, method.exchange,
                    method.routing_key, props.content_type, props.headers,
                    props.correlation_id, props.message_id, props.timestamp, body,
-                   properties=rare or _NO_HEADERS)
+                   undecodable(props), properties=rare or _NO_HEADERS)
 
     def _take(
         self, tag: int, redelivered: bool, exchange: str, routing_key: str,

@@ -41,7 +41,8 @@ timestamp (``user_id`` would be refused: the broker checks it against our user).
 
 class MoveError(QueueError):
     """A message could not be moved (the target refused it); those before it were, it
-    stays in the source."""
+    stays in the source. Or, once the others were moved: some stay in the source whose
+    headers cannot be decoded."""
 
 
 @attrs.frozen
@@ -66,7 +67,9 @@ async def move_messages_async(
     exist. Messages that arrive in ``source`` meanwhile stay there: move again for them.
     Consumers of ``source`` would take messages from under the move: stop them first. A
     quorum queue with single active consumer cannot be a source (RabbitMQ 3.10 refuses
-    ``basic.get`` on it: ``MoveError``)."""
+    ``basic.get`` on it: ``MoveError``). A message whose headers cannot be decoded stays in
+    ``source``, headers and all (a copy would lose them), and the others are moved: then
+    ``MoveError`` says how many were, and names those left."""
     if limit is not None and limit < 1:
         raise ConfigurationError(f"limit must be >= 1, got {limit}")
     if source == target:
@@ -80,10 +83,13 @@ async def move_messages_async(
             return MoveError(f"moving message {props.message_id!r} to {target!r} failed after "
                              f"{done} moved: {exc}; it stays in {source!r}")
 
-        moved = await _move(link, source, target,
-                            source_before if limit is None else min(source_before, limit),
-                            lambda props: props.headers, MOVED_PROPERTIES, refused)
-        return Moved(source, target, moved, source_before,
+        done = await _move(link, source, target,
+                           source_before if limit is None else min(source_before, limit),
+                           lambda props: props.headers, MOVED_PROPERTIES, refused)
+        error = done.error("moved", target, source)
+        if error is not None:
+            raise MoveError(error)
+        return Moved(source, target, done.moved, source_before,
                      await link.declare_queue(_passive(source)), target_before,
                      await link.declare_queue(_passive(target)))
     except LinkLost as exc:

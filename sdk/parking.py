@@ -40,6 +40,7 @@ from ._errors import ConfigurationError, ConnectError, QueueError
 from ._forward import Forwarder, Refused
 from ._settings import ConnectionSettings, QueueSettings
 from ._transport import Link, LinkLost, connect_any, node_of, open_link
+from ._wire.pika_hooks import undecodable
 
 
 @attrs.frozen
@@ -66,11 +67,17 @@ class ParkedMessage:
     invalid: tuple[str, ...] = ()
     """The fields above (``reason``, ``error``, ``origin``, ``attempts``, ``parked_at``)
     whose ``x-sac-parked-*`` header is there but not of its type (a foreign or forged
-    message): each is None (the reason says so), the others are read as usual."""
+    message): each is None (the reason says so), the others are read as usual; and
+    ``headers`` when the whole table cannot be decoded (see ``undecodable``)."""
+    undecodable: str | None = None
+    """Why its headers table cannot be decoded (nested past 64 levels, a date past 9999...),
+    or None. Such a message is listed with ``headers`` empty and every ``x-sac-parked-*``
+    field None, and never replayed or moved: a copy would lose its headers."""
 
 
 class ReplayError(QueueError):
-    """A parked message could not be sent back; those before it were, and it stays parked."""
+    """A parked message could not be sent back; those before it were, and it stays parked.
+    Or, once the others were sent back: some stay parked whose headers cannot be decoded."""
 
 
 def _parking_name(queue: str | QueueSettings) -> tuple[str, str]:
@@ -84,9 +91,10 @@ def _parked(props: BasicProperties, body: bytes) -> ParkedMessage:
     headers = dict(props.headers or {})
     fields = parked_fields(headers)
     at = fields.parked_at_ms
+    why = undecodable(props)
     return ParkedMessage(
         message_id=text(props.message_id),
-        reason=fields.reason,
+        reason=fields.reason if why is None else f"unknown ({why})",
         error=fields.error,
         origin=fields.origin,
         attempts=fields.attempts,
@@ -96,7 +104,8 @@ def _parked(props: BasicProperties, body: bytes) -> ParkedMessage:
         content_type=text(props.content_type),
         correlation_id=text(props.correlation_id),
         properties=other_properties(props),
-        invalid=fields.invalid,
+        invalid=fields.invalid if why is None else ("headers",),
+        undecodable=why,
     )
 
 
@@ -129,27 +138,61 @@ async def _get(link: Link, queue: str) -> tuple[Any, BasicProperties, bytes] | N
     return result
 
 
+@attrs.frozen
+class _Moved:
+    moved: int
+    kept: tuple[tuple[str | None, str], ...]
+    """Each message left where it was, as its id and why: its headers cannot be decoded."""
+
+    def error(self, done: str, target: str, source: str) -> str | None:
+        """The one line that says what a move that left some behind did, or None."""
+        if not self.kept:
+            return None
+        shown = "; ".join(f"{ident!r}: {why}" for ident, why in self.kept[:_NAMED])
+        more = f"; and {len(self.kept) - _NAMED} more" if len(self.kept) > _NAMED else ""
+        return (f"{done} {self.moved} message(s) to {target!r}; {len(self.kept)} cannot be "
+                f"copied and stay in {source!r}: {shown}{more}")
+
+
+_NAMED = 3
+"""Messages left behind that an error names (the others are counted)."""
+
+
 async def _move(
     link: Link, source: str, target: str, count: int,
     headers: Callable[[BasicProperties], Mapping[str, Any] | None], keep: frozenset[str],
     refused: Callable[[BasicProperties, int, Refused], Exception],
-) -> int:
+) -> _Moved:
     """Up to ``count`` messages from ``source`` to ``target``, in order: each taken with
     ``basic.get``, copied (persistent, with ``headers(props)`` and the properties in
-    ``keep``), and acked in ``source`` once ``target`` confirmed the copy; how many.
-    ``refused(props, moved, error)`` makes the error raised when ``target`` refuses one."""
+    ``keep``), and acked in ``source`` once ``target`` confirmed the copy; how many, and
+    which were left (see below).
+    ``refused(props, moved, error)`` makes the error raised when ``target`` refuses one.
+
+    A message whose headers cannot be decoded is not copied: a copy would lose them (what
+    a handler reads, and the parked reason), and the SDK cannot send a table it cannot
+    read. It is held until the others are moved (given back at once, it could be taken
+    again within ``count``), then all such are given back, in their order, as a listing
+    gives messages back."""
     forwarder = Forwarder(link)
     moved = 0
+    kept: list[tuple[str | None, str]] = []
+    last_kept = 0
     for _ in range(count):
         got = await _get(link, source)
         if got is None:
             break
         method, props, body = got
-        kept = {k: v for k, v in other_properties(props).items() if k in keep}
+        why = undecodable(props)
+        if why is not None:
+            kept.append((text(props.message_id), why))
+            last_kept = method.delivery_tag
+            continue
+        kept_properties = {k: v for k, v in other_properties(props).items() if k in keep}
         copy = BasicProperties(
             content_type=props.content_type, headers=headers(props), delivery_mode=2,
             correlation_id=props.correlation_id, message_id=props.message_id,
-            timestamp=props.timestamp, **kept)
+            timestamp=props.timestamp, **kept_properties)
         try:
             await forwarder.send(target, body, copy)
         except Refused as exc:
@@ -158,7 +201,11 @@ async def _move(
         assert channel is not None
         channel.basic_ack(method.delivery_tag)
         moved += 1
-    return moved
+    if kept:
+        # Only they are unacked now: give them back, and wait until the broker counts them.
+        ready = await link.declare_queue(_passive(source))
+        await _give_back(link, source, last_kept, ready + len(kept))
+    return _Moved(moved, tuple(kept))
 
 
 def _passive(name: str) -> QueueSettings:
@@ -225,7 +272,9 @@ async def replay_parked_async(
     """Move the messages parked now (up to ``limit``) back to ``queue``, oldest first; how
     many. Each is confirmed in the queue before it is acked in the parking queue, so a
     failure half-way loses nothing (at worst one message is in both, with one id). Messages
-    parked again while this runs are not replayed a second time."""
+    parked again while this runs are not replayed a second time. A message whose headers
+    cannot be decoded stays parked, headers and all, and the others are replayed: then
+    ``ReplayError`` says how many were, and names those left."""
     if limit is not None and limit < 1:
         raise ConfigurationError(f"limit must be >= 1, got {limit}")
     name, parking = _parking_name(queue)
@@ -243,8 +292,12 @@ async def replay_parked_async(
             return ReplayError(f"replaying message {props.message_id!r} to {name!r} failed "
                                f"after {done} replayed: {exc}; it stays in {parking!r}")
 
-        return await _move(link, parking, name, count if limit is None else min(count, limit),
+        done = await _move(link, parking, name, count if limit is None else min(count, limit),
                            replayed, PARKED_PROPERTIES, refused)
+        error = done.error("replayed", name, parking)
+        if error is not None:
+            raise ReplayError(error)
+        return done.moved
     except LinkLost as exc:
         raise ConnectError(f"{node_of(link.url)}: the connection was lost during the replay "
                            f"({exc}); what was not confirmed stays parked") from exc

@@ -1,5 +1,14 @@
 """The one module that touches pika's internals: every private pika name the SDK uses is here.
 
+pika never decodes a headers table the SDK's bounded decoder refuses (``tables.py``): its
+decoder would raise inside its frame reader (``RecursionError`` for a table nested thousands
+deep, ``OverflowError`` for a date past 9999...) and the connection would be lost, for a
+consumer and for every tool that reads with ``basic.get`` (``sac dlq``, ``move_messages``),
+every time it met that message. ``_read_frame`` looks at each content header pika is about
+to decode; one whose table does not decode reaches pika without it, and pika's properties
+come out as ``UndecodableProperties``: ``headers`` None, ``undecodable`` the reason. A
+subclass rather than a marker header: a publisher can write any header, but not this.
+
 Two hot paths bypass pika's per-frame objects (``frames.py`` encodes what we publish,
 ``deliveries.py`` decodes what our consumers receive), and one write path skips a loop
 iteration. That needs a connection subclass which overrides pika's private data hooks
@@ -13,19 +22,22 @@ round trip through this module with every pika release the dependency pin allows
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import Iterable
 from typing import Any
 
 import attrs
 import pika
+import pika.frame
 import pika.spec
 from pika.adapters.asyncio_connection import AsyncioConnection
 from pika.adapters.base_connection import BaseConnection
 from pika.channel import Channel
 from pika.connection import Connection
 
-from .deliveries import InboundDeliveries
-from .frames import PublishEncoder
+from .deliveries import InboundDeliveries, Malformed, _headers_at
+from .frames import FRAME_HEAD, PublishEncoder
+from .tables import Undecodable, decode_table
 
 PIKA_PIN = "pika>=1.3,<2"
 """What ``pyproject.toml`` allows, and what the hooks are tested against."""
@@ -96,6 +108,7 @@ HOOKS = (
     Hook(Connection, "_body_max_length", "cuts published bodies by",
          set_in="_on_connection_tune"),
     Hook(Connection, "_terminate_stream", "calls to drop a silent connection at once"),
+    Hook(Connection, "_read_frame", "overrides to check content headers before pika"),
     Hook(Channel, "_consumers", "reads the subscriptions of", set_in="__init__"),
     Hook(Channel, "_cancelled", "marks subscriptions ended without a basic.cancel in",
          set_in="__init__"),
@@ -110,6 +123,63 @@ HOOKS = (
 )
 
 require(HOOKS, pika.__version__)
+
+
+class UndecodableProperties(pika.spec.BasicProperties):  # type: ignore[misc]
+    """A message's properties whose headers table could not be decoded: ``headers`` None,
+    the other properties as they came, and ``undecodable`` saying why."""
+
+    def __init__(self, undecodable: str, **properties: Any) -> None:
+        super().__init__(**properties)
+        self.undecodable = undecodable
+
+
+def undecodable(properties: Any) -> str | None:
+    """Why pika got ``properties`` without their headers (see ``UndecodableProperties``), or
+    None when they are as the publisher sent them."""
+    return properties.undecodable if isinstance(properties, UndecodableProperties) else None
+
+
+_CONTENT_HEADER = 2
+_BASIC = 60
+_HEADERS_FLAG = 1 << 13
+_BEFORE_HEADERS = (1 << 15) | (1 << 14)  # content type, content encoding
+_SIZES = struct.Struct(">HHQH")  # class, weight, body size, property flags
+_U32 = struct.Struct(">I")
+
+
+def without_undecodable_headers(data: bytes) -> tuple[bytes, int, str] | None:
+    """For ``data`` that begins with a whole content-header frame whose headers table does
+    not decode: the same frame without the table (its flag cleared), the size of the frame
+    in ``data``, and why. None for anything else (another frame, one not whole yet, no
+    headers, headers that decode), which pika reads as usual. A table whose size runs past
+    the frame cannot be stepped over: the properties after it are left out too; and when
+    those before it run past the frame, all of them are. Pure."""
+    if len(data) < 7 or data[0] != _CONTENT_HEADER:
+        return None
+    _kind, channel, length = FRAME_HEAD.unpack_from(data, 0)
+    end = 7 + length  # the frame-end octet
+    if end >= len(data) or data[end] != 0xCE or length < _SIZES.size:
+        return None  # not whole yet, or malformed: pika's to read or to report
+    class_id, _weight, _size, flags = _SIZES.unpack_from(data, 7)
+    if class_id != _BASIC or not flags & _HEADERS_FLAG:
+        return None
+    try:
+        at = _headers_at(data, 7 + _SIZES.size, flags, end)
+        decode_table(data, at, end)
+        return None
+    except Undecodable as exc:
+        why = f"its headers cannot be decoded: {exc}"
+        after = at + 4 + _U32.unpack_from(data, at)[0]
+        if after > end:  # nothing after the table can be found: keep what comes before it
+            flags, after = flags & _BEFORE_HEADERS, end
+    except (Malformed, IndexError):  # what comes before the table runs past the frame
+        why = "its properties run past the end of their frame"
+        flags, at, after = 0, 7 + _SIZES.size, end
+    payload = (data[7:19] + struct.pack(">H", flags & ~_HEADERS_FLAG)
+               + data[7 + _SIZES.size:at] + data[after:end])
+    return (FRAME_HEAD.pack(_CONTENT_HEADER, channel, len(payload)) + payload + b"\xce",
+            end + 1, why)
 
 
 class BatchedAsyncioConnection(AsyncioConnection):  # type: ignore[misc]
@@ -157,6 +227,19 @@ class BatchedAsyncioConnection(AsyncioConnection):  # type: ignore[misc]
 
     def _sac_to_pika(self, frames: bytes) -> None:
         super()._on_data_available(frames)
+
+    def _read_frame(self) -> tuple[int, Any]:
+        """pika's next frame, a content header checked by our decoder first (see the module
+        docstring): pika decodes it without a table we refuse."""
+        data: bytes = self._frame_buffer
+        if data[0] == _CONTENT_HEADER:
+            bare = without_undecodable_headers(data)
+            if bare is not None:
+                frame, size, why = bare
+                _used, header = pika.frame.decode_frame(frame)
+                header.properties = UndecodableProperties(why, **vars(header.properties))
+                return size, header
+        return super()._read_frame()  # type: ignore[no-any-return]
 
     def _adapter_emit_data(self, data: bytes) -> None:
         if not self._sac_pending:
