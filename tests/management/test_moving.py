@@ -56,6 +56,7 @@ def test_a_classic_queue_moved_into_a_quorum_queue(
         assert (raw_copy.priority, raw_copy.reply_to, raw_copy.type, raw_copy.app_id,
                 raw_copy.timestamp, raw_copy.content_encoding, raw_copy.delivery_mode) == (
             3, "replies", "order", "shop", 1_700_000_000, "gzip", 2)  # now persistent
+        channel.confirm_delivery()  # "stays" is in the queue before the move looks at it
         channel.basic_publish("", target.name, b"stays")
         with pytest.raises(MoveError, match=r"basic\.get operations are not supported"):
             move_messages(conn, target.name, source.name)  # out of it, no
