@@ -73,6 +73,7 @@ from ._core.guarding import (
 )
 from ._core.lifecycle import Lifecycle, Phase
 from ._core.poison import LogBudget, describe_failure, parking_headers
+from ._core.queues import consume_arguments
 from ._core.roles import Role, Verdict
 from ._delivery import PARKED_PROPERTIES, Delivery, delivery_count, other_properties
 from ._errors import (
@@ -725,7 +726,7 @@ class ConsumerEngine(Recovering):
             await link.declare_topology(queue)
         name = self.settings.consumer_name or "sac"
         tag = f"{name}-{next(_tags)}-{id(self):x}"
-        arguments = {"x-cancel-on-ha-failover": True} if queue.type == "classic" else None
+        arguments = consume_arguments(queue.type, link.broker, self.settings.priority)
         # Deliveries to this tag are decoded by our own fast path, pika's for the rest.
         link.take_deliveries(tag, self._take)
         try:

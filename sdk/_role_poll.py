@@ -100,7 +100,8 @@ class RolePoller:
                 log.info("the management API answers again (role poll of %r)", self._queue)
                 self._failing = 0
             others = tuple(t for t in queue.active_tags if t != tag)
-            seen = Sighting(asked_at, tag, queue.activity_of(tag), others)
+            seen = Sighting(asked_at, tag, queue.activity_of(tag), others,
+                            by_queue_tag=queue.settled_by_queue_tag)
             verdict = self.watch.judge(seen, self._role(), self._tag())
             if verdict is not None:
                 self._verdict(verdict, others[0] if others else None)

@@ -29,6 +29,7 @@ from ._core.consuming import Handover, Parking
 from ._core.management_api import parse_endpoint
 from ._core.outbox import OutboxPolicy
 from ._core.poison import MessageIdFrom, worst_case
+from ._core.queues import UNLIMITED, BrokerVersion, delivery_limit_argument
 from ._core.urls import mask_url as mask_url  # re-exported: the transport and tests use it here
 from ._core.urls import split_url
 from ._errors import ConfigurationError
@@ -166,6 +167,15 @@ def _default_parking(inst: QueueSettings) -> str | None:
     return None  # name it with parking_queue (a name over 248 bytes, or 'amq')
 
 
+def _delivery_limit(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or (value < 1
+                                                                 and value != UNLIMITED):
+        raise ConfigurationError(
+            f"{attribute.name} must be None, -1 (no limit) or an int >= 1, got {value!r}")
+
+
 def _default_limit(inst: QueueSettings) -> int | None:
     has_target = inst.parking_queue is not None or inst.dead_letter_exchange is not None
     return DEFAULT_DELIVERY_LIMIT if inst.type == "quorum" and has_target else None
@@ -197,10 +207,13 @@ class QueueSettings:
     dead_letter_routing_key: str | None = None
     delivery_limit: int | None = attrs.field(
         default=attrs.Factory(_default_limit, takes_self=True),
-        validator=_optional(_at_least(1)))
+        validator=_delivery_limit)
     """Quorum queues: after this many deliveries the broker dead-letters a message. Default
     20 when there is a dead-letter target; a limit without one is refused (the broker would
-    drop the message)."""
+    drop the message). ``-1``: no limit, declared as ``-1`` on RabbitMQ 4.0 and later (whose
+    quorum queues otherwise have a limit of 20) and as no argument on 3.x (which has no
+    default limit, and would read -1 as a limit below one delivery). None: no argument,
+    which is the broker's default (none on 3.x, 20 on 4.0)."""
     declare: bool = True
     """False: only check, passively, that the queue (and its parking queue) exists
     (arguments are then not checked)."""
@@ -221,7 +234,7 @@ class QueueSettings:
             )
         if self.parking_queue == self.name:
             raise ConfigurationError(f"parking_queue must differ from the queue {self.name!r}")
-        if self.delivery_limit is not None and not self.dead_lettered:
+        if self.delivery_limit not in (None, UNLIMITED) and not self.dead_lettered:
             raise ConfigurationError(
                 f"delivery_limit={self.delivery_limit} without a dead-letter target: the broker "
                 "would drop a message past the limit; set parking_queue or dead_letter_exchange"
@@ -232,13 +245,15 @@ class QueueSettings:
         """Whether the broker has somewhere to dead-letter this queue's messages."""
         return self.dead_letter_exchange is not None or self.parking_queue is not None
 
-    def arguments(self) -> dict[str, Any]:
-        """The x-arguments ``queue.declare`` sends."""
+    def arguments(self, broker: BrokerVersion | None = None) -> dict[str, Any]:
+        """The x-arguments ``queue.declare`` sends to ``broker`` (None: not known, taken as
+        RabbitMQ 4.0 or later)."""
         args: dict[str, Any] = {"x-queue-type": self.type}
         if self.single_active_consumer:
             args["x-single-active-consumer"] = True
-        if self.delivery_limit is not None:
-            args["x-delivery-limit"] = self.delivery_limit
+        limit = delivery_limit_argument(self.delivery_limit, broker)
+        if limit is not None:
+            args["x-delivery-limit"] = limit
         exchange, key = self.dead_letter_exchange, self.dead_letter_routing_key
         if exchange is None and self.parking_queue is not None:
             exchange, key = "", self.parking_queue
@@ -402,6 +417,17 @@ def _retry_bound(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> 
         raise ConfigurationError(
             f"{attribute.name} may keep a message unacked for {worst_case(value):.0f} s; at most "
             f"{MAX_RETRY_WAIT:.0f} s (the broker's consumer timeout would close the channel)")
+
+
+PRIORITY_BOUND = 2**31
+"""``x-priority`` is a signed 32-bit integer on the wire."""
+
+
+def _priority(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if (isinstance(value, bool) or not isinstance(value, int)
+            or not -PRIORITY_BOUND <= value < PRIORITY_BOUND):
+        raise ConfigurationError(
+            f"{attribute.name} must be an int (a signed 32-bit x-priority), got {value!r}")
 
 
 def _id_source(_inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -576,6 +602,13 @@ class ConsumerSettings:
     statistics interval plus the poll interval. None: the role comes from deliveries only."""
     role_poll_interval: float | None = attrs.field(default=None, validator=_optional(_positive))
     """Seconds between two role polls; None: half ``management.statistics_interval``."""
+    priority: int | None = attrs.field(default=None, validator=_optional(_priority))
+    """The consumer's priority (``x-priority``), None for the broker's default (0). On a
+    single-active quorum queue of RabbitMQ 4.0 or later, a consumer of higher priority
+    becomes the active one once the current one has acked what it holds: a rolling deploy
+    starts the new version one step higher and the old one hands over without a stop (see
+    the README's "Rolling deploy with priorities"). RabbitMQ 3.x ignores it for the single
+    active consumer (the first subscribed stays active)."""
     handover: Handover = attrs.field(default=Handover.CLOSE, validator=_kind(Handover))
     """How a graceful stop hands the queue over: ``CLOSE`` (acks, then the channel closed
     with its subscription in place) keeps the queue's order; ``CANCEL`` (``basic.cancel``

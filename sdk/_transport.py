@@ -37,7 +37,7 @@ from pika.adapters.utils.connection_workflow import (
 from pika.channel import Channel
 
 from ._core.attempts import Attempts
-from ._core.queues import parse_inequivalent
+from ._core.queues import BrokerVersion, parse_inequivalent
 from ._core.retry import Retry
 from ._errors import (
     AuthenticationError,
@@ -192,6 +192,13 @@ class Link:
         self._watchdog = loop.call_later(period, check)
 
     @property
+    def broker(self) -> BrokerVersion | None:
+        """The RabbitMQ version this link's connection reached (``connection.start``), which
+        the queue's and the subscription's arguments adapt to."""
+        properties = self.conn.server_properties or {}
+        return BrokerVersion.parse(properties.get("version"))
+
+    @property
     def usable(self) -> bool:
         return self.lost is None and not self.closing and self.channel is not None
 
@@ -305,7 +312,7 @@ class Link:
                     queue.name,
                     passive=not queue.declare,
                     durable=True,
-                    arguments=queue.arguments() if queue.declare else None,
+                    arguments=queue.arguments(self.broker) if queue.declare else None,
                     callback=cb,
                 ),
                 "queue.declare",

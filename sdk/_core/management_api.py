@@ -4,13 +4,19 @@
 status and body back to the parsers below, so that what is asked and how an answer is read
 are tested without a broker, and the shell stays a few lines of I/O.
 
-What RabbitMQ 3.10 reports, as measured on our clusters:
+What RabbitMQ reports, as measured on our clusters (3.10.8 and 4.0.5):
 
 - The single active consumer of a queue: each entry of a queue's ``consumer_details`` has an
-  ``activity_status`` (``single_active`` or ``waiting``) for quorum and classic queues alike;
-  only classic queues also carry a queue-level ``single_active_consumer_tag``, and it lags the
-  consumer entries (up to 1.7 s against 1.0 s at a 1 s statistics interval), so the entries
-  come first and the queue-level field only stands in when there are none.
+  ``activity_status`` (``single_active`` or ``waiting``) for quorum and classic queues alike.
+  The queue itself names the active consumer too, lagging the entries (a classic queue's
+  ``single_active_consumer_tag``: up to 1.7 s against 1.0 s at a 1 s statistics interval; a
+  quorum queue's, refreshed on the queue's tick, every 5 s by default), under a name that
+  moved: ``single_active_consumer_ctag`` for a quorum queue on 3.10,
+  ``single_active_consumer_tag`` on 4.0. The entries come first; the queue's field stands in
+  when there are none, and decides when several entries claim the role: on 4.0, after a
+  consumer of higher priority took over, the entries list both the old and the new active
+  consumer as ``single_active`` for as long as both stay subscribed (25 s and more here),
+  while ``rabbitmqctl list_consumers`` and the queue's field name only the new one.
 - Everything here comes from the management agent's statistics: it is as old as the
   broker's statistics interval (``collect_statistics_interval`` and the agent's finest sample
   retention step, both 5 s in RabbitMQ's defaults, 1 s on our local clusters). A consumer that
@@ -244,21 +250,40 @@ class QueueInfo:
     node: str | None
     """Where it lives: a classic queue's node, a quorum queue's leader."""
     reported_single_active_tag: str | None = None
-    """A classic queue's own ``single_active_consumer_tag`` (staler than the consumers)."""
+    """The queue's own ``single_active_consumer_tag`` (``..._ctag`` on 3.10's quorum
+    queues): staler than the consumers' entries, but right when several claim the role."""
 
     @property
     def single_active(self) -> bool:
         return bool(self.arguments.get("x-single-active-consumer"))
 
     @property
-    def active_tags(self) -> tuple[str, ...]:
-        """The consumers listed as the single active one. More than one happens: RabbitMQ
-        3.10 keeps listing a consumer the broker cancelled (its queue deleted) while its
-        channel lives, if a queue of that name exists again."""
-        if not self.consumers:
-            tag = self.reported_single_active_tag
-            return () if tag is None else (tag,)
+    def claiming_tags(self) -> tuple[str, ...]:
+        """The consumers whose entries list them as the single active one. More than one
+        happens: RabbitMQ 4.0 keeps listing the consumer a higher priority one took over
+        from, and 3.10 a consumer the broker cancelled (its queue deleted) while its channel
+        lives, if a queue of that name exists again."""
         return tuple(c.tag for c in self.consumers if c.activity_status == "single_active")
+
+    @property
+    def settled_by_queue_tag(self) -> bool:
+        """Several entries claim the role and the queue's own field names one of them, which
+        is then taken as the active one (see the module docstring)."""
+        claiming = self.claiming_tags
+        return len(claiming) > 1 and self.reported_single_active_tag in claiming
+
+    @property
+    def active_tags(self) -> tuple[str, ...]:
+        """The consumers taken as the single active one: the entries that claim it, the one
+        of them the queue's own field names when several do, or that field alone when no
+        consumer is listed. More than one: the answer cannot tell."""
+        tag = self.reported_single_active_tag
+        if not self.consumers:
+            return () if tag is None else (tag,)
+        if self.settled_by_queue_tag:
+            assert tag is not None
+            return (tag,)
+        return self.claiming_tags
 
     @property
     def single_active_consumer_tag(self) -> str | None:
@@ -272,6 +297,9 @@ class QueueInfo:
         queue without single active consumer), or None when not listed."""
         for consumer in self.consumers:
             if consumer.tag == tag:
+                if (consumer.activity_status == "single_active"
+                        and tag not in self.active_tags):
+                    return "waiting"  # a stale claim the queue's own field overrules
                 return consumer.activity_status
         return "single_active" if self.active_tags == (tag,) else None
 
@@ -389,7 +417,8 @@ def parse_queue(data: Any) -> QueueInfo:
         messages_ready=_opt_int(entry.get("messages_ready")),
         messages_unacknowledged=_opt_int(entry.get("messages_unacknowledged")),
         node=_opt_str(entry.get("leader")) or _opt_str(entry.get("node")),
-        reported_single_active_tag=_opt_str(entry.get("single_active_consumer_tag")))
+        reported_single_active_tag=_opt_str(entry.get("single_active_consumer_tag"))
+        or _opt_str(entry.get("single_active_consumer_ctag")))
 
 
 def parse_queues(data: Any) -> list[QueueInfo]:

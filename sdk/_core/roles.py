@@ -117,6 +117,15 @@ class Sighting:
     """How the API lists that tag: ``single_active``, ``waiting``, or None (not listed)."""
     others_active: tuple[str, ...]
     """Other consumers the API lists as the active one."""
+    by_queue_tag: bool = False
+    """Several consumers' entries claimed the role and the queue's own field chose (it lags
+    further: ``QUEUE_TAG_LAG``)."""
+
+
+QUEUE_TAG_LAG = 5.0
+"""Seconds the queue's own ``single_active_consumer_tag`` may lag behind the broker's change
+beyond the statistics' age: a quorum queue refreshes it on its tick (RabbitMQ's
+``quorum_tick_interval``, 5 s by default; measured here: 4-5 s after a switch)."""
 
 
 class RoleWatch:
@@ -131,7 +140,9 @@ class RoleWatch:
       consumer becomes active;
     - the role is lost only when the API lists this consumer as not active and exactly one
       other as active, in an answer asked at least ``lag`` after this consumer became active
-      (an older one may show the consumer it took over from);
+      (an older one may show the consumer it took over from), or ``lag + QUEUE_TAG_LAG``
+      when the queue's own field had to choose between several entries claiming the role
+      (RabbitMQ 4.0 keeps the entry of a consumer a higher priority one took over from);
     - an answer about a subscription that has ended since means nothing, and so does one
       that names nobody, or several others;
     - ``MISSING_ANSWERS`` answers in a row saying the queue does not exist, while subscribed
@@ -156,12 +167,12 @@ class RoleWatch:
         if seen.own_status == ACTIVE_STATUS:
             return Verdict.ACTIVE if role is Role.WAITING else None
         since = self._active_since
+        age = self.lag + (QUEUE_TAG_LAG if seen.by_queue_tag else 0.0)
         if (role is Role.ACTIVE and seen.own_status is not None
                 and len(seen.others_active) == 1
-                and since is not None and seen.asked_at >= since + self.lag):
+                and since is not None and seen.asked_at >= since + age):
             return Verdict.LOST
         return None
-
 
     def missing(self, own_tag: str, tag: str | None) -> Verdict | None:
         """The API answered a question asked as ``own_tag`` that the queue does not exist;

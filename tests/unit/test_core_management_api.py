@@ -75,6 +75,31 @@ def test_a_lingering_entry_makes_the_active_consumer_unclear() -> None:
     assert queue.activity_of("sac-2") == "single_active"
 
 
+@pytest.mark.parametrize("field", ["single_active_consumer_tag", "single_active_consumer_ctag"])
+def test_the_queue_tag_decides_between_two_claims_under_either_name(field: str) -> None:
+    """RabbitMQ 4.0, after a consumer of higher priority took over: both entries say
+    single_active, the queue's own field (``..._tag`` on 4.0, ``..._ctag`` on 3.10's quorum
+    queues) names the new one, and the old one reads as waiting."""
+    entries = [{"consumer_tag": t, "active": True, "activity_status": "single_active"}
+               for t in ("old", "new")]
+    queue = api.parse_queue(dict(QUORUM, consumer_details=entries, **{field: "new"}))
+    assert queue.reported_single_active_tag == "new"
+    assert queue.claiming_tags == ("old", "new")
+    assert queue.settled_by_queue_tag
+    assert queue.active_tags == ("new",)
+    assert queue.single_active_consumer_tag == "new"
+    assert (queue.activity_of("old"), queue.activity_of("new")) == ("waiting", "single_active")
+    # a field naming neither claimant (stale) decides nothing
+    stale = api.parse_queue(dict(QUORUM, consumer_details=entries, **{field: "gone"}))
+    assert not stale.settled_by_queue_tag
+    assert stale.active_tags == ("old", "new")
+    assert stale.activity_of("old") == "single_active"
+    # one claim needs no field to decide
+    one = api.parse_queue(dict(QUORUM, **{field: "tag-b"}))
+    assert not one.settled_by_queue_tag
+    assert one.active_tags == ("tag-a",)
+
+
 def test_how_a_consumer_is_listed() -> None:
     queue = api.parse_queue(QUORUM)
     assert (queue.activity_of("tag-a"), queue.activity_of("tag-b")) == ("single_active",

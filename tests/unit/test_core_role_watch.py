@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from sac.sdk._core.backoff import Backoff
 from sac.sdk._core.consuming import ConsumerMachine, Parking, RoleChanged
-from sac.sdk._core.roles import Change, Role, RoleTracker, RoleWatch, Sighting, Verdict
+from sac.sdk._core.roles import (
+    QUEUE_TAG_LAG,
+    Change,
+    Role,
+    RoleTracker,
+    RoleWatch,
+    Sighting,
+    Verdict,
+)
 
 LAG = 2.0
 
@@ -122,3 +130,15 @@ def test_a_queue_missing_twice_in_a_row_means_an_orphan_subscription() -> None:
     assert watch.missing("me-1", "me-2") is None
     assert watch.missing("me-2", "me-2") is None
     assert watch.missing("me-2", None) is None
+
+
+def test_a_choice_made_by_the_queue_tag_demotes_only_past_its_longer_lag() -> None:
+    """RabbitMQ 4.0 lists both the old and the new active consumer as single_active after a
+    priority switch; the queue's own field, refreshed on the queue's tick, chooses. A consumer
+    that just became active may still be shown the one it took over from, for longer."""
+    watch = watch_active_since(100.0)
+    chosen = Sighting(100.0 + LAG, "me", "waiting", ("before-me",), by_queue_tag=True)
+    assert watch.judge(chosen, Role.ACTIVE, "me") is None
+    later = Sighting(100.0 + LAG + QUEUE_TAG_LAG, "me", "waiting", ("after-me",),
+                     by_queue_tag=True)
+    assert watch.judge(later, Role.ACTIVE, "me") is Verdict.LOST

@@ -9,6 +9,7 @@ import attrs
 import pytest
 
 from sac.sdk._core.backoff import Backoff
+from sac.sdk._core.queues import BrokerVersion
 from sac.sdk._delivery import RETRANSMIT_HEADER, Delivery, delivery_count
 from sac.sdk._errors import ConfigurationError
 from sac.sdk._settings import (
@@ -313,10 +314,29 @@ def test_delivery_limit_on_a_classic_queue_is_refused() -> None:
         QueueSettings("orders", type="classic", delivery_limit=5)
 
 
-@pytest.mark.parametrize("limit", [0, -1])
+@pytest.mark.parametrize("limit", [0, -2, True, 2.5])
 def test_delivery_limit_below_one_is_refused(limit: int) -> None:
-    with pytest.raises(ConfigurationError, match="delivery_limit"):
+    with pytest.raises(ConfigurationError, match=r"delivery_limit must be None, -1 \(no limit\)"):
         QueueSettings("orders", delivery_limit=limit)
+
+
+def test_no_delivery_limit_is_minus_one_on_4_0_and_no_argument_on_3_x() -> None:
+    """RabbitMQ 4.0's quorum queues default to a limit of 20 and take -1 for none; 3.10 has
+    no default limit and reads -1 as a limit below one delivery (dead-lettering at the first
+    return, as measured on 3.10.8)."""
+    queue = QueueSettings("orders", delivery_limit=-1)
+    assert queue.arguments(BrokerVersion(4, 0, 5))["x-delivery-limit"] == -1
+    assert queue.arguments()["x-delivery-limit"] == -1  # not known: 4.0 or later
+    assert "x-delivery-limit" not in queue.arguments(BrokerVersion(3, 10, 8))
+    # nothing is dropped past no limit: no dead-letter target needed
+    alone = QueueSettings("orders", parking_queue=None, delivery_limit=-1)
+    assert alone.arguments(BrokerVersion(4, 0, 5)) == {
+        "x-queue-type": "quorum", "x-single-active-consumer": True, "x-delivery-limit": -1}
+    # a limit is sent as it is to both
+    assert QueueSettings("orders", delivery_limit=5).arguments(
+        BrokerVersion(3, 10, 8))["x-delivery-limit"] == 5
+    with pytest.raises(ConfigurationError, match="needs a quorum queue"):
+        QueueSettings("orders", type="classic", delivery_limit=-1)
 
 
 def test_unknown_queue_type_is_refused() -> None:

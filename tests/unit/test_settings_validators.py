@@ -58,6 +58,7 @@ BAD: dict[tuple[type, str], Any] = {
     (PublisherSettings, "nack_backoff"): None,
     (ConsumerSettings, "prefetch"): 0,
     (ConsumerSettings, "ack_batch"): 1.5,
+    (ConsumerSettings, "priority"): 2**31,
     (ConsumerSettings, "stop_timeout"): 0,
     (ConsumerSettings, "retry"): Backoff(initial=600, maximum=600, max_elapsed=None),
     (ConsumerSettings, "message_id_from"): "x-order-id",
