@@ -49,6 +49,7 @@ from .methods import (
     QueueDeclare,
     QueueDeclareOk,
 )
+from .queue import MODELLED
 from .shell import Shell, earliest
 
 
@@ -56,8 +57,8 @@ def declare(shell: Shell, queue: QueueSettings) -> None:
     """Declare the queue and its parking queue as the SDK does (its own arguments)."""
     parking = queue.parking()
     if parking is not None:
-        shell.send(1, QueueDeclare(parking.name, parking.arguments()))
-    shell.send(1, QueueDeclare(queue.name, queue.arguments()))
+        shell.send(1, QueueDeclare(parking.name, parking.arguments(MODELLED)))
+    shell.send(1, QueueDeclare(queue.name, queue.arguments(MODELLED)))
 
 
 class PublisherClient(Shell):

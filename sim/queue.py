@@ -29,8 +29,14 @@ from typing import Any
 
 import attrs
 
+from sac.sdk._core.queues import BrokerVersion
+
 from .messages import Message
 from .sac import Consumer, ConsumerKey, Consumers
+
+MODELLED = BrokerVersion(3, 10, 8)
+"""The broker these rules were checked against: what a client of the simulator declares for
+(``QueueSettings.arguments(MODELLED)``), so that it reads each argument as this broker does."""
 
 SOFT_LIMIT = 0.8
 """rabbit_fifo's ``?LOW_LIMIT``: below this share of ``x-max-length`` publishing resumes."""
