@@ -13,6 +13,11 @@ Example::
 A message sent again after a lost confirm carries the header ``x-sac-retransmit`` (it arrives
 with ``redelivered`` false, so the consumer's dedup must look it up).
 
+A message over the broker's ``max_message_size`` fails alone with ``MessageTooLarge``: the
+broker closes the channel over it, the outbox reads the size and the limit from that reply,
+fails every message it holds over the limit, keeps the limit to refuse later ones before
+they are sent, and sends the rest again.
+
 A nack (a quorum queue electing a leader, a full ``reject-publish`` queue) narrows how many
 messages are in flight, down to one probe at a time, paced by ``nack_backoff``; acks widen it
 again (``sac.sdk._core.congestion``, ``PublisherSettings.throttle_on_nack``). So an election costs
