@@ -10,9 +10,10 @@ the test's duration), and each face must fail that one message with ``MessageToo
 it once, and confirm every other message, sent before it or after.
 
 The second half kills each new link for another reason: a fault proxy cuts every connection
-once it has carried a few kilobytes from the client, so each reconnect "succeeds" (the
-handshake, ``confirm.select`` and the declares pass) and the next publish kills it. The
-reconnects must then slow down under the reconnect backoff instead of coming at once.
+once it has carried a few kilobytes, so each reconnect "succeeds" (the handshake and the
+setup pass) and the next publish (or, for a consumer, the next delivery of a large message)
+kills it. The reconnects must then slow down under the reconnect backoff instead of coming
+at once, on both faces of both clients.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ from collections.abc import Callable, Iterator
 import pika
 import pytest
 from toxiproxy import Toxiproxy
+from toxiproxy.proxy import Proxy
 
 from sac.chaos.proxy import ProxyThread
 from sac.sdk import (
     Backoff,
     ConnectionSettings,
+    ConsumerSettings,
     MessageTooLarge,
     Publisher,
     PublisherSettings,
@@ -41,7 +44,7 @@ from sac.sdk import (
 from sac.sdk._delivery import RETRANSMIT_HEADER
 from sac.server import LocalCluster
 from tests.helpers import wait_until
-from tests.sdk.faces import PublisherFace
+from tests.sdk.faces import ConsumerFace, PublisherFace
 
 MakePublisher = Callable[..., PublisherFace]
 LIMIT = 1024 * 1024  # the broker's max_message_size during these tests
@@ -152,45 +155,96 @@ def fault_proxy() -> Iterator[ProxyThread]:
 
 
 CUT_AFTER = 8 * 1024
-"""Bytes a connection through the proxy carries from the client before it is cut: more than
-a publisher's whole setup (handshake, confirm.select, two queue declares), less than one of
-the test's messages."""
+"""Bytes a connection through the proxy carries one way (the toxic's stream) before it is
+cut: more than a client's whole setup either way (handshake, confirm.select or qos and
+consume, two queue declares), less than one of the test's messages."""
+RECONNECT = Backoff(initial=0.2, maximum=1.0, max_attempts=None, max_elapsed=120.0)
 
 
-def test_links_that_die_at_once_are_reconnected_under_the_backoff(
-    face: str, publishers: MakePublisher, cluster: LocalCluster, queue: QueueSettings,
-    fault_proxy: ProxyThread, caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.WARNING, logger="sac")
+@pytest.fixture
+def cut_links(
+    cluster: LocalCluster, fault_proxy: ProxyThread, queue_name: str
+) -> Iterator[Callable[[str], tuple[Proxy, ConnectionSettings]]]:
+    """Makes a proxy to node 1 and settings that reach the cluster only through it (one node,
+    heartbeat 2 s: a link is steady after 4 s); every proxy is destroyed after the test."""
     client = Toxiproxy()
     client.update_api_consumer("127.0.0.1", fault_proxy.port)
     node = cluster.nodes[0]
-    proxy = client.create(upstream=node.address, name=f"flap-{os.urandom(3).hex()}")
-    try:
+    made: list[Proxy] = []
+
+    def make(actor: str) -> tuple[Proxy, ConnectionSettings]:
+        proxy = client.create(upstream=node.address, name=f"cut-{os.urandom(3).hex()}")
+        made.append(proxy)
         url = cluster.urls()[0].replace(node.address, proxy.listen)
-        reconnect = Backoff(initial=0.2, maximum=1.0, max_attempts=None, max_elapsed=120.0)
-        conn = ConnectionSettings(urls=[url], heartbeat=2, reconnect=reconnect,
-                                  name=f"{queue.name}-pub")
-        pub = publishers(face, PublisherSettings(conn, queue=queue))
-        pub.start()
-        proxy.add_toxic(type="limit_data", stream="upstream", name="cut",
-                        attributes={"bytes": CUT_AFTER})
-        body = b"m" * (4 * CUT_AFTER)
-        pending = send_all(face, pub, [body], wait=0.1)
-        assert pending == [None]  # the first link is cut by this very message
-        wait_until(lambda: pub.stats.reconnects >= 1, 30, "the first cut")
-        began, first = time.monotonic(), pub.stats.reconnects
-        time.sleep(8.0)  # the window counted: the cuts go on meanwhile, whatever the code
-        rate = (pub.stats.reconnects - first) / (time.monotonic() - began)
-        # Each link dies within milliseconds: reconnecting at once made hundreds a second
-        # here; under the backoff (caps 0.2, 0.4, 0.8, then 1.0 s, jittered) about two.
-        assert rate < 5, f"{rate:.1f} reconnects a second: a storm"
-        assert any("lost" in r.getMessage() and "after it came up" in r.getMessage()
-                   for r in caplog.records)
-        proxy.destroy_toxic("cut")
-        # Once links live again the message goes through, on the next reconnect.
-        wait_until(lambda: pub.stats.confirmed == 1, 30, "the message confirmed")
-        pub.close()
-    finally:
+        return proxy, ConnectionSettings(urls=[url], heartbeat=2, reconnect=RECONNECT,
+                                         name=f"{queue_name}-{actor}")
+
+    yield make
+    for proxy in made:
         proxy.destroy()
+
+
+
+def reconnect_rate(reconnects: Callable[[], int], seconds: float = 8.0) -> float:
+    """Reconnects a second over ``seconds`` (the link keeps dying meanwhile, whatever the
+    code does: a window to count in, not a wait for an event)."""
+    wait_until(lambda: reconnects() >= 1, 30, "the first cut")
+    began, first = time.monotonic(), reconnects()
+    time.sleep(seconds)
+    return (reconnects() - first) / (time.monotonic() - began)
+
+
+def flapped(caplog: pytest.LogCaptureFixture) -> bool:
+    """The SDK said why it waits before reconnecting."""
+    return any("after it came up" in r.getMessage() for r in caplog.records)
+
+
+def test_a_publisher_whose_links_die_at_once_reconnects_under_the_backoff(
+    face: str, publishers: MakePublisher, cluster: LocalCluster, queue: QueueSettings,
+    cut_links: Callable[[str], tuple[Proxy, ConnectionSettings]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="sac")
+    proxy, conn = cut_links("pub")
+    pub = publishers(face, PublisherSettings(conn, queue=queue))
+    pub.start()
+    proxy.add_toxic(type="limit_data", stream="upstream", name="cut",
+                    attributes={"bytes": CUT_AFTER})
+    assert send_all(face, pub, [b"m" * (4 * CUT_AFTER)], wait=0.1) == [None]  # it cuts
+    rate = reconnect_rate(lambda: pub.stats.reconnects)
+    # Each link dies within milliseconds: reconnecting at once made over a hundred a second
+    # here; under the backoff (caps 0.2, 0.4, 0.8, then 1.0 s, jittered) about two.
+    assert rate < 5, f"{rate:.1f} reconnects a second: a storm"
+    assert flapped(caplog)
+    proxy.destroy_toxic("cut")
+    # Once links live again the message goes through, on the next reconnect.
+    wait_until(lambda: pub.stats.confirmed == 1, 30, "the message confirmed")
+    pub.close()
     assert len({mid for mid, _ in copies(cluster.urls()[1], queue.name, 1)}) == 1
+
+
+def test_a_consumer_whose_links_die_at_once_reconnects_under_the_backoff(
+    face: str, publishers: MakePublisher, consumers: Callable[..., ConsumerFace],
+    conn: ConnectionSettings, queue_name: str,
+    cut_links: Callable[[str], tuple[Proxy, ConnectionSettings]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each delivery of a large message cuts the consumer's link: the broker delivers it
+    again on the next one, at once."""
+    caplog.set_level(logging.WARNING, logger="sac")
+    # No delivery limit: the broker would park the message after 20 lost deliveries.
+    queue = QueueSettings(queue_name, delivery_limit=None)
+    pub = publishers(face, PublisherSettings(conn, queue=queue))
+    pub.start()
+    [mid] = pub.publish_many([b"m" * (4 * CUT_AFTER)])
+    proxy, through = cut_links("c")
+    proxy.add_toxic(type="limit_data", stream="downstream", name="cut",
+                    attributes={"bytes": CUT_AFTER})
+    c = consumers(face, ConsumerSettings(through, queue)).start()
+    rate = reconnect_rate(lambda: c.stats.reconnects)
+    assert rate < 5, f"{rate:.1f} reconnects a second: a storm"
+    assert flapped(caplog)
+    proxy.destroy_toxic("cut")
+    wait_until(lambda: mid in c.handled, 30, "the message handled")
+    c.stop()
+    assert c.handled == [mid]
