@@ -123,7 +123,8 @@ def test_an_oversized_message_fails_alone_without_a_reconnect_storm(
     outcomes = send_all(face, pub, bodies, wait=30)
 
     refused = outcomes[5]
-    assert isinstance(refused, MessageTooLarge), f"the big message: {refused!r}"
+    assert isinstance(refused, MessageTooLarge), (
+        f"the big message: {refused!r}, after {pub.stats.reconnects} reconnects")
     assert f"{len(big)} bytes is over the broker's maximum message size of {broker_limit}" \
         in str(refused)
     others = outcomes[:5] + outcomes[6:]
