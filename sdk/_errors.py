@@ -17,7 +17,7 @@ why every constructor passes all its arguments on to ``Exception.__init__``::
     ├── PublishError                          a message could not be published safely
     │   ├── MessageNacked                     the broker nacked it, retries exhausted
     │   ├── MessageReturned                   unroutable with mandatory on
-    │   ├── MessageTooLarge                   over the broker's max message size
+    │   ├── MessageTooLarge                   over the publisher's or broker's max size
     │   ├── ConfirmTimeout                    no confirm within the timeout
     │   └── BlockedTimeout                    connection.blocked outlasted its timeout
     ├── Unconfirmed                           close() left messages unconfirmed (their ids)
@@ -129,7 +129,10 @@ class MessageReturned(PublishError):
 
 
 class MessageTooLarge(PublishError):
-    pass
+    """Over ``PublisherSettings.max_message_size`` (refused before sending), or over the
+    broker's ``max_message_size``: the broker's refusal (it closes the channel) fails that
+    message alone, and the limit it names is kept, so later ones fail before sending. The
+    reason names the size and the limit."""
 
 
 class ConfirmTimeout(PublishError):

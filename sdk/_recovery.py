@@ -10,6 +10,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
+from ._core.attempts import Flaps
 from ._errors import SacError
 from ._history import HistoryRecorder
 from ._settings import ConnectionSettings
@@ -32,6 +33,8 @@ class Recovering:
         self._recovery: asyncio.Task[None] | None = None
         self._opener: object | None = None  # the open() under way, if any
         self._background: set[asyncio.Task[None]] = set()
+        self._flaps = Flaps(connection.reconnect, steady=2.0 * connection.heartbeat)
+        self._up_since = 0.0  # when the current link was set up (loop time)
 
     # -- what subclasses decide
 
@@ -90,6 +93,7 @@ class Recovering:
                 # Lost after the last step answered but before this resumed: a link that is
                 # already gone is not a working one.
                 raise link.lost
+            self._up_since = asyncio.get_running_loop().time()
         except BaseException:
             if self._link is link:
                 self._link = None
@@ -108,7 +112,13 @@ class Recovering:
             return
         self._node_index += 1  # try the next node first
         self._reconnects += 1
-        self._replace_recovery(self._reconnect())
+        lived = asyncio.get_running_loop().time() - self._up_since
+        wait = self._flaps.lost(lived)
+        if wait > 0:
+            log.warning("%s: the link to %s was lost %.2f s after it came up (%s), %d time(s) "
+                        "in a row; reconnecting in %.2f s", self._role, link.node, lived,
+                        reason.reason, self._flaps.streak, wait)
+        self._replace_recovery(self._reconnect(wait))
 
     def _replace_recovery(self, work: Coroutine[Any, Any, None]) -> None:
         if self._recovery is not None:
@@ -132,8 +142,11 @@ class Recovering:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _reconnect(self) -> None:
+    async def _reconnect(self, wait: float = 0.0) -> None:
+        """Reconnect after ``wait`` seconds (a link that died at once, see ``Flaps``)."""
         try:
+            if wait > 0:
+                await asyncio.sleep(wait)
             await self._open(retry=True)
         except asyncio.CancelledError:
             raise

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import ssl
 import time
 import urllib.parse
@@ -37,6 +36,7 @@ from pika.adapters.utils.connection_workflow import (
 from pika.channel import Channel
 
 from ._core.attempts import Attempts
+from ._core.outbox import BrokerClose
 from ._core.queues import BrokerVersion, parse_inequivalent
 from ._core.retry import Retry
 from ._errors import (
@@ -76,21 +76,14 @@ def describe(exc: BaseException | None) -> str:
     return f"{type(exc).__name__}: {text}" if not text.startswith(type(exc).__name__) else text
 
 
-_EXCHANGE_IN_REPLY = re.compile(r"exchange '(?P<name>(?:[^']|'(?! in vhost))*)' in vhost")
-
-
-def refused_exchange(reason: LinkLost) -> tuple[str, str] | None:
-    """``(exchange, why)`` when the broker closed the channel because of a publish to an
-    exchange that does not exist (404) or may not be written to (403)."""
+def broker_close(reason: LinkLost) -> BrokerClose | None:
+    """The broker's reply when it closed the channel itself (its code and text, for the
+    outbox to read: ``sac.sdk._core.outbox.refused_exchange`` and ``refused_size``); None
+    for any other loss."""
     cause = reason.__cause__
     if not isinstance(cause, pika.exceptions.ChannelClosedByBroker):
         return None
-    if cause.reply_code not in (403, 404):
-        return None
-    match = _EXCHANGE_IN_REPLY.search(cause.reply_text)
-    if match is None:
-        return None
-    return match["name"], f"the broker refused the publish: {cause.reply_code} {cause.reply_text}"
+    return BrokerClose(int(cause.reply_code), str(cause.reply_text))
 
 
 def node_of(url: str) -> str:

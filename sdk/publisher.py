@@ -13,6 +13,11 @@ Example::
 A message sent again after a lost confirm carries the header ``x-sac-retransmit`` (it arrives
 with ``redelivered`` false, so the consumer's dedup must look it up).
 
+A message over the broker's ``max_message_size`` fails alone with ``MessageTooLarge``: the
+broker closes the channel over it, the outbox reads the size and the limit from that reply,
+fails every message it holds over the limit, keeps the limit to refuse later ones before
+they are sent, and sends the rest again.
+
 A nack (a quorum queue electing a leader, a full ``reject-publish`` queue) narrows how many
 messages are in flight, down to one probe at a time, paced by ``nack_backoff``; acks widen it
 again (``sac.sdk._core.congestion``, ``PublisherSettings.throttle_on_nack``). So an election costs
@@ -24,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import logging
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
@@ -57,7 +63,7 @@ from ._history import HistoryRecorder
 from ._loop_thread import LoopThread, to_concurrent
 from ._recovery import Recovering
 from ._settings import PublisherSettings
-from ._transport import Link, LinkLost, refused_exchange
+from ._transport import Link, LinkLost, broker_close
 from ._wire.frames import encode_header, encode_id, encode_publish
 
 _Extra = tuple[dict[str, Any] | None, str | None, str | None]
@@ -67,6 +73,8 @@ _Frames = tuple[bytes, bytes, bytes, _Extra | None]
 encoded once when it is handed over, the body, and the options a retransmission's header
 needs again."""
 _METHOD_CACHE = 1024  # encoded Basic.Publish methods kept, one per exchange and routing key
+
+log = logging.getLogger("sac.publisher")
 
 
 class _Batch:
@@ -102,12 +110,6 @@ def _tell(entry: _Entry, error: BaseException | None) -> None:
             waiter.set_result(entry.message_id)
         else:
             waiter.set_exception(error)
-
-
-def _too_large(message_id: str, size: int, limit: int) -> MessageTooLarge:
-    return MessageTooLarge(
-        message_id, f"{size} bytes is over the maximum message size of {limit} bytes"
-    )
 
 
 def _body_bytes(body: Any) -> bytes:
@@ -347,12 +349,13 @@ class AsyncPublisher(Recovering):
                     if type(body) is not bytes:
                         body = _body_bytes(body)
                     size = len(body)
-                    if size > max_size:
-                        raise _too_large(mid, size, max_size)
+                    too_large = box.oversized(mid, size, max_size)
+                    if too_large is not None:
+                        raise too_large
                     header = encode_header(size, encode_id(mid), *extra) if extra else (
                         encode_header(size, encode_id(mid)))
                     entries.append(Entry(0, mid, (method, header, body, extra), 0, 0, None,
-                                         exchange, key, batch))
+                                         exchange, key, batch, size=size))
                     ids.append(mid)
                     done += 1
             finally:
@@ -382,14 +385,16 @@ class AsyncPublisher(Recovering):
         """Check one message and encode what goes on the wire (``ConfigurationError`` for
         what AMQP cannot carry, before anything is sent)."""
         size = len(body)
-        if size > self.settings.max_message_size:
-            raise _too_large(mid, size, self.settings.max_message_size)
+        too_large = self._box.oversized(mid, size, self.settings.max_message_size)
+        if too_large is not None:
+            raise too_large
         method = self._method(exchange, key)
         if extra is None:
             header = encode_header(size, encode_id(mid))
         else:
             header = encode_header(size, encode_id(mid), *extra)
-        return Entry(0, mid, (method, header, body, extra), 0, 0, None, exchange, key)
+        return Entry(0, mid, (method, header, body, extra), 0, 0, None, exchange, key,
+                     size=size)
 
     def _method(self, exchange: str, key: str) -> bytes:
         method = self._methods.get((exchange, key))
@@ -441,6 +446,10 @@ class AsyncPublisher(Recovering):
             elif type(action) is Confirmed:
                 self._confirmed(action.entries)
             elif type(action) is Failed:
+                if type(action.error) is MessageTooLarge:
+                    # The broker refused it (a check before sending raises to the caller):
+                    # said once, here, since nothing else would show why a channel closed.
+                    log.warning("publisher: %s", action.error)
                 _tell(action.entry, action.error)
             elif type(action) is Nacked:
                 if self._recorder is not None:
@@ -573,7 +582,7 @@ class AsyncPublisher(Recovering):
             self._run(self._box.link_up(asyncio.get_running_loop().time()))
 
     def _dropped(self, link: Link, reason: LinkLost) -> None:
-        self._run(self._box.link_lost(refused_exchange(reason)))
+        self._run(self._box.link_lost(broker_close(reason)))
 
     def _give_up(self, exc: SacError) -> None:
         """The reconnect policy is exhausted (``ConnectError`` naming every attempt), or a

@@ -89,3 +89,34 @@ class Attempts:
         count = len(self.failures)
         return (f"could not connect to any of {len(self.nodes)} node(s) after {count} "
                 f"attempt(s) in {elapsed:.1f} s: {told}")
+
+
+@attrs.define
+class Flaps:
+    """Links that come up and die at once, one after another: a reconnect that "succeeds"
+    each time (the link opens, the setup answers) while something kills each new link
+    within moments (the broker closing the channel over a message sent again, a proxy
+    cutting every connection past a few bytes). Each such reconnect resets the ``Attempts``
+    of the next one, so without this the client would reconnect at once, for ever: a storm.
+
+    A link counts as working once it outlived ``steady`` seconds (the client passes two
+    heartbeat intervals: by then a dead peer would have been noticed, so the link proved
+    itself). The n-th loss in a row of links that did not is followed by a wait of
+    ``uniform(0, policy.cap(n))`` (the reconnect backoff's caps, full jitter) before the
+    reconnect begins; a loss after a working link is reconnected at once.
+    Flapping alone never gives up: each link did come up, and what waits on it (a publish's
+    ``confirm_timeout``, a close) has its own bound."""
+
+    policy: Backoff
+    steady: float
+    streak: int = 0
+    """Links lost in a row before they became steady."""
+
+    def lost(self, lived: float, rng: Callable[[], float] = random.random) -> float:
+        """A link that was up for ``lived`` seconds is lost: the seconds to wait before the
+        reconnect begins."""
+        if lived >= self.steady:
+            self.streak = 0
+            return 0.0
+        self.streak += 1
+        return self.policy.cap(self.streak) * rng()

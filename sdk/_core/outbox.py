@@ -22,10 +22,15 @@ Events
     Send what may go now.
 ``link_up(now)``
     A channel in confirm mode is ready (first connect or reconnect): delivery tags restart at 1.
-``link_lost(refused=None)``
+``link_lost(closed=None)``
     The channel or connection is gone; everything unconfirmed goes back in first-publish order,
-    to be sent again with the retransmission mark. ``refused=(exchange, why)``: the broker
-    closed the channel over a publish to that exchange, so its messages fail instead.
+    to be sent again with the retransmission mark. ``closed=BrokerClose(code, text)``: the
+    broker closed the channel with that reply. When the reply says a publish caused it, the
+    messages it names fail instead of going out again (and closing the next channel too): a
+    publish to an exchange that does not exist or may not be written to (403, 404) fails the
+    messages to that exchange; a message over the broker's ``max_message_size`` (406,
+    "message size S is larger than configured max size M") fails every message over M, and M
+    is learnt (``broker_max_size``): ``oversized`` refuses a message over it before it is sent.
 ``acked(tag, multiple, now)`` / ``nacked(tag, multiple, now)``
     ``basic.ack`` / ``basic.nack`` on the current channel.
 ``returned(message_id, reason)``
@@ -69,6 +74,9 @@ Actions
     The close is over; ``unconfirmed`` lists the ids that stayed unconfirmed (then each of
     those callers got ``Failed(..., Unconfirmed)``).
 
+A message's size (``Entry.size``, its body's bytes: what the broker's ``max_message_size``
+counts) is checked with ``oversized(message_id, size, limit)`` before it is accepted.
+
 What a checker reads: ``Outcomes`` folds the actions into the confirmed and failed ids;
 ``outstanding_ids()`` lists what the machine still holds; ``lifecycle.phase`` says whether the
 client is starting, running, closing, closed or failed; ``stats()`` counts publishes,
@@ -81,6 +89,7 @@ import bisect
 import collections
 import heapq
 import random
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar, cast
 
@@ -91,6 +100,7 @@ from .._errors import (
     ConfirmTimeout,
     MessageNacked,
     MessageReturned,
+    MessageTooLarge,
     PublishError,
     SacError,
     Unconfirmed,
@@ -122,6 +132,38 @@ class Entry(InFlight[P], Generic[P, W]):
     """When the broker first refused it (its nack budget runs from here)."""
     told: bool = False
     """Its caller already heard an outcome (the message may still be tracked)."""
+    size: int = 0
+    """Its body's bytes: what the broker's ``max_message_size`` counts."""
+
+
+class BrokerClose(NamedTuple):
+    """The broker's reply when it closed the channel (``channel.close``)."""
+
+    code: int
+    text: str
+
+
+_EXCHANGE_IN_REPLY = re.compile(r"exchange '(?P<name>(?:[^']|'(?! in vhost))*)' in vhost")
+_SIZE_IN_REPLY = re.compile(
+    r"message size (?P<size>\d+) is larger than (?:configured )?max size (?P<limit>\d+)")
+
+
+def refused_exchange(closed: BrokerClose) -> str | None:
+    """The exchange a publish was refused for (404: it does not exist; 403: it may not be
+    written to), or None when the close says nothing of the kind."""
+    if closed.code not in (403, 404):
+        return None
+    match = _EXCHANGE_IN_REPLY.search(closed.text)
+    return None if match is None else match["name"]
+
+
+def refused_size(closed: BrokerClose) -> tuple[int, int] | None:
+    """``(size, limit)`` when the broker closed the channel because a message's body was
+    over its ``max_message_size`` (406 PRECONDITION_FAILED, RabbitMQ 3.10 to 4.x)."""
+    if closed.code != 406:
+        return None
+    match = _SIZE_IN_REPLY.search(closed.text)
+    return None if match is None else (int(match["size"]), int(match["limit"]))
 
 
 @attrs.frozen
@@ -214,6 +256,9 @@ class Outbox(Generic[P, W]):
         """The client's phase: the shell's ``start``/``close`` and this machine move it."""
         self.up = False
         """A channel in confirm mode is ready (``link_up``) and not lost since."""
+        self.broker_max_size: int | None = None
+        """The broker's ``max_message_size``, once a refusal told it (the AMQP handshake
+        does not); None until then."""
         self.blocked_since: float | None = None
         self._blocked_check: float | None = None
         self._resume_at: float | None = None
@@ -253,6 +298,20 @@ class Outbox(Generic[P, W]):
 
     def outstanding_ids(self) -> list[str]:
         return [entry.message_id for entry in self.entries()]
+
+    def oversized(self, message_id: str, size: int, limit: int) -> MessageTooLarge | None:
+        """The error for a message of ``size`` bytes when it is over ``limit`` (the
+        publisher's setting) or over the broker's limit learnt from a refusal; None when it
+        may go. Checked before it is accepted, so that it fails alone, never sent."""
+        learnt = self.broker_max_size
+        if learnt is not None and learnt < limit and size > learnt:
+            return MessageTooLarge(message_id, (
+                f"{size} bytes is over the broker's maximum message size of {learnt} bytes "
+                f"(learnt when the broker refused a message over it)"))
+        if size > limit:
+            return MessageTooLarge(
+                message_id, f"{size} bytes is over the maximum message size of {limit} bytes")
+        return None
 
     def stats(self) -> OutboxStats:
         return OutboxStats(self._published, self._retransmitted, self._confirmed,
@@ -306,20 +365,13 @@ class Outbox(Generic[P, W]):
         self._timer_dirty = True
         return self._settled([])
 
-    def link_lost(self, refused: tuple[str, str] | None = None) -> list[Action]:
+    def link_lost(self, closed: BrokerClose | None = None) -> list[Action]:
         actions: list[Action] = []
         if self.up:
             self.up = False
             self._lose_window()
-        if refused is not None:
-            exchange, why = refused
-            keep: collections.deque[Entry[P, W]] = collections.deque()
-            for entry in self._backlog:
-                if entry.exchange == exchange:
-                    self._fail(entry, PublishError(entry.message_id, why), actions)
-                else:
-                    keep.append(entry)
-            self._keep(keep)
+        if closed is not None:
+            self._refused(closed, actions)
         return self._settled(actions)
 
     def acked(self, tag: int, multiple: bool, now: float) -> list[Action]:
@@ -487,6 +539,51 @@ class Outbox(Generic[P, W]):
         self._returns = 0
         if lost:
             self._backlog = collections.deque(sorted([*lost, *self._backlog], key=_by_seq))
+
+    def _refused(self, closed: BrokerClose, actions: list[Action]) -> None:
+        """The broker closed the channel over a publish: the messages its reply names fail,
+        out of the outbox, since each would close the next channel too (and a reconnect
+        would look like a success each time: a storm). The rest go out again."""
+        reply = f"the broker closed the channel: {closed.code} {closed.text}"
+        exchange = refused_exchange(closed)
+        if exchange is not None:
+            self._drop_where(lambda entry: entry.exchange == exchange, lambda entry: (
+                PublishError(entry.message_id, f"the broker refused the publish: "
+                                               f"{closed.code} {closed.text}")), actions)
+            return
+        sized = refused_size(closed)
+        if sized is None:
+            return
+        _size, limit = sized
+        if self.broker_max_size is None or limit < self.broker_max_size:
+            self.broker_max_size = limit
+        self._drop_where(lambda entry: entry.size > limit, lambda entry: MessageTooLarge(
+            entry.message_id,
+            f"{entry.size} bytes is over the broker's maximum message size of {limit} bytes "
+            f"({reply})"), actions)
+
+    def _drop_where(
+        self,
+        doomed: Callable[[Entry[P, W]], bool],
+        error: Callable[[Entry[P, W]], BaseException],
+        actions: list[Action],
+    ) -> None:
+        """Every message held and not in flight (the backlog, the parked) for which
+        ``doomed`` holds leaves the outbox; each caller not told yet hears ``error``."""
+        keep: collections.deque[Entry[P, W]] = collections.deque()
+        for entry in self._backlog:
+            if doomed(entry):
+                self._fail(entry, error(entry), actions)
+                self._timed.pop(entry.seq, None)
+            else:
+                keep.append(entry)
+        self._keep(keep)
+        for seq, entry in list(self._parked.items()):
+            if doomed(entry):
+                del self._parked[seq]  # its heap item is skipped when due
+                self._held -= 1
+                self._fail(entry, error(entry), actions)
+                self._timed.pop(seq, None)
 
     def _retry_nacked(self, entry: Entry[P, W], now: float, actions: list[Action]) -> None:
         if entry.first_nack is None:

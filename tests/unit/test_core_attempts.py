@@ -7,7 +7,7 @@ import pickle
 import pytest
 
 from sac.sdk import ConnectError
-from sac.sdk._core.attempts import Attempts
+from sac.sdk._core.attempts import Attempts, Flaps
 from sac.sdk._core.backoff import Backoff
 
 NODES = ["a:5672", "b:5672", "c:5672"]
@@ -74,3 +74,16 @@ def test_the_error_carries_the_attempts_and_survives_pickling() -> None:
 def test_no_node_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one node"):
         Attempts([], start=0, policy=Backoff(), retry=False)
+
+
+def test_links_that_die_at_once_in_a_row_are_reconnected_under_the_backoff() -> None:
+    """A reconnect that "succeeds" but whose link dies at once must not be made again at
+    once: the n-th such loss in a row waits up to the backoff's n-th cap (full jitter)."""
+    policy = Backoff(initial=0.1, maximum=2.0, max_attempts=3, max_elapsed=1.0)
+    flaps = Flaps(policy, steady=4.0)
+    assert flaps.lost(60.0, rng=lambda: 1.0) == 0.0  # a working link lost: at once
+    waits = [flaps.lost(0.03, rng=lambda: 1.0) for _ in range(8)]
+    assert waits == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0, 2.0]  # capped, never given up
+    assert flaps.lost(0.03, rng=lambda: 0.25) == 0.5  # jittered below the cap
+    assert flaps.lost(4.0, rng=lambda: 1.0) == 0.0  # one steady link ends the streak
+    assert flaps.lost(0.03, rng=lambda: 1.0) == 0.1

@@ -22,6 +22,7 @@ from sac.sdk import (
     LifecycleError,
     MessageNacked,
     MessageReturned,
+    MessageTooLarge,
     PublishError,
     Unconfirmed,
 )
@@ -29,6 +30,7 @@ from sac.sdk._core.backoff import Backoff
 from sac.sdk._core.lifecycle import Phase
 from sac.sdk._core.outbox import (
     Action,
+    BrokerClose,
     Closed,
     Confirmed,
     Entry,
@@ -41,9 +43,17 @@ from sac.sdk._core.outbox import (
     Returned,
     Send,
     SetTimer,
+    refused_size,
 )
 
 NACKS = Backoff(initial=0.05, maximum=0.4, max_attempts=4, max_elapsed=3.0)
+LIMIT = 1000  # the publisher's max_message_size in these tests
+
+
+def too_large(size: int, limit: int) -> BrokerClose:
+    """The broker's reply when a message of ``size`` bytes is over its ``limit`` (3.10, 4.0)."""
+    return BrokerClose(406, f"PRECONDITION_FAILED - message size {size} is larger than "
+                            f"configured max size {limit}")
 
 
 def policy(**changes: Any) -> OutboxPolicy:
@@ -81,6 +91,9 @@ class Wire:
                     # unmarked (``sends`` counts every time it went out).
                     assert mid not in self.outcomes.confirmed
                     assert entry.sends == self.sends.get(mid, 0) + 1
+                    # Nothing over the broker's limit, once learnt, goes out again.
+                    limit = self.box.broker_max_size
+                    assert limit is None or entry.size <= limit
                     self.sends[mid] = entry.sends
                     self.tags[self.next_tag] = entry
                     self.next_tag += 1
@@ -102,16 +115,20 @@ class Wire:
         self.tags, self.next_tag = {}, 1
         return self.run(self.box.link_up(self.now))
 
-    def lose(self, refused: tuple[str, str] | None = None) -> list[Action]:
+    def lose(self, closed: BrokerClose | None = None) -> list[Action]:
         self.tags, self.next_tag = {}, 1
-        return self.run(self.box.link_lost(refused))
+        return self.run(self.box.link_lost(closed))
 
-    def publish(self, count: int = 1, exchange: str = "", timed: bool = False) -> list[str]:
+    def publish(self, count: int = 1, exchange: str = "", timed: bool = False,
+                size: int = 0) -> list[str]:
+        """``count`` messages of ``size`` bytes; those ``oversized`` refuses are not accepted
+        (the shell raises to their caller)."""
         entries: list[Entry[str, None]] = []
         for _ in range(count):
             self.made += 1
             mid = f"m{self.made}"
-            entries.append(Entry(0, mid, f"body {mid}", exchange=exchange))
+            if self.box.oversized(mid, size, LIMIT) is None:
+                entries.append(Entry(0, mid, f"body {mid}", exchange=exchange, size=size))
         self.box.accept(entries, self.now, timed)
         self.run(self.box.flush())
         return [e.message_id for e in entries]
@@ -455,11 +472,91 @@ def test_a_refused_exchange_fails_its_messages_and_the_rest_go_on() -> None:
     wire.start()
     good = wire.publish(1)
     bad = wire.publish(2, exchange="missing")
-    wire.lose(refused=("missing", "404 NOT_FOUND - no exchange 'missing'"))
+    wire.lose(BrokerClose(404, "NOT_FOUND - no exchange 'missing' in vhost '/'"))
     assert set(wire.failures()) == set(bad)
     assert all(type(e) is PublishError for e in wire.failures().values())
     wire.up()
     assert wire.sent[-1] == (good[0], 2)
+
+
+def test_the_broker_size_refusal_is_read_from_its_reply() -> None:
+    assert refused_size(too_large(17825792, 16777216)) == (17825792, 16777216)
+    # RabbitMQ's words when the limit is its own hard maximum (512 MiB)
+    assert refused_size(BrokerClose(
+        406, "PRECONDITION_FAILED - message size 600000000 is larger than max size 536870912"
+    )) == (600000000, 536870912)
+    assert refused_size(BrokerClose(406, "PRECONDITION_FAILED - inequivalent arg "
+                                         "'x-queue-type' for queue 'q'")) is None
+    assert refused_size(BrokerClose(404, "message size 2 is larger than max size 1")) is None
+
+
+def test_an_oversized_message_fails_alone_and_the_rest_go_out_again_in_order() -> None:
+    """The broker closes the channel over the third message: it fails, naming its size and
+    the limit; the ones before and after it go out again, marked, in their order, once."""
+    wire = Wire()
+    wire.start()
+    before = wire.publish(2, size=10)
+    [big] = wire.publish(1, size=900)
+    after = wire.publish(2, size=10)
+    wire.ack(1)  # the first was confirmed before the close
+    wire.sent.clear()
+    wire.lose(too_large(900, 500))
+    failures = wire.failures()
+    assert list(failures) == [big]
+    assert type(failures[big]) is MessageTooLarge
+    assert "900 bytes is over the broker's maximum message size of 500 bytes" in str(
+        failures[big])
+    assert wire.box.broker_max_size == 500
+    wire.up()
+    for _ in range(3):  # the window starts from one probe after a loss
+        wire.ack_all()
+    assert wire.sent == [(before[1], 2), (after[0], 2), (after[1], 2)]
+    assert set(wire.outcomes.confirmed) == {*before, *after}
+    assert wire.box.outstanding == 0
+
+
+def test_the_learnt_limit_refuses_a_message_before_it_is_sent() -> None:
+    wire = Wire()
+    wire.start()
+    wire.publish(1, size=700)
+    wire.lose(too_large(700, 500))
+    wire.up()
+    error = wire.box.oversized("next", 501, LIMIT)
+    assert type(error) is MessageTooLarge
+    assert "501 bytes is over the broker's maximum message size of 500 bytes" in str(error)
+    assert wire.box.oversized("next", 500, LIMIT) is None
+    # the publisher's own setting, when lower, is the one that speaks
+    assert "over the maximum message size of 400 bytes" in str(
+        wire.box.oversized("next", 450, 400))
+    assert wire.publish(1, size=600) == []  # not accepted: nothing goes out
+    assert wire.box.outstanding == 0
+
+
+def test_a_size_refusal_that_names_no_message_held_fails_nothing() -> None:
+    wire = Wire()
+    wire.start()
+    ids = wire.publish(3, size=10)
+    wire.lose(too_large(900, 500))  # e.g. the culprit already failed another way
+    assert wire.failures() == {}
+    assert wire.box.outstanding_ids() == ids
+    assert wire.box.broker_max_size == 500
+
+
+def test_a_parked_oversized_message_fails_too() -> None:
+    """Without the throttle a nacked message waits parked; a size refusal reaches it there."""
+    wire = Wire(policy(throttle_on_nack=False))
+    wire.start()
+    [big] = wire.publish(1, size=800)
+    [small] = wire.publish(1, size=10)
+    wire.nack(1)  # ``big`` parked for its retry
+    wire.lose(too_large(800, 500))
+    assert list(wire.failures()) == [big]
+    assert wire.box.outstanding_ids() == [small]
+    wire.advance(5.0)
+    wire.up()
+    wire.ack_all()
+    assert set(wire.outcomes.confirmed) == {small}
+    assert wire.box.outstanding == 0
 
 
 # ------------------------------------------------------------------- random event sequences
@@ -517,7 +614,8 @@ def drive(
         if kind == "publish" and phase is Phase.RUNNING:
             count = min(event[1], wire.box.room)
             if count:
-                accepted += wire.publish(count, timed=rng.random() < 0.3)
+                accepted += wire.publish(count, timed=rng.random() < 0.3,
+                                         size=rng.randint(0, 100))
         elif kind in ("ack", "nack") and wire.tags:
             tags = sorted(wire.tags)
             tag = tags[event[1] % len(tags)]
@@ -530,7 +628,17 @@ def drive(
             entry = wire.tags[tags[event[1] % len(tags)]]
             wire.run(wire.box.returned(entry.message_id, "unroutable"))
         elif kind == "lose":
-            wire.lose()
+            # Now and then the broker refuses a message's size: that one, and any other
+            # over the limit, fail; the rest stay held; nothing over it goes out again.
+            sizes = [e.size for e in wire.box.entries()]
+            if len(event) > 1 and event[1] and sizes:
+                limit = rng.randint(0, max(sizes))
+                failed = [a.entry for a in wire.lose(too_large(max(sizes), limit))
+                          if isinstance(a, Failed)]
+                assert all(e.size > limit for e in failed)
+                assert all(e.size <= limit for e in wire.box.entries())
+            else:
+                wire.lose()
         elif kind == "up" and not wire.box.up and phase is Phase.RUNNING:
             wire.up()
         elif kind == "blocked" and wire.box.up:
@@ -587,6 +695,8 @@ def schedule(rng: random.Random, length: int) -> list[tuple[Any, ...]]:
             events.append((kind, rng.randint(0, 30), rng.random() < 0.3))
         elif kind == "wait":
             events.append((kind, rng.choice([0.01, 0.1, 0.5, 2.0, 6.0])))
+        elif kind == "lose":
+            events.append((kind, rng.random() < 0.3))
         elif kind == "return":
             events.append((kind, rng.randint(0, 30)))
         elif kind == "blocked":
