@@ -23,6 +23,8 @@ READ_SIZE = 32 * 1024
 PIPELINE = 64
 """Chunks read ahead of the toxics per direction (at most ``PIPELINE * READ_SIZE`` bytes)."""
 _LINGER_RESET = struct.pack("ii", 1, 0)
+STOP_GRACE = 2.0
+"""Seconds a stopping proxy lets its connections close cleanly before it drops them."""
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
@@ -87,6 +89,16 @@ class Connection:
     def reset(self) -> None:
         """Close both sides with a TCP RST, as a crashed peer does."""
         self._shut(_reset)
+
+    def abort(self) -> None:
+        """Drop both sides at once, even after a clean close began: a clean close waits to
+        flush what is buffered, for ever if a peer stopped reading (a frozen process), and
+        so does a pump waiting to hand it more."""
+        self._closed = True
+        for _, writer in (self._client, self._server):
+            writer.transport.abort()
+        for timer in self._timers.values():
+            timer.cancel()
 
     def _shut(self, how: Callable[[asyncio.StreamWriter], None]) -> None:
         if self._closed:
@@ -239,7 +251,11 @@ class Proxy:
         for connection in list(self._connections):
             connection.close()
         if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            _, pending = await asyncio.wait(self._tasks, timeout=STOP_GRACE)
+            if pending:  # a peer that reads nothing more: its close would never finish
+                for connection in list(self._connections):
+                    connection.abort()
+                await asyncio.gather(*pending, return_exceptions=True)
 
     def toxics_changed(self, removed: Toxic | None = None) -> None:
         for connection in list(self._connections):

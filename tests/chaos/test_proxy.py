@@ -227,6 +227,48 @@ def test_disable_closes_connections_and_enable_listens_again(
     assert _echo_time(proxy.listen, b"back") >= 0
 
 
+def test_a_client_that_stopped_reading_does_not_hold_up_a_delete(
+        fault_proxy: ProxyThread, client: Toxiproxy) -> None:
+    """A frozen client (SIGSTOP: it reads nothing more) under an upstream that keeps
+    writing: the proxy's buffers to it fill up and a clean close could never flush them. A
+    delete must still end its connections, and answer, within its grace of 2 s."""
+    stop = threading.Event()
+    sent = [0]
+
+    class _Firehose(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            with contextlib.suppress(OSError):
+                while not stop.is_set():
+                    self.request.sendall(b"x" * 65536)
+                    sent[0] += 1
+
+    def stalled() -> bool:
+        """Every buffer between the upstream and the client is full: nothing moved for
+        half a second."""
+        before = sent[0]
+        time.sleep(0.5)
+        return sent[0] == before
+
+    with _EchoServer(("127.0.0.1", 0), _Firehose) as upstream:
+        threading.Thread(target=upstream.serve_forever, daemon=True).start()
+        proxy = client.create(upstream=f"127.0.0.1:{upstream.server_address[1]}",
+                              name="firehose")
+        try:
+            with _connect(proxy.listen) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                assert sock.recv(1)  # the flow is on; from now on this client reads nothing
+                deadline = time.monotonic() + 30
+                while not stalled():
+                    assert time.monotonic() < deadline, "the flow never stalled"
+                started = time.monotonic()
+                status, _ = _http(fault_proxy, "DELETE", "/proxies/firehose")
+                assert status == 204
+                assert time.monotonic() - started < WAIT
+        finally:
+            stop.set()
+            upstream.shutdown()
+
+
 def test_disable_also_ends_connections_still_dialing_the_upstream(client: Toxiproxy) -> None:
     """An upstream whose accept queue is full drops SYNs, so the proxy's dial hangs; a
     disable must end that client's connection at once, and the dial must never turn into a
