@@ -70,18 +70,23 @@ def _past(after: int, end: int, what: str) -> Undecodable:
     return Undecodable(f"{what} runs past the end of the headers ({after - end} bytes short)")
 
 
+def _sized(data: bytes, at: int, end: int, what: str) -> tuple[int, int]:
+    """Where the ``what`` whose 32-bit size is at ``at`` starts and ends, within ``end``."""
+    start = at + 4
+    if start > end:
+        raise _past(start, end, f"{what}'s size")
+    after = start + _U32.unpack_from(data, at)[0]
+    if after > end:
+        raise _past(after, end, what)
+    return start, after
+
+
 def _table(data: bytes, at: int, end: int, depth: int) -> tuple[dict[Any, Any], int]:
     """The table at ``at``, which must end by ``end``; nested ``depth`` levels deep."""
     if depth > MAX_DEPTH:
         raise Undecodable(f"tables nested deeper than {MAX_DEPTH} levels")
-    body = at + 4
-    if body > end:
-        raise _past(body, end, "a table's size")
-    limit = body + _U32.unpack_from(data, at)[0]
-    if limit > end:
-        raise _past(limit, end, "a table")
+    at, limit = _sized(data, at, end, "a table")
     result: dict[Any, Any] = {}
-    at = body
     while at < limit:
         key_end = at + 1 + data[at]
         if key_end > limit:
@@ -115,12 +120,7 @@ def _value(data: bytes, at: int, end: int, depth: int) -> tuple[Any, int]:
                 raise Undecodable(f"a float ({number}) that pika cannot decode") from None
         return number, after
     if kind == 0x53 or kind == 0x78:  # 'S' long string, 'x' byte array
-        start = at + 4
-        if start > end:
-            raise _past(start, end, "a long string's size")
-        after = start + _U32.unpack_from(data, at)[0]
-        if after > end:
-            raise _past(after, end, "a long string")
+        start, after = _sized(data, at, end, "a long string")
         raw = data[start:after]
         if kind == 0x78:
             return raw, after
@@ -133,14 +133,8 @@ def _value(data: bytes, at: int, end: int, depth: int) -> tuple[Any, int]:
     if kind == 0x41:  # 'A' array
         if depth + 1 > MAX_DEPTH:
             raise Undecodable(f"tables nested deeper than {MAX_DEPTH} levels")
-        start = at + 4
-        if start > end:
-            raise _past(start, end, "an array's size")
-        limit = start + _U32.unpack_from(data, at)[0]
-        if limit > end:
-            raise _past(limit, end, "an array")
+        at, limit = _sized(data, at, end, "an array")
         items: list[Any] = []
-        at = start
         while at < limit:
             item, at = _value(data, at, limit, depth + 1)
             items.append(item)
