@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from sac.chaos.proxy import ProxyThread
 from sac.server import LocalCluster, LocalPostgres, LocalServer, LocalSpark, LocalZooKeeper
 
 LOG_TAIL_LINES = 40
@@ -102,6 +103,13 @@ def spark_standalone(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[Lo
     pytestconfig.stash[_servers_key].append(local)
     with local:
         yield local
+
+
+@pytest.fixture(scope="module")
+def fault_proxy() -> Iterator[ProxyThread]:
+    """The fault proxy (Toxiproxy's API) in a thread of the test process, one per module."""
+    with ProxyThread() as running:
+        yield running
 
 
 @pytest.fixture

@@ -50,12 +50,6 @@ def echo() -> Iterator[str]:
     server.server_close()
 
 
-@pytest.fixture(scope="module")
-def fault_proxy() -> Iterator[ProxyThread]:
-    with ProxyThread() as running:
-        yield running
-
-
 @pytest.fixture
 def client(fault_proxy: ProxyThread) -> Iterator[Toxiproxy]:
     toxiproxy = Toxiproxy()

@@ -24,12 +24,6 @@ WAIT = 5.0  # seconds any single wait may take before the test fails
 QUICK = ApiLimits(idle_timeout=0.5, request_timeout=0.5, max_connections=2)
 
 
-@pytest.fixture(scope="module")
-def fault_proxy() -> Iterator[ProxyThread]:
-    with ProxyThread() as running:
-        yield running
-
-
 def _request(port: int, method: str, path: str, body: bytes | None = None,
              headers: dict[str, str] | None = None) -> tuple[int, Any]:
     """One request on a connection of its own: the status and the decoded JSON answer."""

@@ -22,12 +22,6 @@ def group(queue_name: str) -> str:
     return f"/sac-tests/{queue_name}"
 
 
-@pytest.fixture(scope="module")
-def fault_proxy() -> Iterator[ProxyThread]:
-    with ProxyThread() as running:
-        yield running
-
-
 @pytest.fixture
 def zk_link(
     fault_proxy: ProxyThread, zookeeper_short_tick: LocalZooKeeper

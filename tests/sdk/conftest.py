@@ -111,23 +111,32 @@ def healed(cluster: LocalCluster) -> Iterator[LocalCluster]:
     cluster.wait_members(cluster.nodes, timeout=90)
 
 
-def drain(url: str, queue: str, expected: int, timeout: float = 60) -> list[str]:
-    """Every message id in ``queue`` (acked away): until ``expected`` distinct ids arrived
-    and the queue stayed quiet for a second, so that duplicates are counted too."""
-    ids: list[str] = []
+def drained(url: str, queue: str, expected: int, timeout: float = 60
+            ) -> list[pika.BasicProperties]:
+    """The properties of every message in ``queue`` (acked away): until ``expected``
+    distinct ids arrived and the queue stayed quiet for a second, so that duplicates are
+    counted too."""
+    found: list[pika.BasicProperties] = []
+    ids: set[str] = set()
     deadline = time.monotonic() + timeout
     with pika.BlockingConnection(pika.URLParameters(url)) as connection:
         channel = connection.channel()
         channel.basic_qos(prefetch_count=1000)
         for method, props, _body in channel.consume(queue, inactivity_timeout=1.0):
             if method is None:
-                if len(set(ids)) >= expected or time.monotonic() > deadline:
+                if len(ids) >= expected or time.monotonic() > deadline:
                     break
                 continue
-            ids.append(str(props.message_id))
+            found.append(props)
+            ids.add(str(props.message_id))
             channel.basic_ack(method.delivery_tag)
         channel.cancel()
-    return ids
+    return found
+
+
+def drain(url: str, queue: str, expected: int, timeout: float = 60) -> list[str]:
+    """Every message id in ``queue`` (acked away), duplicates included (``drained``)."""
+    return [str(props.message_id) for props in drained(url, queue, expected, timeout)]
 
 
 def queue_leader(cluster: LocalCluster, queue: str) -> int:

@@ -79,13 +79,7 @@ def test_a_message_with_headers_nested_thousands_deep_is_parked_and_the_rest_han
     ])
     consumer = consumers(face, ConsumerSettings(
         attrs.evolve(conn, name=f"{queue.name}-c"), queue)).start()
-    try:
-        wait_until(lambda: consumer.count() >= len(good) and consumer.stats.parked >= 1, 30,
-                   "the good messages handled and the bad one parked")
-    except AssertionError as exc:
-        stats = consumer.stats
-        raise AssertionError(f"{exc}: handled {consumer.handled}, {stats.reconnects} "
-                             f"reconnects, {stats.parked} parked") from None
+    handled_and_parked(consumer, len(good), 1)
     assert consumer.handled == good, "the good ones, once each, in order"
     assert consumer.stats.reconnects == 0, "a hostile header cost the connection"
     assert consumer.stats.handler_errors == 0, "the handler saw the hostile message"
@@ -97,3 +91,15 @@ def test_a_message_with_headers_nested_thousands_deep_is_parked_and_the_rest_han
     assert "nested deeper than 64 levels" in parked.reason
     assert parked.attempts == 0
     assert consumer.role is Role.ACTIVE, "the consumer stopped"
+
+
+def handled_and_parked(consumer: ConsumerFace, handled: int, parked: int) -> None:
+    """Wait until ``handled`` messages were handled and ``parked`` parked; a timeout says
+    what happened instead (a hostile header that cost the connection shows as reconnects)."""
+    try:
+        wait_until(lambda: consumer.count() >= handled and consumer.stats.parked >= parked, 30,
+                   f"{handled} message(s) handled and {parked} parked")
+    except AssertionError as exc:
+        stats = consumer.stats
+        raise AssertionError(f"{exc}: handled {consumer.handled}, {stats.reconnects} "
+                             f"reconnects, {stats.parked} parked") from None

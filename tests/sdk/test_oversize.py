@@ -26,7 +26,6 @@ import re
 import time
 from collections.abc import Callable, Iterator
 
-import pika
 import pytest
 from toxiproxy import Toxiproxy
 from toxiproxy.proxy import Proxy
@@ -44,6 +43,7 @@ from sac.sdk import (
 from sac.sdk._delivery import RETRANSMIT_HEADER
 from sac.server import LocalCluster
 from tests.helpers import wait_until
+from tests.sdk.conftest import drained
 from tests.sdk.faces import ConsumerFace, PublisherFace
 
 MakePublisher = Callable[..., PublisherFace]
@@ -89,22 +89,9 @@ def send_all(face: str, pub: PublisherFace, bodies: list[bytes], wait: float) ->
 
 
 def copies(url: str, queue: str, expected: int, timeout: float = 30) -> list[tuple[str, bool]]:
-    """Every message in ``queue`` (acked away) as (id, marked as a retransmission): until
-    ``expected`` distinct ids arrived and the queue stayed quiet for a second."""
-    found: list[tuple[str, bool]] = []
-    deadline = time.monotonic() + timeout
-    with pika.BlockingConnection(pika.URLParameters(url)) as connection:
-        channel = connection.channel()
-        channel.basic_qos(prefetch_count=100)
-        for method, props, _body in channel.consume(queue, inactivity_timeout=1.0):
-            if method is None:
-                if len({mid for mid, _ in found}) >= expected or time.monotonic() > deadline:
-                    break
-                continue
-            found.append((str(props.message_id), RETRANSMIT_HEADER in (props.headers or {})))
-            channel.basic_ack(method.delivery_tag)
-        channel.cancel()
-    return found
+    """Every message in ``queue`` (acked away) as (id, marked as a retransmission)."""
+    return [(str(props.message_id), RETRANSMIT_HEADER in (props.headers or {}))
+            for props in drained(url, queue, expected, timeout)]
 
 
 def test_an_oversized_message_fails_alone_without_a_reconnect_storm(
@@ -147,12 +134,6 @@ def test_an_oversized_message_fails_alone_without_a_reconnect_storm(
     assert {mid for mid, _ in found} == confirmed  # nothing lost, nothing foreign
     for mid in confirmed:  # a copy beyond the first only as a marked retransmission
         assert [marked for m, marked in found if m == mid].count(False) <= 1, mid
-
-
-@pytest.fixture(scope="module")
-def fault_proxy() -> Iterator[ProxyThread]:
-    with ProxyThread() as running:
-        yield running
 
 
 CUT_AFTER = 8 * 1024

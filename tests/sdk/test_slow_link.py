@@ -39,12 +39,6 @@ HEARTBEAT = 1
 """Seconds: the SDK drops a link after two of them without a byte."""
 
 
-@pytest.fixture(scope="module")
-def fault_proxy() -> Iterator[ProxyThread]:
-    with ProxyThread() as running:
-        yield running
-
-
 @pytest.fixture
 def slow_link(
     fault_proxy: ProxyThread, cluster: LocalCluster

@@ -37,9 +37,14 @@ from sac.sdk import (
     replay_parked,
 )
 from sac.server import LocalCluster
-from tests.helpers import wait_until
 from tests.sdk.faces import ConsumerFace
-from tests.sdk.test_hostile_frames import DEPTH, RawProperties, nested_headers, publish_raw
+from tests.sdk.test_hostile_frames import (
+    DEPTH,
+    RawProperties,
+    handled_and_parked,
+    nested_headers,
+    publish_raw,
+)
 from tests.sdk.test_poison import declare
 
 FAR = 2**63
@@ -201,13 +206,7 @@ def test_a_delivery_that_pika_decodes_is_parked_when_its_headers_cannot_be(
     asyncio.run_coroutine_threadsafe(to_pika(), link.closed.get_loop()).result(10)
     publish_raw(cluster, queue.name, hostile_mix())
     good = ["good-1", "good-2", "good-3"]
-    try:
-        wait_until(lambda: consumer.count() >= len(good) and consumer.stats.parked >= 2, 30,
-                   "the good messages handled and the others parked")
-    except AssertionError as exc:
-        stats = consumer.stats
-        raise AssertionError(f"{exc}: handled {consumer.handled}, {stats.reconnects} "
-                             f"reconnects, {stats.parked} parked") from None
+    handled_and_parked(consumer, len(good), 2)
     assert consumer.handled == good
     assert consumer.stats.reconnects == 0, "a hostile header cost the connection"
     parked = parked_messages(conn, queue)

@@ -30,6 +30,7 @@ from pika.channel import ContentFrameAssembler
 from pika.spec import Basic, BasicProperties, Channel, Connection
 
 from sac.sdk._wire.deliveries import InboundDeliveries
+from tests.sdk.test_hostile_frames import nested_headers
 
 # Small frames, so that multi-frame bodies stay cheap to generate (4096 is AMQP's minimum).
 FRAME_MAX = 4096
@@ -998,13 +999,6 @@ def test_a_large_message_counts_as_traffic_while_it_arrives() -> None:
 # ------------------------------------------------------------- 7. headers that do not decode
 
 
-def _nested_table(depth: int) -> bytes:
-    table = struct.pack(">I", 0)
-    for _ in range(depth - 1):
-        inner = b"\x01kF" + table
-        table = struct.pack(">I", len(inner)) + inner
-    return table
-
 
 def _hostile(channel: int, tag: str, priority: bool, body: bytes = b"payload") -> list[bytes]:
     """A delivery whose headers table is nested 5000 deep (pika: ``RecursionError``), with a
@@ -1012,7 +1006,7 @@ def _hostile(channel: int, tag: str, priority: bool, body: bytes = b"payload") -
     deliver = method(channel, Basic.Deliver(consumer_tag=tag, delivery_tag=9,
                                             exchange="", routing_key="q"))
     flags = (1 << 15) | (1 << 13) | (1 << 12) | (1 << 7) | (1 << 6)
-    props = b"\x0atext/plain" + _nested_table(5000) + b"\x02"
+    props = b"\x0atext/plain" + nested_headers(5000) + b"\x02"
     if priority:
         flags |= 1 << 11
         props += b"\x05"
