@@ -113,6 +113,13 @@ class _Isolate:
     """A batch's commit was refused for one message's data: try each message alone."""
 
 
+class _CommitRefused(Exception):
+    """The store refused a batch's commit for what its messages wrote
+    (``Store.message_fault``); ``__cause__`` is its error. Only the commit is judged so: the
+    same error from claiming the epoch or from the lookup is the store's, never a
+    message's."""
+
+
 class Inbox:
     """Wraps an effect ``(delivery, tx) -> None`` for one consumer. The consumer opens it at
     start (so a bad store fails before any message is consumed) and closes it at stop."""
@@ -277,16 +284,18 @@ class Inbox:
                 return self._attempt(queue, deliveries)
             except StaleEpoch as exc:
                 return exc  # this consumer was replaced: not a store failure to retry
-            except Exception as exc:
-                if not self.store.message_fault(exc):
-                    raise  # an outage, or the store's set-up: tried again under store_retry
+            except _CommitRefused as refused:
                 # The store refused what one of the messages wrote, at the commit (a
                 # deferred constraint): not an outage that waiting mends. Alone in its
                 # batch, that message failed (the consumer retries it, then parks it);
-                # in a batch, each message is tried on its own to find which.
+                # in a batch, each message is tried on its own to find which. Anything
+                # else raised here is an outage, or the store's set-up: tried again
+                # under store_retry.
+                cause = refused.__cause__
+                assert isinstance(cause, Exception)
                 log.warning("%s refused a commit of %d message(s) for their data (%s)",
-                            self.store.description, len(deliveries), exc)
-                return [exc] if len(deliveries) == 1 else _Isolate()
+                            self.store.description, len(deliveries), cause)
+                return [cause] if len(deliveries) == 1 else _Isolate()
 
         def retried(_failures: int, delay: float, exc: BaseException) -> None:
             self._retries += 1
@@ -328,6 +337,7 @@ class Inbox:
         epoch = self._epoch
         events: list[tuple[str, dict[str, Any]]] = []
         results: list[Outcome | Exception] = []
+        ran = False  # every effect ran: what fails now is the commit
         try:
             with store.batch(queue, epoch, self.consumer) as batch:
                 # One read for the batch; ids staged in it are added as they commit.
@@ -339,6 +349,7 @@ class Inbox:
                     results.append(result)
                     if isinstance(result, Exception):
                         break  # what follows waits: the consumer retries or parks this first
+                ran = True
         except StaleEpoch:
             self._stale += 1
             if rec is not None:
@@ -346,6 +357,10 @@ class Inbox:
                     if result is Outcome.COMMITTED:
                         rec.record("commit_rejected", msg=delivery.message_id, epoch=epoch,
                                    why="stale-epoch")
+            raise
+        except Exception as exc:
+            if ran and store.message_fault(exc):
+                raise _CommitRefused() from exc
             raise
         if rec is not None:
             for kind, fields in events:

@@ -71,3 +71,25 @@ def test_a_failure_that_is_not_a_messages_data_is_still_retried(
         assert inbox.stats.store_retries >= 1
     finally:
         inbox.close()
+
+
+def test_a_refused_epoch_claim_is_the_stores_not_the_first_messages(
+    postgres: LocalPostgres,
+) -> None:
+    """A constraint error (class 23, as a message's data would raise) from claiming the
+    epoch, before any effect ran, says nothing about the messages: none of them is failed
+    (and so parked); the batch is tried again under ``store_retry``, then the consumer
+    stops with every message unacked."""
+    dsn = new_database(postgres, "claim")
+    store = PostgresStore(dsn, connect_timeout=1)
+    inbox = Inbox(store, lambda d, tx: None, store_retry=SHORT)
+    inbox.bind("q", "c", None)
+    inbox.open()
+    try:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("ALTER TABLE sac_dedup_epochs ADD CHECK (epoch < 0) NOT VALID")
+        with pytest.raises(StoreUnavailable, match=r"2 message\(s\) left unacked"):
+            inbox.process_batch([delivery("g1", 1), delivery("g2", 2)], activation=1)
+        assert inbox.stats.store_retries >= 1
+    finally:
+        inbox.close()
