@@ -272,7 +272,9 @@ class QueueSettings:
 
     def parking(self) -> QueueSettings | None:
         """The parking queue's own settings: a quorum queue whatever this queue's type, same
-        ``declare``, no single active consumer, no delivery limit, no dead-lettering.
+        ``declare``, no single active consumer, no delivery limit (``UNLIMITED``: a 4.x
+        quorum queue would otherwise take 20 and, with no dead-letter target, drop a parked
+        message once it was listed, given back, 20 times), no dead-lettering.
 
         Quorum because it is declared with the queue on every start: a classic parking
         queue lives on one node, and while that node is down its declaration fails
@@ -282,7 +284,8 @@ class QueueSettings:
         if self.parking_queue is None:
             return None
         return QueueSettings(self.parking_queue, type="quorum", single_active_consumer=False,
-                             parking_queue=None, declare=self.declare)
+                             parking_queue=None, declare=self.declare,
+                             delivery_limit=UNLIMITED)
 
 
 @attrs.frozen

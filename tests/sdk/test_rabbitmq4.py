@@ -100,6 +100,24 @@ def test_no_delivery_limit_keeps_redelivering_a_message_rejected_25_times(
                "the limited queue's message dead-lettered into its parking queue")
 
 
+def test_a_parked_message_given_back_25_times_stays_parked(
+    any_cluster: LocalCluster, queue_name: str
+) -> None:
+    """Listing parked messages gives each back (``sac dlq list``: a quorum queue cannot be
+    read in place), which counts as a delivery. The parking queue has no delivery limit on
+    either version: on 4.0 its default of 20 would drop a parked message (no dead-letter
+    target) at about the 20th listing."""
+    queue = QueueSettings(queue_name)
+    with Publisher(PublisherSettings(_conn(any_cluster, "parking-limit"), queue=queue)):
+        pass  # declares the queue and its parking queue
+    parking = f"{queue_name}.parked"
+    with pika.BlockingConnection(pika.URLParameters(any_cluster.urls()[0])) as conn:
+        channel = conn.channel()
+        channel.confirm_delivery()
+        channel.basic_publish("", parking, b"parked", pika.BasicProperties(delivery_mode=2))
+    assert _rejected_until_taken(any_cluster, parking, 25) == 26
+
+
 def _consumer_arguments(cluster: LocalCluster, queue: str) -> dict[str, object]:
     def listed() -> list[dict[str, object]]:
         return list(cluster.management_api(f"queues/%2F/{queue}").get("consumer_details", []))
