@@ -468,7 +468,8 @@ class ConsumerMachine(Generic[D]):
         return [*actions, WAKE]
 
     def refuse(self, delivery: D, error: Exception) -> Actions[D]:
-        self._unfit[delivery.delivery_tag] = error
+        if self.stage is RUNNING:  # else it is not taken (``deliver``): nothing to remember
+            self._unfit[delivery.delivery_tag] = error
         return self.deliver(delivery)
 
     def dispatch(self, now: float) -> Actions[D]:
