@@ -291,6 +291,10 @@ class ConsumerEngine(Recovering):
                 self._record("cancelled", queue=self.settings.queue.name, by="client")
             except (LinkLost, TimeoutError):
                 pass
+        if isinstance(handover, Release) and self._consumer_tag is not None:
+            # The close ends the subscription as a cancel would: a graceful hand-back, which
+            # the checker tells from a failed consumer's (whose messages may come back late).
+            self._record("cancelled", queue=self.settings.queue.name, by="client")
         self._link = None
         if link is not None:
             await link.close()
