@@ -139,6 +139,8 @@ def id_key(message_id: str | bytes) -> str:
     """
     if isinstance(message_id, str):
         if "\x00" not in message_id and not message_id.startswith(ESCAPED_ID_PREFIX):
+            if message_id.isascii():  # every id our publisher writes: no encoding to check
+                return message_id
             try:
                 message_id.encode("utf-8")
             except UnicodeEncodeError:

@@ -116,6 +116,7 @@ class PostgresStore(SqlStore):
             raise ConfigurationError("PostgresStore timeouts must be positive")
         self._params = _conninfo(dsn)  # a DSN that does not parse fails here, in one line
         self.dsn = dsn
+        self._shown = f"postgres:{mask_dsn(dsn)}"  # in every retry's log line: parsed once
         self.connect_timeout = connect_timeout
         self.idle_in_transaction_timeout = idle_in_transaction_timeout
         self.token = secrets.token_hex(8)
@@ -127,7 +128,7 @@ class PostgresStore(SqlStore):
 
     @property
     def description(self) -> str:
-        return f"postgres:{mask_dsn(self.dsn)}"
+        return self._shown
 
     def _connect(self) -> Any:
         try:
