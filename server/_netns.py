@@ -340,8 +340,8 @@ def host_identities() -> list[Identity | None]:
 def _members(namespace: str) -> list[int]:
     """pidfds of the processes inside ``namespace``, each checked to be inside it once its
     pidfd was open: a pid listed by ``ip netns pids`` may have ended and been reused by a
-    process elsewhere before we open it; a pidfd keeps naming the process it was opened on."""
-    check_not_host(namespace, host_identities())
+    process elsewhere before we open it; a pidfd keeps naming the process it was opened on.
+    The caller has checked that ``namespace`` is not the host's (``check_not_host``)."""
     ident = _identity(NETNS_DIR / namespace)
     fds: list[int] = []
     for pid in namespace_pids(namespace):
@@ -457,7 +457,15 @@ def remove(cluster: str, state_dir: Path) -> None:
     check_unused(cluster, state_dir)
     # Signalled one by one, not by group: a stray process need not lead a group, and its
     # group may reach outside the namespace.
-    _stop_members([fd for ns in found.namespaces for fd in _members(ns)], 5.0)
+    fds: list[int] = []
+    try:
+        for ns in found.namespaces:
+            fds += _members(ns)
+    except BaseException:
+        for fd in fds:  # listing a later namespace failed: nothing is signalled
+            os.close(fd)
+        raise
+    _stop_members(fds, 5.0)
     exe = ip_binary()
     # Deleting the host end of a veth deletes its peer; the bridge goes last.
     for link in sorted(found.links, key=lambda name: name.startswith("sacb")):

@@ -255,6 +255,8 @@ class LocalPostgres:
             raise NotRunningError(f"PostgreSQL {name!r} is not running (no state in {probe.dir})")
         pg = cls(name=name, home=home, port=int(state["port"]))
         pg._bin = Path(state["bin_dir"])
+        if os.geteuid() == 0 and state.get("runtime_dir"):  # where that up put the data
+            pg.runtime_root = Path(state["runtime_dir"]).parent
         return pg
 
     def __repr__(self) -> str:
