@@ -344,13 +344,16 @@ class AsyncPublisher(Recovering):
             chunk = new_message_id.many(end - done) if message_id is None else (
                 [message_id] * (end - done))
             entries: list[_Entry] = []
+            learnt = box.broker_max_size  # fixed while this chunk is built (no await)
+            fits = max_size if learnt is None else min(max_size, learnt)
             try:
                 for body, mid in zip(items[done:end], chunk, strict=True):
                     if type(body) is not bytes:
                         body = _body_bytes(body)
                     size = len(body)
-                    too_large = box.oversized(mid, size, max_size)
-                    if too_large is not None:
+                    if size > fits:  # rare: the outbox says why
+                        too_large = box.oversized(mid, size, max_size)
+                        assert too_large is not None
                         raise too_large
                     header = encode_header(size, encode_id(mid), *extra) if extra else (
                         encode_header(size, encode_id(mid)))
