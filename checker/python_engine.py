@@ -80,14 +80,10 @@ class _Collected:
     unordered: set[str] = field(default_factory=set)
     """Ids whose place in the queue is not their publisher's order: retransmitted, nacked,
     returned, or parked by a consumer (a ``reject`` not requeued)."""
-    deliveries: dict[str, set[tuple[float, str]]] = field(default_factory=dict)
-    """id -> its distinct (ts, actor) deliveries."""
     client_cancels: dict[str, list[float]] = field(default_factory=dict)
     """actor -> times of its ``cancelled`` events with ``by`` ``"client"``."""
     events: int = 0
     """Well-formed events of a known type."""
-    queued: int = 0
-    """Of those, ``publish`` and ``active`` events that name a queue."""
 
     def queue_of(self, msg: str) -> str:
         found = self.queue_publish.get(msg)
@@ -111,7 +107,8 @@ def check_run(path: Path) -> Verdict:
         collected = _collect(read_events(run, findings), None)
         effects = collected.commits
         source = spec.EFFECTS_SOURCE_EVENTS
-    require_checkable(path, collected.events, collected.queued)
+    require_checkable(path, collected.events,
+                      len(collected.queue_publish) + len(collected.actives))
     return _verdict(run, findings, collected, effects, source)
 
 
@@ -143,12 +140,11 @@ def _collect(events: Iterable[Event], wanted: set[tuple[str, str]] | None) -> _C
     intervals need; ``None`` when the effects are the commit events, which are then kept.
     """
     c = _Collected()
+    wanted_msgs = None if wanted is None else {msg for msg, _ in wanted}
     for event in events:
         kind = event["type"]
         ts = event["ts"]
         c.events += 1
-        if kind in spec.QUEUE_EVENTS and isinstance(event.get("queue"), str):
-            c.queued += 1
         if kind in spec.COUNT_KEYS:
             c.counts[kind] += 1
         if kind in spec.UNORDERED_EVENTS or (
@@ -174,10 +170,10 @@ def _collect(events: Iterable[Event], wanted: set[tuple[str, str]] | None) -> _C
         elif kind == "deliver":
             if event.get("redelivered") is True:
                 c.counts[spec.REDELIVERED] += 1
-            key = (event["msg"], event["actor"])
-            if wanted is None or key in wanted:
-                c.delivers.setdefault(key, []).append(ts)
-            c.deliveries.setdefault(event["msg"], set()).add((ts, event["actor"]))
+            # Every delivery of a message that has an effect: the intervals need its own
+            # committer's, the order rule those of whoever held it before.
+            if wanted_msgs is None or event["msg"] in wanted_msgs:
+                c.delivers.setdefault((event["msg"], event["actor"]), []).append(ts)
         elif kind == "cancelled":
             if event.get("by") == spec.CLIENT_CANCEL:
                 c.client_cancels.setdefault(event["actor"], []).append(ts)
@@ -376,6 +372,11 @@ def reordered(
         commit = (effect.ts, effect.actor)
         if effect.msg not in first or commit < first[effect.msg]:
             first[effect.msg] = commit
+    if checked is not None and not checked:
+        return []
+    held: dict[str, set[tuple[float, str]]] = defaultdict(set)  # id -> (ts, actor) delivered
+    for (msg, actor), times in c.delivers.items():
+        held[msg].update((ts, actor) for ts in times)
     sequences: dict[tuple[str, str], list[tuple[float, int, str]]] = defaultdict(list)
     for msg, (ts, actor) in first.items():
         published = c.publisher_seq.get(msg)
@@ -384,7 +385,7 @@ def reordered(
             published is None
             or msg in c.unordered
             or (checked is not None and queue not in checked)
-            or returned_by_failure(c, msg, actor, ts)
+            or returned_by_failure(c, held.get(msg, set()), actor, ts)
         ):
             continue
         _, publisher, seq = published
@@ -399,16 +400,18 @@ def reordered(
     return sorted(late)
 
 
-def returned_by_failure(c: _Collected, msg: str, actor: str, commit: float) -> bool:
-    """Whether the delivery ``actor`` committed ``msg`` from (its last at or before the
-    commit) came after an earlier delivery of ``msg`` (to anyone) whose holder did not hand
-    it back gracefully: no ``cancelled`` by the client of that holder between the two.
+def returned_by_failure(c: _Collected, held: set[tuple[float, str]], actor: str,
+                        commit: float) -> bool:
+    """Whether the delivery ``actor`` committed a message from (its last at or before the
+    commit) came after an earlier delivery of it (``held``: its distinct (ts, actor)
+    deliveries, to anyone) whose holder did not hand it back gracefully: no ``cancelled``
+    by the client of that holder between the two.
 
     A consumer that crashed or lost its connection gives its unacknowledged messages back
     when the broker notices, possibly behind what its successor has already taken: the
     broker keeps no order for those (``SPEC.md``).
     """
-    deliveries = sorted(c.deliveries.get(msg, ()))
+    deliveries = sorted(held)
     for i in range(len(deliveries) - 1, -1, -1):
         ts, who = deliveries[i]
         if who == actor and ts <= commit:
