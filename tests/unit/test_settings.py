@@ -254,7 +254,10 @@ def test_by_default_a_queue_dead_letters_at_least_once_into_its_parking_queue() 
     parking = queue.parking()
     assert parking is not None
     assert parking.name == "orders.parked"
-    assert parking.arguments() == {"x-queue-type": "quorum"}
+    # No delivery limit: -1 on 4.x (its default of 20 would drop a much-listed message),
+    # nothing on 3.x.
+    assert parking.arguments() == {"x-queue-type": "quorum", "x-delivery-limit": -1}
+    assert parking.arguments(BrokerVersion(3, 10, 8)) == {"x-queue-type": "quorum"}
     assert QueueSettings("orders", declare=False).parking().declare is False  # type: ignore[union-attr]
 
 
@@ -274,7 +277,8 @@ def test_a_classic_queue_parks_too_but_counts_no_deliveries() -> None:
         "x-queue-type": "classic", "x-single-active-consumer": True,
         "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "jobs.parked"}
     # Its parking queue is replicated: declared on every start, it must not depend on one node.
-    assert queue.parking().arguments() == {"x-queue-type": "quorum"}  # type: ignore[union-attr]
+    assert queue.parking().arguments() == {  # type: ignore[union-attr]
+        "x-queue-type": "quorum", "x-delivery-limit": -1}
 
 
 @pytest.mark.parametrize("name", ["orders", "amq.parked", ""])
