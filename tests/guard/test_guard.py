@@ -179,7 +179,9 @@ def test_a_lost_session_abandons_in_flight_work_and_its_late_commit_is_refused(
     wait_until(lambda: guard_of(a).session is SessionState.CONNECTED
                and not guard_of(a).paused, WAIT, "a to contend again on a new session")
     assert not leads(a)
-    assert a.role is Role.WAITING  # a goes on, as a contender
+    # a gave its channel up: it goes on, as a contender, once it has reconnected
+    wait_until(lambda: a.role is Role.WAITING, WAIT, "a to wait as a contender again")
+    assert not leads(a)
 
     b_token = token_of(b)
     b.stop()
