@@ -1,6 +1,10 @@
-"""Real servers for the whole run: one 3-node RabbitMQ cluster (3.10, and one of 4.0 for the
-tests that ask for ``cluster4``), one ZooKeeper, one PostgreSQL,
-one Spark standalone cluster.
+"""Real servers for the whole run: 3-node RabbitMQ clusters (4.0, the default, and 3.10 for the
+tests that ask for it), one ZooKeeper, one PostgreSQL, one Spark standalone cluster.
+
+A test reaches RabbitMQ through ``cluster``: the session cluster of the series the test runs
+on, 4.0 unless the test is marked ``@pytest.mark.rabbitmq("3.10")`` (3.10 only: classic
+mirrored queues, 3.10's model) or ``@pytest.mark.rabbitmq("4.0", "3.10")`` (once on each: the
+core promises). A 3.10 cluster is started only if some selected test needs it.
 
 Started once per session with readiness probes (AMQP header, management API membership,
 ZooKeeper ``ruok``, PostgreSQL asking a startup packet for its password, the Spark master's JSON
@@ -34,12 +38,33 @@ def sac_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("sac-home")
 
 
-@pytest.fixture(scope="session")
-def cluster(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
-    local = LocalCluster(name=f"test-{os.getpid()}", nodes=3, home=sac_home)
-    pytestconfig.stash[_servers_key].append(local)
-    with local:
-        yield local
+SERIES_FIXTURES = {"4.0": "cluster4", "3.10": "cluster310"}
+"""The session cluster that runs each RabbitMQ series."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test marked ``rabbitmq(...)`` runs once on each series the marker names."""
+    marker = metafunc.definition.get_closest_marker("rabbitmq")
+    if marker is None or "rabbitmq" not in metafunc.fixturenames:
+        return
+    unknown = [s for s in marker.args if s not in SERIES_FIXTURES]
+    if not marker.args or unknown:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: rabbitmq() takes series out of "
+                                f"{sorted(SERIES_FIXTURES)}, not {list(marker.args)}")
+    metafunc.parametrize("rabbitmq", marker.args)
+
+
+@pytest.fixture
+def rabbitmq() -> str:
+    """The RabbitMQ series a test runs on: 4.0 unless its ``rabbitmq`` marker says otherwise."""
+    return "4.0"
+
+
+@pytest.fixture
+def cluster(rabbitmq: str, request: pytest.FixtureRequest) -> LocalCluster:
+    """The 3-node session cluster of the test's series."""
+    local: LocalCluster = request.getfixturevalue(SERIES_FIXTURES[rabbitmq])
+    return local
 
 
 @pytest.fixture(scope="session")
@@ -53,9 +78,18 @@ def cluster4(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalClust
 
 
 @pytest.fixture(scope="session")
+def cluster310(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """Three nodes of RabbitMQ 3.10 (Debian 12's 3.10.8): classic mirrored queues live here."""
+    local = LocalCluster(name=f"test-{os.getpid()}", nodes=3, home=sac_home, rabbitmq="3.10")
+    pytestconfig.stash[_servers_key].append(local)
+    with local:
+        yield local
+
+
+@pytest.fixture(scope="session")
 def cluster_b(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
-    """A second cluster, of one node: the other side of a federation with ``cluster``."""
-    local = LocalCluster(name=f"test-b-{os.getpid()}", nodes=1, home=sac_home)
+    """A second cluster, of one node of 4.0: the other side of a federation with ``cluster``."""
+    local = LocalCluster(name=f"test-b-{os.getpid()}", nodes=1, home=sac_home, rabbitmq="4.0")
     pytestconfig.stash[_servers_key].append(local)
     with local:
         yield local

@@ -1,6 +1,6 @@
 """A graceful handover keeps the queue's order (issue 20, item 3), both faces, without an
-inbox and with one on SQLite and on PostgreSQL, against the real 3-node cluster of RabbitMQ
-3.10.8 and (with an inbox, and the old order's break) of 4.0.5.
+inbox and with one on SQLite and on PostgreSQL, against the real 3-node clusters of RabbitMQ
+4.0.5 and 3.10.8.
 
 Consumer A is active on a quorum queue with single active consumer and a backlog, B stands
 by; A stops gracefully a third of the way through. Every effect, A's then B's, must follow
@@ -9,7 +9,7 @@ the fix A's ``basic.cancel`` made the broker activate B at once, with A's prefet
 messages still checked out to A: B handled a fresh prefetch-worth first, then A's.
 
 A crash keeps it too, as far as the broker allows: the broker gives a dropped connection's
-unacked messages back at the head of the queue in delivery order (RabbitMQ 3.10.8), the
+unacked messages back at the head of the queue in delivery order (RabbitMQ 4.0.5), the
 ones whose effects committed but whose ack never went out first: an inbox skips those.
 """
 
@@ -34,7 +34,6 @@ from sac.sdk import (
     Role,
 )
 from sac.sdk.dedup import Inbox, Store, Transaction
-from sac.server import LocalCluster
 from tests.dedup.conftest import SQL_STORES, store_factory
 from tests.dedup.ledger import Ledger, sink_location
 from tests.helpers import wait_until
@@ -127,6 +126,7 @@ def _handover(
     return ids, list(effects.done), before_b
 
 
+@pytest.mark.rabbitmq("4.0", "3.10")
 def test_a_graceful_handover_keeps_the_queue_order(
     face: str, consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
     conn: ConnectionSettings, queue: QueueSettings,
@@ -143,46 +143,18 @@ def _in_order(ids: list[str], done: list[str], before_b: int) -> None:
     assert done == ids  # every message once, in publish order, across the handover
 
 
-@pytest.fixture
-def conn4(cluster4: LocalCluster, request: pytest.FixtureRequest) -> ConnectionSettings:
-    return ConnectionSettings(urls=cluster4.urls(), heartbeat=2,
-                              name=request.node.nodeid[-120:])
-
-
-@pytest.mark.parametrize("store_kind", SQL_STORES)
-def test_a_graceful_handover_keeps_the_queue_order_on_4_0(
-    face: str, store_kind: str, consumers: Callable[..., ConsumerFace],
-    publishers: MakePublisher, conn4: ConnectionSettings, queue: QueueSettings,
-    tmp_path: Path, request: pytest.FixtureRequest,
-) -> None:
-    """The same on RabbitMQ 4.0.5, whose quorum queues changed under single active
-    consumer (priorities): a channel closed with its subscription in place still returns
-    its messages at the head, in order, before the next consumer is activated."""
-    stores = store_factory(store_kind, tmp_path, request)
-    _in_order(*_handover(face, consumers, publishers, conn4, queue, stores))
-
-
+@pytest.mark.rabbitmq("4.0", "3.10")
 def test_the_old_stop_order_breaks_it(
     consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
     conn: ConnectionSettings, queue: QueueSettings,
 ) -> None:
     """The weakened order the chaos suite runs (``Handover.CANCEL``: cancel, then close)
-    does break it on this broker: what the test above guards against is real."""
+    does break it on both series (4.0.5 too activates the next consumer at the cancel):
+    what the test above guards against is real."""
     ids, done, _ = _handover("blocking", consumers, publishers, conn, queue, None,
                              Handover.CANCEL)
     assert sorted(done) == sorted(ids)  # nothing lost or done twice...
     assert done != ids  # ...but B took a fresh prefetch-worth before A's returned ones
-
-
-def test_the_old_stop_order_breaks_it_on_4_0(
-    consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
-    conn4: ConnectionSettings, queue: QueueSettings,
-) -> None:
-    """4.0.5 activates the next consumer at the cancel too."""
-    ids, done, _ = _handover("blocking", consumers, publishers, conn4, queue, None,
-                             Handover.CANCEL)
-    assert sorted(done) == sorted(ids)
-    assert done != ids
 
 
 @pytest.mark.parametrize("store_kind", SQL_STORES)

@@ -49,7 +49,7 @@ class RawProperties:
     def encode(self) -> list[bytes]:
         headers, message_id, rare = self._raw
         flags = (1 << 13) | (1 << 12) | (1 << 7) | ((1 << 11) if rare else 0)
-        return [struct.pack(">H", flags), headers, b"\x02", b"\x05" if rare else b"",
+        return [struct.pack(">H", flags), headers, b"\x02", b"\x01" if rare else b"",
                 bytes([len(message_id)]), message_id]
 
 

@@ -43,6 +43,8 @@ from tests.helpers import wait_until
 from tests.sdk.conftest import close_connection_by_name, consumer_actor, drain
 from tests.sdk.faces import ConsumerFace, PublisherFace
 
+pytestmark = pytest.mark.rabbitmq("4.0", "3.10")  # a core promise: proven on both series
+
 MakePublisher = Callable[..., PublisherFace]
 N = 20
 

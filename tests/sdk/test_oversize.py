@@ -59,12 +59,17 @@ def _set_limit(cluster: LocalCluster, value: str) -> None:
 
 @pytest.fixture
 def broker_limit(cluster: LocalCluster) -> Iterator[int]:
-    """The cluster's ``max_message_size`` lowered to ``LIMIT`` on every node (new channels
-    read it), the value before put back after the test (the session shares the cluster)."""
+    """The cluster's ``max_message_size``: on 3.10 lowered to ``LIMIT`` on every node (new
+    channels read it), the value before put back after the test (the session shares the
+    cluster); on 4.0 its default (16 MiB), which a changed application environment does not
+    reach (4.0.5 went on taking 2 MiB after it was set to 1 MiB, new connections too)."""
     answer = cluster.ctl(cluster.nodes[0], "eval",
                          "application:get_env(rabbit, max_message_size).")
     before = re.search(r"\{ok,(\d+)\}", answer)
     assert before is not None, f"cannot read max_message_size: {answer!r}"
+    if cluster.spec.rabbitmq != "3.10":
+        yield int(before[1])
+        return
     _set_limit(cluster, str(LIMIT))
     yield LIMIT
     _set_limit(cluster, before[1])
@@ -94,6 +99,7 @@ def copies(url: str, queue: str, expected: int, timeout: float = 30) -> list[tup
             for props in drained(url, queue, expected, timeout)]
 
 
+@pytest.mark.rabbitmq("4.0", "3.10")
 def test_an_oversized_message_fails_alone_without_a_reconnect_storm(
     face: str, publishers: MakePublisher, cluster: LocalCluster, conn: ConnectionSettings,
     queue: QueueSettings, broker_limit: int, caplog: pytest.LogCaptureFixture,
@@ -103,7 +109,7 @@ def test_an_oversized_message_fails_alone_without_a_reconnect_storm(
     # 4.0's: only the broker can say no.
     pub = publishers(face, PublisherSettings(conn, queue=queue))
     pub.start()
-    big = b"x" * (2 * broker_limit)
+    big = b"x" * (broker_limit + LIMIT)
     bodies = [f"before {i}".encode() for i in range(5)] + [big] + [
         f"after {i}".encode() for i in range(5)]
 

@@ -42,6 +42,8 @@ from tests.helpers import wait_until
 from tests.sdk.conftest import close_connection_by_name, drain, queue_leader
 from tests.sdk.faces import PublisherFace
 
+pytestmark = pytest.mark.rabbitmq("4.0", "3.10")  # a core promise: proven on both series
+
 MakePublisher = Callable[..., PublisherFace]
 
 BODY = b"x" * 256

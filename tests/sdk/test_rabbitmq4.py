@@ -1,5 +1,5 @@
 """Where RabbitMQ 4.0 differs, the SDK adapts (issue 21), proven on a real 4.0.5 cluster
-(``cluster4``) and, where 3.10's behaviour must stay, on the 3.10.8 one (``cluster``):
+and, where 3.10's behaviour must stay, on the 3.10.8 one:
 
 - ``QueueSettings(delivery_limit=-1)``: no limit on either series (-1 on 4.0, whose quorum
   queues default to 20; no argument on 3.10, which reads -1 as a limit below one delivery);
@@ -38,15 +38,6 @@ from sac.server import LocalCluster
 from tests.helpers import wait_until
 from tests.sdk.faces import ConsumerFace
 
-SERIES = {"3.10": "cluster", "4.0": "cluster4"}
-
-
-@pytest.fixture(params=sorted(SERIES))
-def any_cluster(request: pytest.FixtureRequest) -> LocalCluster:
-    """The session's 3.10 cluster, then its 4.0 one."""
-    cluster: LocalCluster = request.getfixturevalue(SERIES[str(request.param)])
-    return cluster
-
 
 def _conn(cluster: LocalCluster, name: str) -> ConnectionSettings:
     return ConnectionSettings(urls=cluster.urls(), heartbeat=2, name=name)
@@ -77,45 +68,47 @@ def _counts(cluster: LocalCluster, *queues: str) -> list[int]:
         return [channel.queue_declare(q, passive=True).method.message_count for q in queues]
 
 
+@pytest.mark.rabbitmq("4.0", "3.10")
 def test_no_delivery_limit_keeps_redelivering_a_message_rejected_25_times(
-    any_cluster: LocalCluster, queue_name: str
+    cluster: LocalCluster, queue_name: str
 ) -> None:
     """``delivery_limit=-1``: a message rejected 25 times is still delivered, not parked nor
     dropped, on 4.0 (declared -1) and 3.10 (declared without a limit). The default limit
     (20) beside it shows that the rejects count."""
-    conn = _conn(any_cluster, "no-delivery-limit")
+    conn = _conn(cluster, "no-delivery-limit")
     unlimited = QueueSettings(queue_name, delivery_limit=-1)
     limited = QueueSettings(f"{queue_name}.limited")
     for queue in (unlimited, limited):
         with Publisher(PublisherSettings(conn, queue=queue)) as pub:
             pub.publish(b"rejected again and again")
-    declared = any_cluster.management_api(f"queues/%2F/{queue_name}")["arguments"]
-    four = any_cluster.spec.rabbitmq == "4.0"
+    declared = cluster.management_api(f"queues/%2F/{queue_name}")["arguments"]
+    four = cluster.spec.rabbitmq == "4.0"
     assert declared.get("x-delivery-limit") == (-1 if four else None)
 
-    assert _rejected_until_taken(any_cluster, unlimited.name, 25) == 26
-    assert _counts(any_cluster, unlimited.name, f"{unlimited.name}.parked") == [0, 0]
-    assert _rejected_until_taken(any_cluster, limited.name, 25) == 21  # then parked
-    wait_until(lambda: _counts(any_cluster, f"{limited.name}.parked") == [1], 10,
+    assert _rejected_until_taken(cluster, unlimited.name, 25) == 26
+    assert _counts(cluster, unlimited.name, f"{unlimited.name}.parked") == [0, 0]
+    assert _rejected_until_taken(cluster, limited.name, 25) == 21  # then parked
+    wait_until(lambda: _counts(cluster, f"{limited.name}.parked") == [1], 10,
                "the limited queue's message dead-lettered into its parking queue")
 
 
+@pytest.mark.rabbitmq("4.0", "3.10")
 def test_a_parked_message_given_back_25_times_stays_parked(
-    any_cluster: LocalCluster, queue_name: str
+    cluster: LocalCluster, queue_name: str
 ) -> None:
     """Listing parked messages gives each back (``sac dlq list``: a quorum queue cannot be
     read in place), which counts as a delivery. The parking queue has no delivery limit on
     either version: on 4.0 its default of 20 would drop a parked message (no dead-letter
     target) at about the 20th listing."""
     queue = QueueSettings(queue_name)
-    with Publisher(PublisherSettings(_conn(any_cluster, "parking-limit"), queue=queue)):
+    with Publisher(PublisherSettings(_conn(cluster, "parking-limit"), queue=queue)):
         pass  # declares the queue and its parking queue
     parking = f"{queue_name}.parked"
-    with pika.BlockingConnection(pika.URLParameters(any_cluster.urls()[0])) as conn:
+    with pika.BlockingConnection(pika.URLParameters(cluster.urls()[0])) as conn:
         channel = conn.channel()
         channel.confirm_delivery()
         channel.basic_publish("", parking, b"parked", pika.BasicProperties(delivery_mode=2))
-    assert _rejected_until_taken(any_cluster, parking, 25) == 26
+    assert _rejected_until_taken(cluster, parking, 25) == 26
 
 
 def _consumer_arguments(cluster: LocalCluster, queue: str) -> dict[str, object]:
@@ -128,21 +121,22 @@ def _consumer_arguments(cluster: LocalCluster, queue: str) -> dict[str, object]:
     return arguments
 
 
+@pytest.mark.rabbitmq("4.0", "3.10")
 def test_ha_failover_cancel_is_asked_only_of_3_x_and_the_priority_of_both(
-    any_cluster: LocalCluster, queue_name: str
+    cluster: LocalCluster, queue_name: str
 ) -> None:
     """A classic single-active queue's consumer: 3.10 (where it may be mirrored) gets
     ``x-cancel-on-ha-failover``, 4.0 (no mirroring; it would ignore it) does not."""
     queue = QueueSettings(queue_name, type="classic")
-    settings = ConsumerSettings(_conn(any_cluster, "ha-cancel"), queue, priority=5)
+    settings = ConsumerSettings(_conn(cluster, "ha-cancel"), queue, priority=5)
     consumer = ConsumerFace("blocking", settings).start()
     try:
         wait_until(lambda: consumer.role is Role.WAITING, 15, "the subscription")
-        arguments = _consumer_arguments(any_cluster, queue_name)
+        arguments = _consumer_arguments(cluster, queue_name)
     finally:
         consumer.stop()
     expected: dict[str, object] = {"x-priority": 5}
-    if any_cluster.spec.rabbitmq == "3.10":
+    if cluster.spec.rabbitmq == "3.10":
         expected["x-cancel-on-ha-failover"] = True
     assert arguments == expected
 
@@ -224,3 +218,38 @@ def test_a_higher_priority_consumer_takes_over_on_4_0_in_order_once_each(
           f"it waits {demoted - first_b:.1f} s after B's first effect; gaps so far (ms): "
           f"p50 {1000 * statistics.median(GAPS):.0f}, max {1000 * max(GAPS):.0f}")
     assert a.stats.delivered == actors.count("a")  # nothing came to A after the switch
+
+
+@pytest.mark.rabbitmq("4.0", "3.10")
+def test_a_foreign_publishers_high_priority_overtakes_on_4_0_and_not_on_3_10(
+    face: str, cluster: LocalCluster, queue_name: str,
+    consumers: Callable[..., ConsumerFace],
+) -> None:
+    """A single-active quorum queue delivers in publish order only while no message carries
+    a priority of 5 or more: 4.0's quorum queues deliver those first (about two of them for
+    one other), 3.10's ignore priorities. The SDK's publishers set none; a foreign publisher
+    that does reorders the queue before any consumer sees it."""
+    conn = _conn(cluster, "message-priority")
+    queue = QueueSettings(queue_name)
+    priorities = [None, None, 5, None, 9, 1, None, 4, 255, None, None, None]
+    ids = [f"m{i}" for i in range(len(priorities))]
+    with Publisher(PublisherSettings(conn, queue=queue)):
+        pass  # the SDK declares the queue, as it does for its own publishers
+    with pika.BlockingConnection(pika.URLParameters(cluster.urls()[0])) as raw:
+        channel = raw.channel()
+        channel.confirm_delivery()
+        for msg, priority in zip(ids, priorities, strict=True):
+            channel.basic_publish("", queue_name, msg.encode(), pika.BasicProperties(
+                message_id=msg, delivery_mode=2, priority=priority))
+    c = consumers(face, ConsumerSettings(conn, queue)).start()
+    wait_until(lambda: c.count() >= len(ids), 30, "every message handled")
+    high = [m for m, p in zip(ids, priorities, strict=True) if p is not None and p >= 5]
+    if cluster.spec.rabbitmq == "3.10":
+        assert c.handled == ids
+        return
+    assert sorted(c.handled) == sorted(ids)  # once each...
+    assert c.handled[0] == high[0]  # ...but not in publish order
+    assert c.handled != ids
+    others = [m for m in ids if m not in high]
+    assert [m for m in c.handled if m in high] == high  # each class keeps its own order
+    assert [m for m in c.handled if m not in high] == others

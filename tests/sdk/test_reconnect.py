@@ -33,6 +33,8 @@ from tests.helpers import wait_until
 from tests.sdk.conftest import drain
 from tests.sdk.faces import ConsumerFace, PublisherFace
 
+pytestmark = pytest.mark.rabbitmq("4.0", "3.10")  # a core promise: proven on both series
+
 MakePublisher = Callable[..., PublisherFace]
 
 PUBLISHER_STEPS = ["connect", "handshake", "channel.open", "confirm.select", "queue.declare"]

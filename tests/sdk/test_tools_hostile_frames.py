@@ -126,7 +126,7 @@ def test_a_listing_shows_every_message_and_names_headers_that_cannot_be_decoded(
     deep, far = messages[1], messages[3]
     assert (deep.undecodable, deep.invalid, deep.headers) == (DEEP_REASON, ("headers",), {})
     assert deep.body == b"body of deep"
-    assert (far.undecodable, far.properties) == (FAR_REASON, {"priority": 5})
+    assert (far.undecodable, far.properties) == (FAR_REASON, {"priority": 1})
     assert messages[2].headers["fine"] == {"nested": [1, 2]}
     assert messages[2].undecodable is None
 

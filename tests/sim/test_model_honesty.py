@@ -44,6 +44,8 @@ from sac.sim.script import (
 
 from .real_driver import RealDriver
 
+pytestmark = pytest.mark.rabbitmq("3.10")  # the simulator models 3.10.8
+
 QQ = {"x-queue-type": "quorum"}
 
 
