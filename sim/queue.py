@@ -43,7 +43,7 @@ SOFT_LIMIT = 0.8
 EQUIVALENCE_KEYS = (
     "x-queue-type", "x-single-active-consumer", "x-delivery-limit", "x-dead-letter-exchange",
     "x-dead-letter-routing-key", "x-dead-letter-strategy", "x-overflow", "x-max-length",
-    "x-message-ttl", "x-expires", "x-consumer-timeout",
+    "x-message-ttl", "x-expires",
 )
 """Arguments a second declare must repeat exactly (a subset of RabbitMQ's list, in a fixed
 order: when several differ the model names the first of these)."""
