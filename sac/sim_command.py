@@ -23,6 +23,9 @@ from typing import Any
 DEFAULT_SCHEDULES = 1000
 LOOKUPS = ("always", "flagged", "never")
 """``LookupPolicy`` values, the default first (named here: the CLI imports the SDK lazily)."""
+BROKERS = ("3.10", "4.0", "4.1", "4.2", "4.3")
+"""``sac.sim.model.MODELS``, named here for the help (a test keeps the two the same)."""
+DEFAULT_BROKER = "4.0"
 
 
 def add_parser(commands: Any) -> None:
@@ -42,6 +45,18 @@ def add_parser(commands: Any) -> None:
                           "default); with flagged, also check that every copy a consumer "
                           "gets is flagged as one (redelivered, counted or marked), which "
                           "that policy relies on")
+    sim.add_argument("--broker", default=DEFAULT_BROKER, metavar="VERSION",
+                     help=f"the RabbitMQ whose rules the simulated broker follows: "
+                          f"{', '.join(BROKERS)} (default: {DEFAULT_BROKER})")
+    sim.add_argument("--consumer-timeout", type=float, default=None, metavar="SECONDS",
+                     help="declare the queue with this x-consumer-timeout (default: none, "
+                          "the broker's 30 minutes, which no run reaches)")
+    sim.add_argument("--priorities", action="store_true",
+                     help="one consumer subscribes with a higher x-priority (on 4.0 and later "
+                          "it takes the queue over whenever it subscribes)")
+    sim.add_argument("--lethal", action="store_true",
+                     help="one message kills every consumer process that runs it (only the "
+                          "broker's delivery limit ends that loop)")
     sim.add_argument("--tail", type=int, default=60,
                      help="trace lines --replay prints (default: 60)")
     sim.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -62,6 +77,7 @@ def _quiet_inbox() -> Iterator[None]:
 
 def run_sim(args: argparse.Namespace) -> int:
     from sac.sdk.dedup import LookupPolicy
+    from sac.sim.model import BrokerChoice
     from sac.sim.variants import VARIANTS
     from sac.sim.workload import EnginesWorkload
 
@@ -73,8 +89,13 @@ def run_sim(args: argparse.Namespace) -> int:
         raise ValueError(f"unknown variant {args.variant!r}; one of {', '.join(VARIANTS)}")
     if args.schedules < 1:
         raise ValueError(f"--schedules must be at least 1, got {args.schedules}")
+    if args.consumer_timeout is not None and not args.consumer_timeout > 0:
+        raise ValueError(f"--consumer-timeout must be above 0 s, got {args.consumer_timeout}")
     workload = EnginesWorkload(engines=VARIANTS[args.variant],
-                               lookup=LookupPolicy(args.lookup))
+                               lookup=LookupPolicy(args.lookup),
+                               broker=BrokerChoice(args.broker).model,
+                               consumer_timeout=args.consumer_timeout,
+                               priorities=args.priorities, lethal=args.lethal)
     with _quiet_inbox():
         if args.replay is not None:
             return _replay(args, workload)
@@ -85,6 +106,11 @@ def _replay_command(seed: int, args: argparse.Namespace) -> str:
     extra = "" if args.variant == "real" else f" --variant {args.variant}"
     if args.lookup != LOOKUPS[0]:
         extra += f" --lookup {args.lookup}"
+    if args.broker != DEFAULT_BROKER:
+        extra += f" --broker {args.broker}"
+    if args.consumer_timeout is not None:
+        extra += f" --consumer-timeout {args.consumer_timeout:g}"
+    extra += " --priorities" * args.priorities + " --lethal" * args.lethal
     return f"sac sim --replay {seed}{extra}"
 
 
@@ -110,7 +136,8 @@ def _campaign(args: argparse.Namespace, workload: Any) -> int:
     seconds = last[0] - began  # the runs' pace, without the shrinking after a violation
     rate = summary.schedules / seconds if seconds > 0 else 0.0
     report: dict[str, Any] = {
-        "variant": args.variant, "first_seed": first, "schedules": summary.schedules,
+        "variant": args.variant, "broker": args.broker, "first_seed": first,
+        "schedules": summary.schedules,
         "seconds": round(seconds, 2), "runs_per_second": round(rate, 1),
         "violations": 0 if found is None else 1,
     }
@@ -128,7 +155,7 @@ def _campaign(args: argparse.Namespace, workload: Any) -> int:
         print(json.dumps(report, indent=2))
         return 0 if found is None else 1
     print(f"sac sim: {summary.schedules} schedule(s) from seed {first} (variant "
-          f"{args.variant}) in {seconds:.1f} s, {rate:.0f} runs/s: "
+          f"{args.variant}, RabbitMQ {args.broker} rules) in {seconds:.1f} s, {rate:.0f} runs/s: "
           f"{'no violation' if found is None else 'a violation'}")
     if found is None:
         return 0

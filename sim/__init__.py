@@ -8,9 +8,11 @@ a run is a function of its seed and its workload::
     if outcome.failed:
         small = shrink(outcome.schedule, lambda s: run(seed, workload, s).failed)
 
-The broker's rules (``queue``, ``sac``, ``confirms``, ``connections``) are RabbitMQ 3.10's,
-checked against a real cluster by ``tests/sim/test_model_honesty.py``; ``world`` gives them
-a network and faults; ``harness`` says what a client under test implements.
+The broker's rules (``queue``, ``sac``, ``confirms``, ``connections``) are RabbitMQ's, with
+what differs between 3.10, 4.0, 4.1, 4.2 and 4.3 as the fields of a ``model.BrokerModel``
+(4.0 by default), checked against real 3.10.8 and 4.0.5 clusters by
+``tests/sim/test_model_honesty.py`` and ``test_model_honesty4.py``; ``world`` gives them a
+network and faults; ``harness`` says what a client under test implements.
 
 ``sac sim`` drives the SDK's real engines here: ``publisher`` (the outbox) and ``consumer``
 (the consumer machine with an ``Inbox`` over the simulated store), dumb translators over
@@ -59,6 +61,7 @@ from .harness import (
     Workload,
 )
 from .invariants import broker_violations
+from .model import DEFAULT_MODEL, MODELS, BrokerChoice, BrokerModel, Timeout
 from .run import Outcome, run, schedule_for
 from .shrink import ddmin, shrink
 from .store import LedgerEntry, SimStore
@@ -66,9 +69,13 @@ from .trace import Entry, Trace
 from .world import SimulationError, World
 
 __all__ = [
+    "DEFAULT_MODEL",
+    "MODELS",
     "Action",
     "Alarm",
     "Broker",
+    "BrokerChoice",
+    "BrokerModel",
     "ClaimEpoch",
     "Client",
     "Commit",
@@ -98,6 +105,7 @@ __all__ = [
     "Space",
     "StoreDown",
     "StoreSlow",
+    "Timeout",
     "Timing",
     "Trace",
     "Workload",

@@ -65,6 +65,7 @@ from .methods import (
     QueueDelete,
     QueueDeleteOk,
 )
+from .model import BrokerModel, Timeout, model
 from .queue import (
     Activated,
     Cancelled,
@@ -76,11 +77,13 @@ from .queue import (
     UnsupportedQueue,
     inequivalent,
 )
-from .sac import ConsumerKey
+from .sac import ConsumerKey, Status
 from .trace import Trace
 
 NOT_IMPLEMENTED = 540
 NOT_ALLOWED = 530
+TIMED_OUT = "delivery acknowledgement"
+"""How the channel-closing consumer timeout's text begins (after the code's name)."""
 
 Send = Callable[[int, int, Any], None]
 """(connection id, channel, method): a frame from the broker to a client."""
@@ -132,7 +135,9 @@ class _Log:
 class Broker:
     def __init__(self, events: EventQueue, rng: random.Random, trace: Trace, *,
                  send: Send, closed: Closed, nodes: int = 3,
-                 timing: Timing = DEFAULT_TIMING) -> None:
+                 timing: Timing = DEFAULT_TIMING, broker: BrokerModel | None = None) -> None:
+        self.model = broker or model()
+        """The RabbitMQ whose rules the queues follow (``sim.model``)."""
         self.events = events
         self.rng = rng
         self.trace = trace
@@ -231,7 +236,7 @@ class Broker:
             self._settle(conn, ch, method.delivery_tag, method.multiple, "ack")
         elif isinstance(method, BasicNack):
             self._settle(conn, ch, method.delivery_tag, method.multiple,
-                         "requeue" if method.requeue else "discard")
+                         "return" if method.requeue else "discard")
         elif isinstance(method, BasicReject):
             self._settle(conn, ch, method.delivery_tag, False,
                          "requeue" if method.requeue else "discard")
@@ -295,7 +300,7 @@ class Broker:
             return
         if queue is None:
             try:
-                queue = QuorumQueue(method.queue, method.arguments)
+                queue = QuorumQueue(method.queue, method.arguments, self.model)
             except UnsupportedQueue as exc:
                 self._channel_error(conn, ch, NOT_IMPLEMENTED, f"NOT_IMPLEMENTED - {exc}")
                 return
@@ -413,12 +418,14 @@ class Broker:
         ch.consumed[method.queue] = None
         key = (conn.id, ch.number, tag)
         prefetch = ch.prefetch
+        priority = int(method.arguments.get("x-priority", 0))
 
         def ok() -> None:
             if conn.open and conn.channels.get(ch.number) is ch:
                 self._send(conn, ch.number, BasicConsumeOk(tag))
 
-        self._submit(method.queue, _Command(lambda q: q.consume(key, prefetch), first=ok))
+        self._submit(method.queue, _Command(lambda q: q.consume(key, prefetch, priority),
+                                            first=ok))
 
     def _cancel(self, conn: BrokerConnection, ch: BrokerChannel, tag: str) -> None:
         queue = ch.consumers.pop(tag, None)
@@ -452,8 +459,9 @@ class Broker:
     def _settling(self, how: str, consumer: ConsumerKey,
                   group: list[Unacked]) -> Callable[[QuorumQueue], list[Effect]]:
         ids = [e.msg_id for e in group]
-        if how == "requeue":
-            return lambda q: q.return_(consumer, ids)
+        if how in ("requeue", "return"):
+            rejected = how == "requeue"
+            return lambda q: q.return_(consumer, ids, rejected=rejected)
         if how == "discard":
             return lambda q: q.discard(consumer, ids)
 
@@ -536,7 +544,7 @@ class Broker:
                 conn = self.connections.get(effect.consumer[0])
                 self.trace.record("active", queue=queue.name,
                                   conn=None if conn is None else conn.name,
-                                  tag=effect.consumer[2])
+                                  tag=effect.consumer[2], takeover=effect.takeover)
             elif isinstance(effect, PublishStatus):
                 self.trace.record("reject_publish", queue=queue.name, on=effect.rejecting)
 
@@ -551,12 +559,45 @@ class Broker:
             return
         dtag = ch.delivered(Unacked(queue.name, effect.consumer, effect.msg_id, message.uid))
         count = message.delivery_count
-        properties = (message.properties if count == 0
-                      else message.properties.with_headers({"x-delivery-count": count}))
+        redelivered = message.acquired > 0
+        headers: dict[str, Any] = {} if count == 0 else {"x-delivery-count": count}
+        if self.model.acquired_header and message.acquired > 0:
+            headers["x-acquired-count"] = message.acquired
+        properties = message.properties.with_headers(headers) if headers else message.properties
         self.trace.record("deliver", queue=queue.name, conn=conn.name, tag=tag, dtag=dtag,
-                          uid=message.uid, redelivered=count > 0, count=count)
-        self._send(conn, number, BasicDeliver(tag, dtag, count > 0, message.exchange,
+                          uid=message.uid, redelivered=redelivered, count=count)
+        self._send(conn, number, BasicDeliver(tag, dtag, redelivered, message.exchange,
                                               message.routing_key, message.body, properties))
+        timeout = queue.args.consumer_timeout
+        if timeout is not None:
+            self.events.after(timeout, lambda: self._timed_out(queue.name, effect))
+
+    def _timed_out(self, name: str, delivery: Deliver) -> None:
+        """A delivery's consumer timeout ran out: if it is still unacked, the consumer
+        times out, as its broker does (``sim.model.Timeout``)."""
+        queue = self.queues.get(name)
+        held = None if queue is None else queue.consumers.get(delivery.consumer)
+        if (queue is None or held is None or held.status is not Status.UP
+                or delivery.msg_id not in held.checked_out):
+            return
+        conn_id, number, tag = delivery.consumer
+        conn = self.connections.get(conn_id)
+        ch = None if conn is None else conn.channels.get(number)
+        if conn is None or ch is None or ch.closing:
+            return
+        assert queue.args.consumer_timeout is not None
+        ms = round(queue.args.consumer_timeout * 1000)
+        self.trace.record("consumer_timeout", queue=name, conn=conn.name, tag=tag,
+                          uid=delivery.message.uid)
+        if self.model.timeout is Timeout.CLOSE_CHANNEL:
+            self._channel_error(conn, ch, PRECONDITION_FAILED,
+                                f"PRECONDITION_FAILED - {TIMED_OUT} on channel {number} "
+                                f"timed out. Timeout value used: {ms} ms. This timeout value "
+                                f"can be configured, see consumers doc guide to learn more")
+            return
+        ch.reclaim(delivery.consumer)
+        key = delivery.consumer
+        self._submit(name, _Command(lambda q: q.time_out(key)))
 
     def _dead_letter(self, source: QuorumQueue, message: Message, reason: str) -> None:
         args = source.args
@@ -567,8 +608,11 @@ class Broker:
         target = args.dead_letter_routing_key or message.routing_key
         death = {"count": 1, "reason": reason, "queue": source.name,
                  "exchange": message.exchange, "routing-keys": [message.routing_key]}
+        counted = reason == "rejected" and self.model.reject_counts_into_dead_letter
         dead = attrs.evolve(
-            message, exchange=args.dead_letter_exchange, routing_key=target, delivery_count=0,
+            message, exchange=args.dead_letter_exchange, routing_key=target,
+            delivery_count=message.delivery_count if counted else 0,
+            acquired=message.acquired if counted else 0,
             properties=message.properties.with_headers({
                 "x-death": [death], "x-first-death-reason": reason,
                 "x-first-death-queue": source.name,

@@ -47,6 +47,9 @@ class BrokerChannel:
     """Every queue this channel consumed from (ordered set): told when the channel goes."""
     unacked: dict[int, Unacked] = attrs.field(factory=dict)
     next_tag: int = 1
+    reclaimed: set[int] = attrs.field(factory=set)
+    """Tags the queue took back from a timed-out consumer (RabbitMQ 4.3): a later ack or
+    nack of one is ignored, not an unknown tag."""
     closing: bool = False
     """The broker sent ``channel.close`` and waits for ``close-ok``; anything else the
     client sends on this channel meanwhile is dropped, as the protocol says."""
@@ -62,13 +65,21 @@ class BrokerChannel:
         with ``multiple`` is everything."""
         if multiple and tag == 0:
             tags = list(self.unacked)
-        elif tag not in self.unacked:
+        elif tag in self.reclaimed and not multiple:
+            return []
+        elif tag not in self.unacked and tag not in self.reclaimed:
             raise UnknownDeliveryTag(tag)
         elif multiple:
             tags = [t for t in self.unacked if t <= tag]
         else:
             tags = [tag]
         return [self.unacked.pop(t) for t in tags]
+
+    def reclaim(self, consumer: ConsumerKey) -> None:
+        """The queue took back what ``consumer`` held (a consumer timeout, 4.3)."""
+        for tag in [t for t, e in self.unacked.items() if e.consumer == consumer]:
+            del self.unacked[tag]
+            self.reclaimed.add(tag)
 
 
 @attrs.define(eq=False)

@@ -37,6 +37,7 @@ from sac.sdk._core.consuming import (
     permanent_failure,
 )
 from sac.sdk._core.poison import parking_headers
+from sac.sdk._core.queues import consume_arguments
 from sac.sdk._delivery import Delivery, delivery_count
 from sac.sdk._errors import (
     ConnectError,
@@ -76,6 +77,11 @@ from .store import SimStore
 Effect = Callable[[Delivery, Transaction], None]
 
 PARK_CHANNEL = 2
+
+
+class ProcessDies(BaseException):
+    """Raised by an effect: the consumer's process dies on the spot (a segfault, an OOM
+    kill), whatever the SDK would catch; its supervisor starts it again."""
 
 
 @attrs.frozen
@@ -304,7 +310,10 @@ class ConsumerClient(Shell):
     def _consume(self) -> None:
         self._tags += 1
         self.tag = f"{self.process}-{self._tags}"
-        self.send(1, BasicConsume(self.settings.queue.name, self.tag))
+        queue = self.settings.queue
+        arguments: dict[str, Any] = dict(
+            consume_arguments(queue.type, self.broker, self.settings.priority) or {})
+        self.send(1, BasicConsume(queue.name, self.tag, arguments))
 
     def frame(self, now: float, channel: int, method: object) -> None:
         if channel == PARK_CHANNEL:
@@ -385,6 +394,10 @@ class ConsumerClient(Shell):
             work.steps = self.inbox.batch_steps(run.deliveries, run.activation)
         try:
             delay = next(work.steps)
+        except ProcessDies:
+            self._kill(now)
+            self.restart_at = now + self.restart_after
+            return
         except StopIteration as done:
             results = done.value
             count = len(results)

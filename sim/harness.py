@@ -22,6 +22,7 @@ import attrs
 
 if TYPE_CHECKING:
     from .faults import Space
+    from .model import BrokerModel
     from .world import World
 
 # ------------------------------------------------------------------ actions (client -> world)
@@ -156,6 +157,8 @@ class Workload(Protocol):
     horizon: float
     settle: float
     space: Space
+    broker: BrokerModel
+    """The RabbitMQ the simulated broker follows (``sim.model``)."""
 
     def build(self, world: World) -> Callable[[], list[str]]:
         """Add the clients to ``world``; return what lists the invariants violated at the

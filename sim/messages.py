@@ -17,4 +17,8 @@ class Message:
     body: bytes
     properties: Properties
     delivery_count: int = 0
-    """How many times a consumer gave it back (``x-delivery-count``)."""
+    """How many times it came back in a way the broker counts (``x-delivery-count``, and
+    what the delivery limit is checked against): every return up to 4.2, only a
+    ``basic.reject`` on 4.3 (``sim.model``)."""
+    acquired: int = 0
+    """How many times it came back at all (``redelivered`` when above 0)."""

@@ -51,6 +51,9 @@ class Properties:
 class ConnectionOpenOk:
     """The handshake is done (connection.start ... connection.open-ok, folded into one)."""
 
+    version: str = "4.0.5"
+    """``connection.start``'s ``version`` server property: what the SDK adapts to."""
+
 
 @attrs.frozen
 class ConnectionClose:

@@ -49,16 +49,16 @@ from .methods import (
     QueueDeclare,
     QueueDeclareOk,
 )
-from .queue import MODELLED
 from .shell import Shell, earliest
 
 
 def declare(shell: Shell, queue: QueueSettings) -> None:
-    """Declare the queue and its parking queue as the SDK does (its own arguments)."""
+    """Declare the queue and its parking queue as the SDK does (its own arguments, for the
+    broker version the link reached)."""
     parking = queue.parking()
     if parking is not None:
-        shell.send(1, QueueDeclare(parking.name, parking.arguments(MODELLED)))
-    shell.send(1, QueueDeclare(queue.name, queue.arguments(MODELLED)))
+        shell.send(1, QueueDeclare(parking.name, parking.arguments(shell.broker)))
+    shell.send(1, QueueDeclare(queue.name, queue.arguments(shell.broker)))
 
 
 class PublisherClient(Shell):

@@ -46,7 +46,8 @@ def run(seed: int, workload: Workload, schedule: Schedule | None = None, *,
     """Run ``workload`` in a world seeded with ``seed`` under ``schedule`` (drawn from the
     seed when None). ``trace_frames=False`` leaves the frames out of the trace (faster; the
     run is the same)."""
-    world = World(seed, max_events=max_events, trace_frames=trace_frames)
+    world = World(seed, max_events=max_events, trace_frames=trace_frames,
+                  broker=workload.broker)
     check = workload.build(world)
     if schedule is None:
         schedule = schedule_for(seed, workload)

@@ -12,6 +12,13 @@ The rules are RabbitMQ 3.10's (``rabbit_fifo``), checked against a real cluster 
   (see ``queue``) and the first waiting consumer becomes active;
 - a waiting consumer that cancels or loses its channel simply leaves the line.
 
+Where the versions differ (``sim.model``): on 4.0 the line is ordered by ``x-priority``
+(highest first, then by registration), and a consumer registered with a higher priority
+than the active one makes it *quiesce*: the active one gets nothing more, and once it holds
+nothing unacked it goes back to the line and the newcomer becomes active (checked against
+4.0.5). On 4.3 a consumer the queue timed out stays registered and is never served nor
+made active again, so a line of timed-out consumers serves nobody (rabbitmq-server#17317).
+
 Without single-active, every consumer with credit is served in turn (round robin).
 """
 
@@ -31,6 +38,7 @@ ConsumerKey = tuple[int, int, str]
 class Status(enum.Enum):
     UP = "up"
     CANCELLED = "cancelled"
+    TIMED_OUT = "timed-out"
 
 
 @attrs.define(eq=False)
@@ -42,9 +50,12 @@ class Consumer:
     checked_out: dict[int, Message] = attrs.field(factory=dict)
     """Unacked messages by the queue's per-consumer message id, in delivery order."""
     next_msg_id: int = 0
+    priority: int = 0
+    quiescing: bool = False
+    """Active, but a consumer of higher priority waits for it to hold nothing (4.0)."""
 
     def has_credit(self) -> bool:
-        if self.status is not Status.UP:
+        if self.status is not Status.UP or self.quiescing:
             return False
         return self.prefetch == 0 or len(self.checked_out) < self.prefetch
 
@@ -52,12 +63,15 @@ class Consumer:
 class Consumers:
     """The consumers of one queue and the single-active rule."""
 
-    def __init__(self, single_active: bool) -> None:
+    def __init__(self, single_active: bool, priorities: bool = False) -> None:
         self.single_active = single_active
+        self.priorities = priorities
         self.attached: dict[ConsumerKey, Consumer] = {}
         """Consumers that may hold messages: the active one (or, competing, all), and
         cancelled ones still holding unacked messages."""
         self.waiting: list[Consumer] = []
+        self.takeovers = 0
+        """How many times a consumer of higher priority took over (4.0)."""
         self._turn = 0
 
     def __iter__(self) -> Iterator[Consumer]:
@@ -77,8 +91,12 @@ class Consumers:
 
     def add(self, consumer: Consumer) -> Consumer | None:
         """Register; returns the consumer that became active because of it, if any."""
-        if self.single_active and self.active() is not None:
+        active = self.active()
+        if self.single_active and active is not None:
             self.waiting.append(consumer)
+            if self.priorities and consumer.priority > active.priority:
+                active.quiescing = True
+                return self.switch_if_quiet()
             return None
         self.attached[consumer.key] = consumer
         return consumer if self.single_active else None
@@ -100,15 +118,42 @@ class Consumers:
         self.waiting = [c for c in self.waiting if c.key != key]
         return self.activate_next()
 
+    def time_out(self, consumer: Consumer) -> Consumer | None:
+        """The queue timed ``consumer`` out (4.3): it stays registered, never served again;
+        returns the consumer activated in its place."""
+        consumer.status = Status.TIMED_OUT
+        consumer.quiescing = False
+        if self.single_active and self.attached.pop(consumer.key, None) is not None:
+            self.waiting.append(consumer)
+        return self.activate_next()
+
+    def switch_if_quiet(self) -> Consumer | None:
+        """A quiescing active consumer that holds nothing goes back to the line, and the
+        first in it (the highest priority) becomes active; returns that one."""
+        active = self.active()
+        if active is None or not active.quiescing or active.checked_out:
+            return None
+        active.quiescing = False
+        del self.attached[active.key]
+        self.waiting.append(active)
+        self.takeovers += 1
+        return self.activate_next()
+
     def forget_if_done(self, consumer: Consumer) -> None:
         """A cancelled consumer is forgotten once it holds nothing."""
         if consumer.status is Status.CANCELLED and not consumer.checked_out:
             self.attached.pop(consumer.key, None)
 
     def activate_next(self) -> Consumer | None:
-        if not self.single_active or self.active() is not None or not self.waiting:
+        """The first consumer in line that may be served becomes active (by priority first,
+        where the broker orders the line so)."""
+        if not self.single_active or self.active() is not None:
             return None
-        nxt = self.waiting.pop(0)
+        able = [c for c in self.waiting if c.status is Status.UP]
+        if not able:
+            return None
+        nxt = max(able, key=lambda c: c.priority) if self.priorities else able[0]
+        self.waiting.remove(nxt)
         self.attached[nxt.key] = nxt
         return nxt
 

@@ -55,6 +55,7 @@ from .methods import (
     QueueDeclareOk,
     QueueDelete,
 )
+from .model import BrokerModel
 from .world import World
 
 # ------------------------------------------------------------------ steps
@@ -100,6 +101,8 @@ class Consume:
     link: str
     queue: str
     tag: str
+    priority: int | None = None
+    """``x-priority``, None for none."""
 
 
 @attrs.frozen
@@ -297,7 +300,9 @@ class ScriptClient:
         if isinstance(step, Qos):
             return [Send(link, 1, BasicQos(step.prefetch))]
         if isinstance(step, Consume):
-            return [Send(link, 1, BasicConsume(step.queue, step.tag))]
+            arguments: dict[str, Any] = ({} if step.priority is None
+                                         else {"x-priority": step.priority})
+            return [Send(link, 1, BasicConsume(step.queue, step.tag, arguments))]
         if isinstance(step, Cancel):
             return [Send(link, 1, BasicCancel(step.tag))]
         if isinstance(step, Ack):
@@ -349,10 +354,12 @@ class ScriptClient:
         return ()
 
 
-def run_case(case: Case, seed: int = 0, *, settle: float = 5.0) -> Observer:
-    """Run a case in a fresh simulated world; each step runs until the world is idle."""
+def run_case(case: Case, seed: int = 0, *, settle: float = 5.0,
+             broker: BrokerModel | None = None) -> Observer:
+    """Run a case in a fresh simulated world following ``broker`` (the default model when
+    None); each step runs until the world is idle."""
     observer = Observer()
-    world = World(seed)
+    world = World(seed, broker=broker)
     client = ScriptClient(observer)
     world.add(client)
     for step in case.steps:

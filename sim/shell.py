@@ -14,6 +14,7 @@ import random
 from collections.abc import Sequence
 
 from sac.sdk._core.attempts import Attempts
+from sac.sdk._core.queues import BrokerVersion
 from sac.sdk._errors import ConnectError
 from sac.sdk._settings import ConnectionSettings
 
@@ -66,6 +67,8 @@ class Shell:
         self._links = 0
         self._node = 0
         self.reconnects = 0
+        self.broker: BrokerVersion | None = None
+        """The version the last link's broker named (``connection.start``)."""
         self.losses: list[tuple[float, str, str]] = []
         """(time, link, why) of every loss of a working link."""
 
@@ -167,6 +170,7 @@ class Shell:
             if isinstance(method, Heartbeat):
                 pass
             elif isinstance(method, ConnectionOpenOk):
+                self.broker = BrokerVersion.parse(method.version)
                 self.setup(now)
             elif isinstance(method, ConnectionCloseOk):
                 self.link = None

@@ -50,6 +50,7 @@ from .harness import (
     Stop,
 )
 from .methods import ConnectionClose, ConnectionCloseOk, ConnectionOpenOk, Heartbeat
+from .model import BrokerModel
 from .store import SimStore
 from .trace import Trace
 
@@ -94,7 +95,8 @@ class _Wire:
 class World:
     def __init__(self, seed: int, *, nodes: int = 3, timing: Timing = DEFAULT_TIMING,
                  latency: tuple[float, float] = (0.0002, 0.002),
-                 trace_frames: bool = True, max_events: int | None = None) -> None:
+                 trace_frames: bool = True, max_events: int | None = None,
+                 broker: BrokerModel | None = None) -> None:
         self.seed = seed
         streams = random.Random(seed)
         self.net = random.Random(streams.getrandbits(64))
@@ -102,7 +104,7 @@ class World:
         self.trace = Trace(self.events)
         self.broker = Broker(self.events, random.Random(streams.getrandbits(64)), self.trace,
                              send=self._from_broker, closed=self._broker_closed, nodes=nodes,
-                             timing=timing)
+                             timing=timing, broker=broker)
         self.store = SimStore(self.events, random.Random(streams.getrandbits(64)), self.trace)
         self.latency = latency
         self.trace_frames = trace_frames
@@ -204,7 +206,9 @@ class World:
             link.conn_id = conn_id
             link.state = "open"
             self._by_conn[conn_id] = link
-            self._from_broker(conn_id, 0, ConnectionOpenOk())
+            version = self.broker.model.version
+            self._from_broker(conn_id, 0, ConnectionOpenOk(
+                f"{version.major}.{version.minor}.{version.patch}"))
             if link.heartbeat > 0:
                 self._beat(link)
 

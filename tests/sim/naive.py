@@ -27,6 +27,7 @@ from sac.sim.methods import (
     QueueDeclare,
     QueueDeclareOk,
 )
+from sac.sim.model import BrokerModel, model
 from sac.sim.world import World
 
 ARGS = {"x-queue-type": "quorum", "x-single-active-consumer": True, "x-delivery-limit": 5,
@@ -125,6 +126,7 @@ class NaiveWorkload:
     horizon: float = 3.0
     settle: float = 10.0
     space: Space = SPACE
+    broker: BrokerModel = attrs.field(factory=model)
 
     def build(self, world: World) -> Callable[[], list[str]]:
         publisher = NaivePublisher(self.messages, self.horizon / (self.messages + 1))

@@ -11,6 +11,7 @@ the next step, too many runs into the timeout.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,9 +21,12 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
+from sac.sdk._wire.pika_hooks import keep_subscriptions_at_close
+from sac.server import LocalCluster
 from sac.sim.script import (
     Ack,
     Cancel,
+    Case,
     CloseChannel,
     CloseConnection,
     Consume,
@@ -101,7 +105,9 @@ class RealDriver:
         elif isinstance(step, Consume):
             try:
                 ch.basic_consume(self.real(step.queue), self._on_delivery(step.link),
-                                 consumer_tag=step.tag)
+                                 consumer_tag=step.tag,
+                                 arguments=None if step.priority is None
+                                 else {"x-priority": step.priority})
             except pika.exceptions.ChannelClosedByBroker:
                 return  # recorded by the close callback
         elif isinstance(step, Cancel):
@@ -113,9 +119,15 @@ class RealDriver:
         elif isinstance(step, Reject):
             ch.basic_reject(step.tag, requeue=step.requeue)
         elif isinstance(step, CloseChannel):
-            ch.close()
+            # As the script means it (and the SDK's Release does it): no basic.cancel
+            # first, which pika's close would send for each consumer.
+            keep_subscriptions_at_close(ch._impl)
+            ch._impl.close()
+            self._pump_until(lambda: ch._impl.is_closed, 10.0, [link.connection])
         elif isinstance(step, CloseConnection):
-            link.connection.close()
+            keep_subscriptions_at_close(ch._impl)
+            link.connection._impl.close()
+            self._pump_until(lambda: link.connection._impl.is_closed, 10.0, [link.connection])
         elif isinstance(step, Delete):
             ch.queue_delete(self.real(step.queue))
         elif isinstance(step, Drop):
@@ -192,3 +204,34 @@ class RealDriver:
         for link in self.links.values():
             if link.connection.is_open:
                 link.connection.close()
+
+
+def heard_on(cluster: LocalCluster, case: Case, expected: list[list[tuple[Any, ...]]],
+             name: str) -> list[list[tuple[Any, ...]]]:
+    """What the clients of ``case`` hear on ``cluster``, normalised, each step waited on for
+    as many events as ``expected`` (the model's prediction) says, under queue names of their
+    own (deleted after)."""
+    prefix = f"honesty-{os.urandom(4).hex()}-"
+    observer = Observer()
+
+    def alarm(on: bool) -> None:
+        # A memory alarm on one node blocks publishers cluster-wide; 0.4 is the default.
+        cluster.ctl(cluster.nodes[0], "set_vm_memory_high_watermark",
+                    "0.0000001" if on else "0.4")
+
+    driver = RealDriver(cluster.urls(), prefix, observer, name, alarm)
+    try:
+        for step, predicted in zip(case.steps, expected, strict=True):
+            observer.next_step()
+            for action in step:
+                driver.perform(action)
+            driver.settle(len(predicted))
+    finally:
+        if any(isinstance(s, SetAlarm) for step in case.steps for s in step):
+            alarm(False)
+        driver.close()
+        with pika.BlockingConnection(pika.URLParameters(cluster.urls()[0])) as connection:
+            channel = connection.channel()
+            for queue in ("q", "q.dlq"):
+                channel.queue_delete(prefix + queue)
+    return observer.normalised()

@@ -23,6 +23,7 @@ from sac.sim.methods import (
     ConnectionUnblocked,
     Properties,
 )
+from sac.sim.model import MODELS
 from sac.sim.queue import DeadLetter, Deliver, QuorumQueue
 from sac.sim.script import (
     Ack,
@@ -102,23 +103,29 @@ def test_unroutable_publish_is_confirmed_at_once() -> None:
     assert channel.flush() == [BasicAck(1)]
 
 
-def test_returns_go_first_with_a_delivery_limit_and_last_without() -> None:
-    for limit, order in ((3, ["m1", "m2", "m3"]), (None, ["m2", "m3", "m1"])):
-        args = {**QUORUM, **({} if limit is None else {"x-delivery-limit": limit})}
-        queue = QuorumQueue("q", args)
-        key = (1, 1, "A")
-        queue.consume(key, prefetch=1)
-        effects = []
-        for uid in (1, 2, 3):
-            effects += queue.enqueue(message(uid))
-        assert [e.message.body for e in effects if isinstance(e, Deliver)] == [b"m1"]
-        queue.cancel(key)  # holds m1; nothing more for it
-        redelivered = queue.return_(key, [0])
-        assert redelivered == []
-        queue.consume((1, 1, "B"), prefetch=0)
-        held = queue.consumers.get((1, 1, "B"))
-        assert held is not None
-        assert [m.body.decode() for m in held.checked_out.values()] == order
+@pytest.mark.parametrize(("broker", "limit", "order"), [
+    ("3.10", 3, ["m1", "m2", "m3"]),
+    ("3.10", None, ["m2", "m3", "m1"]),
+    ("4.0", None, ["m1", "m2", "m3"]),  # 4.0's default limit of 20
+    ("4.0", -1, ["m2", "m3", "m1"]),  # no limit at all
+])
+def test_returns_go_first_with_a_delivery_limit_and_last_without(
+        broker: str, limit: int | None, order: list[str]) -> None:
+    args = {**QUORUM, **({} if limit is None else {"x-delivery-limit": limit})}
+    queue = QuorumQueue("q", args, MODELS[broker])
+    key = (1, 1, "A")
+    queue.consume(key, prefetch=1)
+    effects = []
+    for uid in (1, 2, 3):
+        effects += queue.enqueue(message(uid))
+    assert [e.message.body for e in effects if isinstance(e, Deliver)] == [b"m1"]
+    queue.cancel(key)  # holds m1; nothing more for it
+    redelivered = queue.return_(key, [0])
+    assert redelivered == []
+    queue.consume((1, 1, "B"), prefetch=0)
+    held = queue.consumers.get((1, 1, "B"))
+    assert held is not None
+    assert [m.body.decode() for m in held.checked_out.values()] == order
 
 
 def test_the_delivery_limit_counts_returns_and_dead_letters_past_it() -> None:

@@ -38,6 +38,7 @@ class Watched:
     def __init__(self, workload: EnginesWorkload) -> None:
         self.workload = workload
         self.horizon, self.settle, self.space = workload.horizon, workload.settle, workload.space
+        self.broker = workload.broker
         self.max_events = workload.max_events
         self.world: World | None = None
 

@@ -1,5 +1,6 @@
 """The model must be honest: each case, written once as a script of client steps, is run
-against the simulator and against the real 3-node RabbitMQ 3.10 cluster, and what the
+against the simulator following RabbitMQ 3.10 (``sim.model``) and against the real 3-node
+RabbitMQ 3.10 cluster (the ``cluster`` fixture), and what the
 clients hear must be the same (normalised as ``sim.script`` says: confirms per tag,
 events per link and kind).
 
@@ -10,18 +11,17 @@ the real broker (equal to the right model) would then not match.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import attrs
-import pika
 import pytest
 
 import sac.sim.broker
 from sac.server import LocalCluster
 from sac.sim.confirms import ConfirmChannel
 from sac.sim.methods import BasicPublish, ConnectionBlocked
+from sac.sim.model import MODELS
 from sac.sim.queue import Cancelled, Effect, QueueArgs, QuorumQueue
 from sac.sim.sac import Consumer, Consumers, Status
 from sac.sim.script import (
@@ -29,11 +29,11 @@ from sac.sim.script import (
     Cancel,
     Case,
     CloseChannel,
+    CloseConnection,
     Consume,
     Declare,
     Delete,
     Nack,
-    Observer,
     Open,
     Publish,
     Qos,
@@ -42,7 +42,7 @@ from sac.sim.script import (
     run_case,
 )
 
-from .real_driver import RealDriver
+from .real_driver import heard_on
 
 pytestmark = pytest.mark.rabbitmq("3.10")  # the simulator models 3.10.8
 
@@ -147,6 +147,22 @@ CASES = [
         (Ack("a", 1),),
         (Ack("a", 3, multiple=True),),
     )),
+    Case("closed_channel_hands_over_before_the_backlog", (
+        *setup(),
+        publish("m0", "m1", "m2"),
+        (Open("a", node=1), Open("b", node=2)),
+        (Qos("a", 1), Consume("a", "q", "A")),
+        (Qos("b", 10), Consume("b", "q", "B")),
+        (CloseChannel("a"),),
+    )),
+    Case("closed_connection_hands_over_before_the_backlog", (
+        *setup(),
+        publish("m0", "m1", "m2", "m3"),
+        (Open("a", node=1), Open("b", node=2)),
+        (Qos("a", 2), Consume("a", "q", "A")),
+        (Qos("b", 10), Consume("b", "q", "B")),
+        (CloseConnection("a"),),
+    )),
     Case("waiting_line_keeps_its_order", (
         *setup(),
         publish("m0", "m1"),
@@ -192,42 +208,11 @@ CASES = [
 # ------------------------------------------------------------------ against RabbitMQ
 
 
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    return f"honesty-{os.urandom(4).hex()}-"
-
-
-def _delete_queues(url: str, prefix: str) -> None:
-    with pika.BlockingConnection(pika.URLParameters(url)) as connection:
-        channel = connection.channel()
-        for name in ("q", "q.dlq"):
-            channel.queue_delete(prefix + name)
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_the_model_hears_what_rabbitmq_says(
-        case: Case, cluster: LocalCluster, prefix: str, request: pytest.FixtureRequest) -> None:
-    expected = run_case(case).normalised()
-    observer = Observer()
-
-    def alarm(on: bool) -> None:
-        # A memory alarm on one node blocks publishers cluster-wide; 0.4 is the default.
-        cluster.ctl(cluster.nodes[0], "set_vm_memory_high_watermark",
-                    "0.0000001" if on else "0.4")
-
-    driver = RealDriver(cluster.urls(), prefix, observer, request.node.nodeid[-100:], alarm)
-    try:
-        for step, predicted in zip(case.steps, expected, strict=True):
-            observer.next_step()
-            for action in step:
-                driver.perform(action)
-            driver.settle(len(predicted))
-    finally:
-        if any(isinstance(s, SetAlarm) for step in case.steps for s in step):
-            alarm(False)
-        driver.close()
-        _delete_queues(cluster.urls()[0], prefix)
-    assert observer.normalised() == expected
+        case: Case, cluster: LocalCluster, request: pytest.FixtureRequest) -> None:
+    expected = run_case(case, broker=MODELS["3.10"]).normalised()
+    assert heard_on(cluster, case, expected, request.node.nodeid[-100:]) == expected
 
 
 # ------------------------------------------------------------------ every case can fail
@@ -248,11 +233,29 @@ def _drop_frames(kind: type) -> Callable[[pytest.MonkeyPatch], None]:
 
 
 def _uncounted_returns(monkeypatch: pytest.MonkeyPatch) -> None:
-    def return_all(_orig: Any, self: QuorumQueue, consumer: Consumer) -> list[Effect]:
+    def return_all(_orig: Any, self: QuorumQueue, consumer: Consumer,
+                   **_how: Any) -> list[Effect]:
         for msg_id in sorted(consumer.checked_out):
             self.returns.append(consumer.checked_out.pop(msg_id))
         return []
     _wrap(monkeypatch, QuorumQueue, "_return_all", return_all)
+
+
+def _next_served_before_the_returns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A close that cancels first (as pika's own close does): the next consumer is made
+    active and served from the backlog before the closed one's messages are back."""
+    def channel_down(orig: Any, self: QuorumQueue, connection: int,
+                     channel: int) -> list[Effect]:
+        gone = [c for c in self.consumers if c.key[:2] == (connection, channel)]
+        held = {c.key: dict(c.checked_out) for c in gone}
+        for consumer in gone:
+            consumer.checked_out.clear()
+        effects: list[Effect] = orig(self, connection, channel)
+        for consumer in gone:
+            consumer.checked_out.update(held[consumer.key])
+            effects += self._return_all(consumer, failed=True)
+        return effects + self._checkout()
+    _wrap(monkeypatch, QuorumQueue, "channel_down", channel_down)
 
 
 def _cancel_keeps_the_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -265,18 +268,18 @@ def _cancel_keeps_the_line(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _cancelled_cannot_return(monkeypatch: pytest.MonkeyPatch) -> None:
-    def return_(orig: Any, self: QuorumQueue, key: Any, ids: Any) -> list[Effect]:
+    def return_(orig: Any, self: QuorumQueue, key: Any, ids: Any, **how: Any) -> list[Effect]:
         held = self.consumers.get(key)
         if held is not None and held.status is Status.CANCELLED:
             return []
-        result: list[Effect] = orig(self, key, ids)
+        result: list[Effect] = orig(self, key, ids, **how)
         return result
     _wrap(monkeypatch, QuorumQueue, "return_", return_)
 
 
 def _limit_off_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    def from_arguments(orig: Any, arguments: Any) -> QueueArgs:
-        args: QueueArgs = orig(arguments)
+    def from_arguments(orig: Any, arguments: Any, *broker: Any) -> QueueArgs:
+        args: QueueArgs = orig(arguments, *broker)
         if args.delivery_limit is None:
             return args
         return attrs.evolve(args, delivery_limit=args.delivery_limit - 1)
@@ -286,8 +289,8 @@ def _limit_off_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
 def _requeue_to(first: bool) -> Callable[[pytest.MonkeyPatch], None]:
     def mutate(monkeypatch: pytest.MonkeyPatch) -> None:
         _wrap(monkeypatch, QuorumQueue, "_return_one",
-              lambda orig, self, consumer, msg_id, to_returns: orig(
-                  self, consumer, msg_id, to_returns=first))
+              lambda orig, self, consumer, msg_id, to_returns, failed: orig(
+                  self, consumer, msg_id, to_returns=first, failed=failed))
     return mutate
 
 
@@ -337,6 +340,8 @@ MUTANTS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "mandatory_return": _drop_frames(sac.sim.broker.BasicReturn),
     "closed_channel_hands_over_counted": _uncounted_returns,
     "cancel_hands_over_at_once": _cancel_keeps_the_line,
+    "closed_channel_hands_over_before_the_backlog": _next_served_before_the_returns,
+    "closed_connection_hands_over_before_the_backlog": _next_served_before_the_returns,
     "cancelled_consumer_nacks_to_the_next": _cancelled_cannot_return,
     "delivery_limit_dead_letters": _limit_off_by_one,
     "requeue_goes_first_with_a_limit": _requeue_to(first=False),
@@ -356,7 +361,7 @@ def test_every_case_has_a_mutant() -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_each_case_catches_a_wrong_model(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
-    right = run_case(case).normalised()
+    right = run_case(case, broker=MODELS["3.10"]).normalised()
     MUTANTS[case.name](monkeypatch)
-    wrong = run_case(case).normalised()
+    wrong = run_case(case, broker=MODELS["3.10"]).normalised()
     assert wrong != right

@@ -103,7 +103,7 @@ def test_a_failing_run_shrinks_to_one_fault_that_replays() -> None:
 
 def test_the_loss_invariant_catches_a_broker_that_drops_returns(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    def drop_all(self: QuorumQueue, consumer: Consumer) -> list[Effect]:
+    def drop_all(self: QuorumQueue, consumer: Consumer, **_how: object) -> list[Effect]:
         consumer.checked_out.clear()
         return []
 
