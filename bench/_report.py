@@ -15,7 +15,7 @@ import os
 import platform
 import statistics
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,19 @@ def positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, not {value}")
     return value
+
+
+def choices(allowed: Sequence[str]) -> Callable[[str], list[str]]:
+    """An argparse type: a comma list of some of ``allowed``, each once, in the order given."""
+
+    def parse(text: str) -> list[str]:
+        items = [x.strip() for x in text.split(",") if x.strip()]
+        unknown = [x for x in items if x not in allowed]
+        if unknown or not items:
+            raise argparse.ArgumentTypeError(f"choose from {', '.join(allowed)}, not {text!r}")
+        return list(dict.fromkeys(items))
+
+    return parse
 
 
 DEFAULT_SERIES = str(attrs.fields(ClusterSpec).rabbitmq.default)

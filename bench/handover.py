@@ -69,7 +69,7 @@ import time
 import urllib.parse
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -95,7 +95,15 @@ from sac.sdk import (
 )
 from sac.server import LocalCluster
 
-from ._report import DEFAULT_SERIES, conditions, positive_int, rabbitmq_series, save, spread
+from ._report import (
+    DEFAULT_SERIES,
+    choices,
+    conditions,
+    positive_int,
+    rabbitmq_series,
+    save,
+    spread,
+)
 
 FACES = ("blocking", "asyncio")
 Fault = Literal["graceful", "connection-reset", "frozen", "priority"]
@@ -695,17 +703,6 @@ def table(summary: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _choices(allowed: Sequence[str]) -> Callable[[str], list[str]]:
-    def parse(text: str) -> list[str]:
-        items = [x.strip() for x in text.split(",") if x.strip()]
-        unknown = [x for x in items if x not in allowed]
-        if unknown or not items:
-            raise argparse.ArgumentTypeError(f"choose from {', '.join(allowed)}, not {text!r}")
-        return list(dict.fromkeys(items))
-
-    return parse
-
-
 def _ints(text: str) -> list[int]:
     return [positive_int(x) for x in text.split(",") if x.strip()]
 
@@ -726,11 +723,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="heartbeat (s) for graceful and connection-reset")
     parser.add_argument("--frozen-heartbeats", type=_ints, default=[2, 5],
                         help="heartbeats (s) to measure the frozen scenario with")
-    parser.add_argument("--scenarios", type=_choices(FAULTS), default=None,
+    parser.add_argument("--scenarios", type=choices(FAULTS), default=None,
                         help=f"comma list of {', '.join(FAULTS)} (default: all); those the "
                         f"series cannot run are left out (priority runs on "
                         f"{', '.join(PRIORITY_SERIES)} only)")
-    parser.add_argument("--faces", type=_choices(FACES), default=list(FACES))
+    parser.add_argument("--faces", type=choices(FACES), default=list(FACES))
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds allowed for B's takeover and for draining, per run")
     parser.add_argument("--seed", type=int, default=None,

@@ -86,7 +86,15 @@ from sac.chaos.proxy import ProxyThread
 from sac.sdk import ConnectionSettings, PublisherSettings, QueueSettings, Role
 from sac.server import LocalCluster, LocalZooKeeper
 
-from ._report import DEFAULT_SERIES, conditions, positive_int, rabbitmq_series, save, spread
+from ._report import (
+    DEFAULT_SERIES,
+    choices,
+    conditions,
+    positive_int,
+    rabbitmq_series,
+    save,
+    spread,
+)
 from .handover import SteadyPublisher
 
 NODES = 3
@@ -516,11 +524,7 @@ def table(summary: dict[str, dict[str, Any]], comparison: dict[str, dict[str, An
 
 
 def _modes(text: str) -> list[Mode]:
-    names = [x.strip() for x in text.split(",") if x.strip()]
-    unknown = [x for x in names if x not in MODES]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"choose from {', '.join(MODES)}, not {text!r}")
-    return [MODES[x] for x in dict.fromkeys(names)]
+    return [MODES[x] for x in choices(list(MODES))(text)]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

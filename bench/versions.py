@@ -46,7 +46,7 @@ from typing import Any
 from sac.server import LocalCluster
 
 from . import handover, takeover, throughput
-from ._report import conditions, positive_int, rabbitmq_series, save
+from ._report import choices, conditions, positive_int, rabbitmq_series, save
 
 BENCHMARKS = ("throughput", "handover", "takeover")
 DEFAULT_SERIES = ("4.0", "3.10")
@@ -220,14 +220,6 @@ def _series_list(text: str) -> list[str]:
     return names
 
 
-def _benchmarks(text: str) -> list[str]:
-    names = [x.strip() for x in text.split(",") if x.strip()]
-    unknown = [x for x in names if x not in BENCHMARKS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"choose from {', '.join(BENCHMARKS)}, not {text!r}")
-    return list(dict.fromkeys(names))
-
-
 def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[Series]]:
     """The driver's options, and each series with every chosen benchmark's options parsed
     for it (a benchmark's bad option ends the run here, before any cluster boots)."""
@@ -237,7 +229,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
         "one cluster at a time, in one run; each figure of the first over the second's.")
     parser.add_argument("--rabbitmq", type=_series_list, default=list(DEFAULT_SERIES),
                         help="two series, the first over the second (default 4.0,3.10)")
-    parser.add_argument("--benchmarks", type=_benchmarks, default=list(BENCHMARKS),
+    parser.add_argument("--benchmarks", type=choices(BENCHMARKS), default=list(BENCHMARKS),
                         help=f"comma list of {', '.join(BENCHMARKS)} (default: all)")
     parser.add_argument("--repeat", type=positive_int, default=1,
                         help="rounds; each boots every series once, the order alternating")
