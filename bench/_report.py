@@ -15,9 +15,13 @@ import os
 import platform
 import statistics
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+import attrs
+
+from sac.server import ClusterSpec, LocalCluster
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,6 +33,52 @@ def positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, not {value}")
     return value
+
+
+def choices(allowed: Sequence[str]) -> Callable[[str], list[str]]:
+    """An argparse type: a comma list of some of ``allowed``, each once, in the order given."""
+
+    def parse(text: str) -> list[str]:
+        items = [x.strip() for x in text.split(",") if x.strip()]
+        unknown = [x for x in items if x not in allowed]
+        if unknown or not items:
+            raise argparse.ArgumentTypeError(f"choose from {', '.join(allowed)}, not {text!r}")
+        return list(dict.fromkeys(items))
+
+    return parse
+
+
+DEFAULT_SERIES = str(attrs.fields(ClusterSpec).rabbitmq.default)
+"""The RabbitMQ series a benchmark boots when ``--rabbitmq`` is not given: ``LocalCluster``'s."""
+
+
+def rabbitmq_series(text: str) -> str:
+    """An argparse type: a RabbitMQ series ``LocalCluster`` runs (its own check and message)."""
+    try:
+        LocalCluster(name="bench-series-check", rabbitmq=text.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text.strip()
+
+
+def broker_cpu_s(cluster: LocalCluster) -> float:
+    """CPU seconds (user + system) the cluster's Erlang VMs have used since they started.
+
+    Read before and after a measurement it gives the broker's share of the work: on a machine
+    whose cores the broker shares with the client (and other work) that is steadier than
+    throughput, and it is what a broker version changes. Each node's VM is the process named
+    in its pid file (``/proc/PID/stat``: fields 14 and 15, in clock ticks)."""
+    ticks = 0
+    for node in cluster.nodes:
+        try:
+            pid = int(node.pid_file.read_text().strip())
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except (OSError, ValueError) as exc:
+            raise RuntimeError(f"node {node.name}: no running Erlang VM to read CPU from: {exc}"
+                               ) from None
+        fields = stat.rsplit(")", 1)[1].split()  # after the command name, from field 3 on
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def sdk_revision() -> dict[str, Any]:
@@ -80,10 +130,17 @@ def save(prefix: str, started: dt.datetime, report: dict[str, Any], table: str) 
     return path
 
 
+def p95(values: Sequence[float]) -> float:
+    """The 95th percentile, interpolated between the values (the value itself for one)."""
+    if len(values) == 1:
+        return float(values[0])
+    return statistics.quantiles(values, n=20, method="inclusive")[18]
+
+
 def spread(values: Sequence[float], middle: str = "median") -> dict[str, float | None]:
-    """The middle (median, under the name ``middle``), min and max of some timings, in
-    seconds rounded to 0.1 ms; all None without a value."""
+    """The middle (median, under the name ``middle``), 95th percentile, min and max of some
+    timings, in seconds rounded to 0.1 ms; all None without a value."""
     if not values:
-        return {middle: None, "min": None, "max": None}
-    return {middle: round(statistics.median(values), 4), "min": round(min(values), 4),
-            "max": round(max(values), 4)}
+        return {middle: None, "p95": None, "min": None, "max": None}
+    return {middle: round(statistics.median(values), 4), "p95": round(p95(values), 4),
+            "min": round(min(values), 4), "max": round(max(values), 4)}

@@ -25,6 +25,17 @@ choice of heartbeat interval trades against spurious failovers. Three ways for A
     warm-up would always put it at the same point (every run the same number), so frozen runs
     add a random 0 to H seconds' worth of messages to the warm-up (``--seed``); each run
     records ``a_subscribed_to_fault_s`` to tell the phase.
+``priority`` (RabbitMQ 4.0 only)
+    the rolling deploy of the README's "Rolling deploy with priorities": A (the broker's
+    default priority) serves alone, then B subscribes with ``ConsumerSettings.priority``
+    ``B_PRIORITY``; the broker stops sending to A, waits until A has acked what it holds, and
+    makes B the active consumer. A is never stopped (it is, after the run). Timed from B's
+    ``start()`` call. 3.x ignores priorities for single active consumer (B would wait
+    forever), so the scenario is refused there.
+
+``gap_s`` (graceful and priority, where A runs in this process) is what the queue's
+consumers see of the handover: from A's last handled message to B's first. Both runs also
+check ``in_order``: every message handled once, A's then B's, in publish order.
 
 In every run an SDK ``Publisher`` (on node 1, which therefore leads the fresh queue) publishes
 at a steady ``--rate`` (500 msg/s) before, during and after the fault, each body carrying its
@@ -58,7 +69,7 @@ import time
 import urllib.parse
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -84,12 +95,26 @@ from sac.sdk import (
 )
 from sac.server import LocalCluster
 
-from ._report import conditions, positive_int, save, spread
+from ._report import (
+    DEFAULT_SERIES,
+    choices,
+    conditions,
+    positive_int,
+    rabbitmq_series,
+    save,
+    spread,
+)
 
 FACES = ("blocking", "asyncio")
-Fault = Literal["graceful", "connection-reset", "frozen"]
-FAULTS: tuple[Fault, ...] = ("graceful", "connection-reset", "frozen")
+Fault = Literal["graceful", "connection-reset", "frozen", "priority"]
+FAULTS: tuple[Fault, ...] = ("graceful", "connection-reset", "frozen", "priority")
+PRIORITY_SERIES = ("4.0",)
+"""Where a consumer of higher priority takes a single-active quorum queue over (3.x ignores
+priorities for single active consumer)."""
+B_PRIORITY = 10
+"""B's ``ConsumerSettings.priority`` in the ``priority`` scenario (A keeps the default)."""
 PREFETCH: int = attrs.fields(ConsumerSettings).prefetch.default or 0
+NODES = 3
 START_TIMEOUT = 60.0
 """Seconds allowed for a consumer to subscribe or become active, and for the warm-up."""
 
@@ -396,11 +421,15 @@ class RunResult:
     """How long B's first message had been published when B handled it."""
     first_b_redelivered: bool | None = None
     stop_call_s: float | None = None
-    """graceful: how long A's stop() call took."""
+    """graceful: how long A's stop() call took; priority: B's start() call."""
     a_last_after_fault_s: float | None = None
-    """graceful: A's last handled message, relative to the stop() call."""
+    """graceful, priority: A's last handled message, relative to the stop() or start() call."""
+    gap_s: float | None = None
+    """graceful, priority: from A's last handled message to B's first."""
     overlap: bool | None = None
-    """graceful: B handled a message before A's last one started (not exclusive)."""
+    """graceful, priority: B handled a message before A's last one started (not exclusive)."""
+    in_order: bool | None = None
+    """graceful, priority: every message handled once, A's then B's, in publish order."""
     sent: int = 0
     published: int = 0
     handled_a: int = 0
@@ -471,8 +500,12 @@ class Bench:
                 published_started = True
                 result.leader = self.leader(queue)
                 a_conn = self._conn(1, hb, "handover-a")
+                b_settings = ConsumerSettings(
+                    self._conn(2, hb, "handover-b"), qs,
+                    priority=B_PRIORITY if scenario.fault == "priority" else None,
+                )
                 a: LocalConsumer | ConsumerProcess
-                if scenario.fault == "graceful":
+                if scenario.fault in ("graceful", "priority"):
                     a = a_local = LocalConsumer(face, ConsumerSettings(a_conn, qs)).start()
                 else:
                     a = a_proc = ConsumerProcess(face, queue, a_conn, Path(tmp))
@@ -480,9 +513,8 @@ class Bench:
                         raise RuntimeError(
                             f"A's process did not subscribe: {a_proc.stderr_tail()}"
                         )
-                b = LocalConsumer(
-                    face, ConsumerSettings(self._conn(2, hb, "handover-b"), qs)
-                ).start()
+                if scenario.fault != "priority":  # B waits from the start
+                    b = LocalConsumer(face, b_settings).start()
                 publisher.start()
                 if not a.wait_active(START_TIMEOUT):
                     raise RuntimeError("A never became active")
@@ -491,10 +523,16 @@ class Bench:
                     result.warmup_messages += int(self.rng.uniform(0, hb) * self.args.rate)
                 if not publisher.wait_confirmed(result.warmup_messages, START_TIMEOUT):
                     raise RuntimeError(f"warm-up not confirmed: {publisher.error!r}")
-                if b.first.is_set():
+                if b is not None and b.first.is_set():
                     result.errors.append("B handled messages before the fault: A was not alone")
 
-                fault_at = self._fault(scenario, a_local, a_proc, result)
+                if scenario.fault == "priority":  # B's arrival is the event
+                    fault_at = time.monotonic()
+                    b = LocalConsumer(face, b_settings).start()
+                    result.stop_call_s = time.monotonic() - fault_at
+                else:
+                    fault_at = self._fault(scenario, a_local, a_proc, result)
+                assert b is not None
                 if a.subscribed_at is not None:
                     result.a_subscribed_to_fault_s = fault_at - a.subscribed_at
                 if b.first.wait(self.args.timeout):
@@ -600,6 +638,10 @@ class Bench:
             result.a_last_after_fault_s = last_a - fault_at
             first_b = b.first_at()
             result.overlap = first_b is not None and first_b.at < last_a
+            if first_b is not None:
+                result.gap_s = first_b.at - last_a
+            # ids are m0000000, m0000001, ...: their order is the publish order
+            result.in_order = a_ids + b_ids == sorted(published)
 
 
 # --------------------------------------------------------------------------- report
@@ -619,6 +661,8 @@ def summarize(results: Sequence[RunResult]) -> dict[str, dict[str, Any]]:
             "runs": len(runs),
             "runs_with_handover": len(ok),
             "handover_s": spread([r.handover_s for r in ok if r.handover_s is not None]),
+            "gap_s": spread([r.gap_s for r in ok if r.gap_s is not None]),
+            "in_order": [r.in_order for r in runs],
             "first_b_age_s": spread(
                 [r.first_b_age_s for r in ok if r.first_b_age_s is not None]
             ),
@@ -640,6 +684,7 @@ def _fmt(value: float | None) -> str:
 def table(summary: dict[str, dict[str, Any]]) -> str:
     lines = [
         f"{'scenario':<17}{'face':<9}{'hb':>3} {'median s':>9} {'min s':>7} {'max s':>7}"
+        f" {'gap p50':>8} {'gap max':>8}"
         f"  {'published':<17} {'A':<17} {'B':<17} {'dups':<11} {'lost':<7} err"
     ]
 
@@ -650,22 +695,12 @@ def table(summary: dict[str, dict[str, Any]]) -> str:
         h = s["handover_s"]
         lines.append(
             f"{s['scenario']:<17}{s['face']:<9}{s['heartbeat']:>3} {_fmt(h['median']):>9} "
-            f"{_fmt(h['min']):>7} {_fmt(h['max']):>7}  {nums(s['published']):<17} "
+            f"{_fmt(h['min']):>7} {_fmt(h['max']):>7} {_fmt(s['gap_s']['median']):>8} "
+            f"{_fmt(s['gap_s']['max']):>8}  {nums(s['published']):<17} "
             f"{nums(s['handled_a']):<17} {nums(s['handled_b']):<17} "
             f"{nums(s['duplicates']):<11} {nums(s['lost']):<7} {s['errors']}"
         )
     return "\n".join(lines)
-
-
-def _choices(allowed: Sequence[str]) -> Callable[[str], list[str]]:
-    def parse(text: str) -> list[str]:
-        items = [x.strip() for x in text.split(",") if x.strip()]
-        unknown = [x for x in items if x not in allowed]
-        if unknown or not items:
-            raise argparse.ArgumentTypeError(f"choose from {', '.join(allowed)}, not {text!r}")
-        return list(dict.fromkeys(items))
-
-    return parse
 
 
 def _ints(text: str) -> list[int]:
@@ -688,22 +723,40 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="heartbeat (s) for graceful and connection-reset")
     parser.add_argument("--frozen-heartbeats", type=_ints, default=[2, 5],
                         help="heartbeats (s) to measure the frozen scenario with")
-    parser.add_argument("--scenarios", type=_choices(FAULTS), default=list(FAULTS))
-    parser.add_argument("--faces", type=_choices(FACES), default=list(FACES))
+    parser.add_argument("--scenarios", type=choices(FAULTS), default=None,
+                        help=f"comma list of {', '.join(FAULTS)} (default: all); those the "
+                        f"series cannot run are left out (priority runs on "
+                        f"{', '.join(PRIORITY_SERIES)} only)")
+    parser.add_argument("--faces", type=choices(FACES), default=list(FACES))
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds allowed for B's takeover and for draining, per run")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed for the frozen runs' random warm-up phase")
     parser.add_argument("--cluster-name", default="handover", help="LocalCluster name")
+    parser.add_argument("--rabbitmq", type=rabbitmq_series, default=DEFAULT_SERIES,
+                        help=f"the RabbitMQ series to boot (default {DEFAULT_SERIES}); "
+                        "python -m bench.versions compares two in one run")
     args = parser.parse_args(argv)
     if args.rate <= 0:
         parser.error("--rate must be positive")
+    args.scenarios = args.scenarios or list(FAULTS)
+    if not applicable(args.scenarios, args.rabbitmq):
+        parser.error(f"nothing to run on RabbitMQ {args.rabbitmq}: the priority scenario "
+                     f"needs {', '.join(PRIORITY_SERIES)} (3.x ignores priorities for single "
+                     "active consumer)")
     return args
 
 
+def applicable(faults: Sequence[Fault], series: str) -> tuple[Fault, ...]:
+    """The scenarios of ``faults`` that RabbitMQ ``series`` can run."""
+    return tuple(f for f in faults if f != "priority" or series in PRIORITY_SERIES)
+
+
 def scenarios(args: argparse.Namespace) -> list[Scenario]:
+    """What to run: ``args.scenarios`` that ``args.rabbitmq`` can run, frozen once per
+    heartbeat of ``--frozen-heartbeats``."""
     out: list[Scenario] = []
-    for fault in args.scenarios:
+    for fault in applicable(args.scenarios, args.rabbitmq):
         if fault == "frozen":
             out += [Scenario("frozen", hb) for hb in args.frozen_heartbeats]
         else:
@@ -716,26 +769,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = dt.datetime.now(dt.UTC)
     load_before = os.getloadavg()
     plan = scenarios(args)
-    results: list[RunResult] = []
-    print(f"booting a 3-node cluster {args.cluster_name!r} ...", file=sys.stderr, flush=True)
-    with LocalCluster(name=args.cluster_name, nodes=3) as cluster:
+    print(f"booting a 3-node RabbitMQ {args.rabbitmq} cluster {args.cluster_name!r} ...",
+          file=sys.stderr, flush=True)
+    with LocalCluster(name=args.cluster_name, nodes=NODES, rabbitmq=args.rabbitmq) as cluster:
         overview = cluster.management_api("overview")
-        bench = Bench(cluster, args)
-        # rounds outermost: a slow spell on the machine hits every scenario alike
-        for index in range(args.repeat):
-            for scenario in plan:
-                for face in args.faces:
-                    r = bench.run_once(scenario, face, index)
-                    results.append(r)
-                    print(
-                        f"  {r.scenario:<17} {r.face:<9} run {index + 1}: handover "
-                        f"{_fmt(r.handover_s)} s, published {r.published}, A {r.handled_a}, "
-                        f"B {r.handled_b}, dups {r.duplicates}, lost {r.lost}"
-                        + (f", errors: {r.errors}" if r.errors else ""),
-                        file=sys.stderr, flush=True,
-                    )
+        results = run_all(Bench(cluster, args), plan, args)
+    report = describe(args, started, load_before, overview, results)
+    save("handover", started, report, table(report["summary"]))
+    return 0
+
+
+def run_all(bench: Bench, plan: Sequence[Scenario], args: argparse.Namespace,
+            ) -> list[RunResult]:
+    """Every run of ``plan`` on ``bench``'s cluster, each printed as it ends; rounds
+    outermost: a slow spell on the machine hits every scenario alike."""
+    results: list[RunResult] = []
+    for index in range(args.repeat):
+        for scenario in plan:
+            for face in args.faces:
+                r = bench.run_once(scenario, face, index)
+                results.append(r)
+                print(
+                    f"  {r.scenario:<17} {r.face:<9} run {index + 1}: handover "
+                    f"{_fmt(r.handover_s)} s, gap {_fmt(r.gap_s)} s, published {r.published}, "
+                    f"A {r.handled_a}, B {r.handled_b}, dups {r.duplicates}, lost {r.lost}"
+                    + (f", errors: {r.errors}" if r.errors else ""),
+                    file=sys.stderr, flush=True,
+                )
+    return results
+
+
+def describe(args: argparse.Namespace, started: dt.datetime, load_before: Sequence[float],
+             overview: dict[str, Any], results: Sequence[RunResult]) -> dict[str, Any]:
+    """The JSON report of a run (``bench.versions`` writes one per RabbitMQ series)."""
     summary = summarize(results)
-    report = {
+    return {
         "benchmark": "single-active-consumer handover",
         "timestamp": started.isoformat(timespec="seconds"),
         "queue": {"type": "quorum", "single_active_consumer": True},
@@ -749,12 +817,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "statistic": "median/min/max of handover_s over the runs of a scenario and face",
         "placement": {"publisher": "node 1 (queue leader)", "A": "node 2", "B": "node 3"},
         "a_runner": {"graceful": "in process", "other": "sac.chaos.actors.consumer"},
-        **conditions(overview, len(cluster.nodes), load_before),
+        "left_out": {f: f"RabbitMQ {args.rabbitmq} cannot run it" for f in args.scenarios
+                     if f not in applicable(args.scenarios, args.rabbitmq)},
+        "priority": {"b_priority": B_PRIORITY, "a_priority": "the broker's default (0)",
+                     "timed_from": "B's start() call"},
+        **conditions(overview, NODES, load_before),
         "summary": summary,
         "runs": [asdict(r) for r in results],
     }
-    save("handover", started, report, table(summary))
-    return 0
 
 
 if __name__ == "__main__":

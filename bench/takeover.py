@@ -70,7 +70,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -86,9 +86,18 @@ from sac.chaos.proxy import ProxyThread
 from sac.sdk import ConnectionSettings, PublisherSettings, QueueSettings, Role
 from sac.server import LocalCluster, LocalZooKeeper
 
-from ._report import conditions, positive_int, save, spread
+from ._report import (
+    DEFAULT_SERIES,
+    choices,
+    conditions,
+    positive_int,
+    rabbitmq_series,
+    save,
+    spread,
+)
 from .handover import SteadyPublisher
 
+NODES = 3
 STEP_TIMEOUT = 60.0
 """Seconds allowed for a consumer to subscribe or become active, for the warm-up and tail."""
 REFERENCE = "native-frozen"
@@ -515,11 +524,7 @@ def table(summary: dict[str, dict[str, Any]], comparison: dict[str, dict[str, An
 
 
 def _modes(text: str) -> list[Mode]:
-    names = [x.strip() for x in text.split(",") if x.strip()]
-    unknown = [x for x in names if x not in MODES]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"choose from {', '.join(MODES)}, not {text!r}")
-    return [MODES[x] for x in dict.fromkeys(names)]
+    return [MODES[x] for x in choices(list(MODES))(text)]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -550,6 +555,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="keep every trial's directory (sink, actor logs and histories); "
                         "a failed trial's is always kept")
     parser.add_argument("--cluster-name", default="takeover", help="LocalCluster name")
+    parser.add_argument("--rabbitmq", type=rabbitmq_series, default=DEFAULT_SERIES,
+                        help=f"the RabbitMQ series to boot (default {DEFAULT_SERIES}); "
+                        "python -m bench.versions compares two in one run")
     args = parser.parse_args(argv)
     if args.rate <= 0 or args.timeout <= 0:
         parser.error("--rate and --timeout must be positive")
@@ -566,33 +574,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = dt.datetime.now(dt.UTC)
     load_before = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="bench-takeover-"))
-    trials: list[Trial] = []
-    print(f"booting a 3-node cluster {args.cluster_name!r} ...", file=sys.stderr, flush=True)
-    with contextlib.ExitStack() as stack:
-        cluster = stack.enter_context(LocalCluster(name=args.cluster_name, nodes=3))
-        servers = Servers(cluster, lease=args.lease)
-        if any(mode.guarded for mode in args.modes):
-            zookeeper = stack.enter_context(LocalZooKeeper(
-                name=f"{args.cluster_name}-zk", tick_time_ms=ZK_TICK_MS))
-            proxy = stack.enter_context(ProxyThread())
-            proxies = Toxiproxy()
-            proxies.update_api_consumer("127.0.0.1", proxy.port)
-            servers = Servers(cluster, zookeeper, proxies, args.lease)
+    print(f"booting a 3-node RabbitMQ {args.rabbitmq} cluster {args.cluster_name!r} ...",
+          file=sys.stderr, flush=True)
+    with LocalCluster(name=args.cluster_name, nodes=NODES, rabbitmq=args.rabbitmq) as cluster, \
+            servers_for(cluster, args) as servers:
         overview = cluster.management_api("overview")
-        bench = Bench(servers, args, work)
-        for index in range(args.trials):  # rounds outermost
-            for mode in args.modes:
-                t = bench.run(mode, index)
-                trials.append(t)
-                print(f"  {t.mode:<16} trial {index + 1}: takeover {_fmt(t.takeover_s)} s "
-                      f"(B active {_fmt(t.b_active_s)} s), published {t.published}, "
-                      f"A {t.effects_a}, B {t.effects_b}, dups {t.duplicates}, "
-                      f"missing {t.missing}, A exit {t.a_exit}"
-                      + (f", errors: {t.errors}" if t.errors else ""),
-                      file=sys.stderr, flush=True)
+        trials = run_all(Bench(servers, args, work), args)
+    report = describe(args, started, load_before, overview, trials, baseline)
+    save("takeover", started, report, table(report["summary"], report["comparison"]))
+    kept = [t.queue for t in trials if not t.ok or args.keep]
+    if kept:
+        print(f"trial directories kept in {work}: {', '.join(kept)}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if all(t.ok for t in trials) else 1
+
+
+@contextlib.contextmanager
+def servers_for(cluster: LocalCluster, args: argparse.Namespace) -> Iterator[Servers]:
+    """What ``args.modes`` need beside ``cluster``: for a guard mode, a short-tick ZooKeeper
+    and a fault proxy in front of it (stopped on exit)."""
+    with contextlib.ExitStack() as stack:
+        if not any(mode.guarded for mode in args.modes):
+            yield Servers(cluster, lease=args.lease)
+            return
+        zookeeper = stack.enter_context(LocalZooKeeper(
+            name=f"{cluster.name}-zk", tick_time_ms=ZK_TICK_MS))
+        proxy = stack.enter_context(ProxyThread())
+        proxies = Toxiproxy()
+        proxies.update_api_consumer("127.0.0.1", proxy.port)
+        yield Servers(cluster, zookeeper, proxies, args.lease)
+
+
+def run_all(bench: Bench, args: argparse.Namespace) -> list[Trial]:
+    """``args.trials`` trials of every mode, rounds outermost, each printed as it ends."""
+    trials: list[Trial] = []
+    for index in range(args.trials):
+        for mode in args.modes:
+            t = bench.run(mode, index)
+            trials.append(t)
+            print(f"  {t.mode:<16} trial {index + 1}: takeover {_fmt(t.takeover_s)} s "
+                  f"(B active {_fmt(t.b_active_s)} s), published {t.published}, "
+                  f"A {t.effects_a}, B {t.effects_b}, dups {t.duplicates}, "
+                  f"missing {t.missing}, A exit {t.a_exit}"
+                  + (f", errors: {t.errors}" if t.errors else ""),
+                  file=sys.stderr, flush=True)
+    return trials
+
+
+def describe(args: argparse.Namespace, started: dt.datetime, load_before: Sequence[float],
+             overview: dict[str, Any], trials: Sequence[Trial],
+             baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON report of a run (``bench.versions`` writes one per RabbitMQ series)."""
     summary = summarize(trials)
     comparison = compare(summary, baseline)
-    report = {
+    return {
         "benchmark": "single-active takeover",
         "timestamp": started.isoformat(timespec="seconds"),
         "modes": [mode.name for mode in args.modes],
@@ -617,18 +653,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   "consumers given the management API: B, elected, closes "
                                   "A's connection (GuardSettings.evict)"},
         "baseline": None if args.baseline is None else str(args.baseline),
-        **conditions(overview, len(cluster.nodes), load_before),
+        **conditions(overview, NODES, load_before),
         "summary": summary,
         "comparison": comparison,
         "trials": [asdict(t) | {"ok": t.ok} for t in trials],
     }
-    save("takeover", started, report, table(summary, comparison))
-    kept = [t.queue for t in trials if not t.ok or args.keep]
-    if kept:
-        print(f"trial directories kept in {work}: {', '.join(kept)}")
-    else:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0 if all(t.ok for t in trials) else 1
 
 
 if __name__ == "__main__":

@@ -103,7 +103,7 @@ import traceback
 import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import pika
@@ -116,7 +116,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from sac.server import LocalCluster
 
-from ._report import positive_int, save, sdk_revision
+from ._report import DEFAULT_SERIES, broker_cpu_s, positive_int, rabbitmq_series, save, sdk_revision
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection as Pipe
@@ -185,6 +185,9 @@ class Measurement:
     wall_s: float
     cpu_s: float
     nacks: int = 0
+    broker_cpu_s: float | None = None
+    """The cluster's Erlang VMs' CPU over the child process's whole life (its connect and
+    close too, and the broker's own background work meanwhile), read by the parent."""
 
     @property
     def msg_per_s(self) -> float:
@@ -193,6 +196,10 @@ class Measurement:
     @property
     def cpu_us_per_msg(self) -> float:
         return self.cpu_s / self.messages * 1e6
+
+    @property
+    def broker_cpu_us_per_msg(self) -> float | None:
+        return None if self.broker_cpu_s is None else self.broker_cpu_s / self.messages * 1e6
 
 
 class Stopwatch:
@@ -873,15 +880,17 @@ def _admin(url: str) -> Iterator[BlockingChannel]:
 
 
 def declare_queue(url: str, queue: str) -> None:
-    """As the SDK declares it from a default ``QueueSettings``: its parking queue, then it."""
-    from sac.sdk import QueueSettings
+    """As the SDK declares it from a default ``QueueSettings``, its parking queue too: by an
+    SDK publisher that connects and closes, publishing nothing. Why not by hand: the
+    arguments depend on the broker the connection reaches (the parking queue's delivery
+    limit is -1 on 4.x and no argument on 3.x), and an SDK variant refuses a queue declared
+    otherwise (``QueueMismatch``)."""
+    from sac.sdk import ConnectionSettings, Publisher, PublisherSettings, QueueSettings
 
-    settings = QueueSettings(queue)
-    parking = settings.parking()
-    with _admin(url) as channel:
-        if parking is not None:
-            channel.queue_declare(parking.name, durable=True, arguments=parking.arguments())
-        channel.queue_declare(queue, durable=True, arguments=settings.arguments())
+    settings = PublisherSettings(ConnectionSettings(urls=[url], name="bench-declare"),
+                                 queue=QueueSettings(queue))
+    with Publisher(settings):
+        pass
 
 
 def queue_depth(url: str, queue: str) -> int:
@@ -910,17 +919,26 @@ class Outcome:
     def median(self, attr: str) -> float:
         return float(statistics.median(getattr(m, attr) for m in self.runs))
 
+    def broker_median(self) -> float | None:
+        """Median broker CPU µs per message, None unless every run has it."""
+        values = [m.broker_cpu_us_per_msg for m in self.runs]
+        known = [v for v in values if v is not None]
+        return float(statistics.median(known)) if known and len(known) == len(values) else None
+
     def summary(self) -> dict[str, Any]:
+        broker = self.broker_median()
         return {
             "kind": self.kind,
             "msg_per_s": round(self.median("msg_per_s"), 1),
             "client_cpu_us_per_msg": round(self.median("cpu_us_per_msg"), 2),
+            "broker_cpu_us_per_msg": None if broker is None else round(broker, 2),
             "wall_s": round(self.median("wall_s"), 4),
             "nacks": sum(m.nacks for m in self.runs),
             "runs": [
                 {
                     "msg_per_s": round(m.msg_per_s, 1),
                     "client_cpu_us_per_msg": round(m.cpu_us_per_msg, 2),
+                    "broker_cpu_s": None if m.broker_cpu_s is None else round(m.broker_cpu_s, 3),
                     "wall_s": round(m.wall_s, 4),
                     "cpu_s": round(m.cpu_s, 4),
                     "nacks": m.nacks,
@@ -1051,7 +1069,10 @@ class Bench:
                         f"filling {queue} with {filler}: {fill.nacks} nacks, depth {depth} != {n}"
                     )
             job = self._job(variant.name, queue, variant.ack_every)
+            broker_before = broker_cpu_s(self.cluster)
             measurement = run_isolated(job)
+            measurement = replace(
+                measurement, broker_cpu_s=broker_cpu_s(self.cluster) - broker_before)
             outcome.runs.append(measurement)
             left = queue_depth(self.url, queue)
             expected = n if variant.kind == "publish" else 0
@@ -1088,13 +1109,15 @@ def _versions() -> dict[str, str]:
 
 
 def _table(outcomes: dict[str, Outcome], found: Sequence[Ratio]) -> str:
-    lines = [f"{'variant':<28} {'msg/s':>10} {'CPU us/msg':>11} {'wall s':>8}  notes"]
+    lines = [f"{'variant':<28} {'msg/s':>10} {'CPU us/msg':>11} {'broker us/msg':>14} "
+             f"{'wall s':>8}  notes"]
     for name, outcome in outcomes.items():
         s = outcome.summary()
         notes = "; ".join(outcome.notes) or ""
+        broker = s["broker_cpu_us_per_msg"]
         lines.append(
             f"{name:<28} {s['msg_per_s']:>10.0f} {s['client_cpu_us_per_msg']:>11.1f} "
-            f"{s['wall_s']:>8.2f}  {notes}"
+            f"{'-' if broker is None else f'{broker:.1f}':>14} {s['wall_s']:>8.2f}  {notes}"
         )
     if found:
         lines += [
@@ -1143,6 +1166,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds allowed per run"
     )
     parser.add_argument("--cluster-name", default="bench", help="LocalCluster name")
+    parser.add_argument("--rabbitmq", type=rabbitmq_series, default=DEFAULT_SERIES,
+                        help=f"the RabbitMQ series to boot (default {DEFAULT_SERIES}); "
+                        "python -m bench.versions compares two in one run")
     return parser.parse_args(argv)
 
 
@@ -1150,13 +1176,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = dt.datetime.now(dt.UTC)
     load_before = os.getloadavg()
-    print(f"booting a 3-node cluster {args.cluster_name!r} ...", file=sys.stderr, flush=True)
-    with LocalCluster(name=args.cluster_name, nodes=3) as cluster:
+    print(f"booting a 3-node RabbitMQ {args.rabbitmq} cluster {args.cluster_name!r} ...",
+          file=sys.stderr, flush=True)
+    with LocalCluster(name=args.cluster_name, nodes=3, rabbitmq=args.rabbitmq) as cluster:
         bench = Bench(cluster, args)
         broker = bench.broker()
         bench.run(args.variants)
+    report = describe(args, started, load_before, bench, broker)
+    save(RESULTS_PREFIX, started, report, _table(bench.outcomes, ratios(bench.outcomes)))
+    return 0
+
+
+def describe(args: argparse.Namespace, started: dt.datetime, load_before: Sequence[float],
+             bench: Bench, broker: dict[str, Any]) -> dict[str, Any]:
+    """The JSON report of a run (``bench.versions`` writes one per RabbitMQ series)."""
     found = ratios(bench.outcomes)
-    report = {
+    return {
         "timestamp": started.isoformat(timespec="seconds"),
         "messages": args.messages,
         "window": args.window,
@@ -1181,8 +1216,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "variants": {name: o.summary() for name, o in bench.outcomes.items()},
         "ratios": _ratios_report(found),
     }
-    save(RESULTS_PREFIX, started, report, _table(bench.outcomes, found))
-    return 0
 
 
 if __name__ == "__main__":
