@@ -1,6 +1,6 @@
 """The model must be honest: each case, written once as a script of client steps, is run
 against the simulator following RabbitMQ 3.10 (``sim.model``) and against the real 3-node
-RabbitMQ 3.10 cluster (the ``cluster`` fixture), and what the
+RabbitMQ 3.10 cluster (``cluster`` on 3.10, by the marker below), and what the
 clients hear must be the same (normalised as ``sim.script`` says: confirms per tag,
 events per link and kind).
 
