@@ -15,26 +15,18 @@ from bench._report import broker_cpu_s
 from sac.sdk import ConnectionSettings, Publisher, PublisherSettings, QueueSettings
 from sac.server import LocalCluster
 
-SERIES = {"3.10": "cluster", "4.0": "cluster4"}
 
-
-@pytest.fixture(params=sorted(SERIES))
-def any_cluster(request: pytest.FixtureRequest) -> LocalCluster:
-    """The session's 3.10 cluster, then its 4.0 one."""
-    cluster: LocalCluster = request.getfixturevalue(SERIES[str(request.param)])
-    return cluster
-
-
+@pytest.mark.rabbitmq("4.0", "3.10")
 def test_the_sdk_publishes_to_the_queue_the_throughput_bench_declared(
-    any_cluster: LocalCluster, queue_name: str,
+    cluster: LocalCluster, queue_name: str,
 ) -> None:
     """The bench declares every variant's queue before the run; an SDK variant then declares
     it again. On 3.10 the bench's parking queue had 4.0's delivery limit (-1), and every SDK
     publisher variant failed with QueueMismatch."""
-    url = any_cluster.urls()[0]
+    url = cluster.urls()[0]
     throughput.declare_queue(url, queue_name)
     try:
-        settings = PublisherSettings(ConnectionSettings(urls=any_cluster.urls()),
+        settings = PublisherSettings(ConnectionSettings(urls=cluster.urls()),
                                      queue=QueueSettings(queue_name))
         with Publisher(settings) as publisher:
             publisher.publish_many([b"x"] * 10)
@@ -43,15 +35,16 @@ def test_the_sdk_publishes_to_the_queue_the_throughput_bench_declared(
         throughput.delete_queue(url, queue_name)
 
 
+@pytest.mark.rabbitmq("4.0", "3.10")
 def test_the_brokers_cpu_grows_with_the_work_it_is_given(
-    any_cluster: LocalCluster, queue_name: str,
+    cluster: LocalCluster, queue_name: str,
 ) -> None:
     """What the throughput bench reports as the broker's CPU per message: the cluster's VMs'
     CPU, which grows while they take persistent messages."""
-    url = any_cluster.urls()[0]
+    url = cluster.urls()[0]
     throughput.declare_queue(url, queue_name)
     try:
-        before = broker_cpu_s(any_cluster)
+        before = broker_cpu_s(cluster)
         connection = pika.BlockingConnection(pika.URLParameters(url))
         try:
             channel = connection.channel()
@@ -61,7 +54,7 @@ def test_the_brokers_cpu_grows_with_the_work_it_is_given(
                                       pika.BasicProperties(delivery_mode=2))
         finally:
             connection.close()
-        assert broker_cpu_s(any_cluster) > before
+        assert broker_cpu_s(cluster) > before
     finally:
         throughput.delete_queue(url, queue_name)
 
