@@ -62,6 +62,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing
+import multiprocessing.synchronize
 import os
 import shutil
 import tempfile
@@ -213,14 +215,16 @@ class _Asked:
 
 class SwitchingPublisher:
     """One application publisher: ``count`` messages at ``rate`` a second (ids ``m000001``...)
-    from a thread of its own, to blue until ``switch()``, then to green; each confirmed.
+    from a thread of its own, to blue until ``switch()``, then to green; each confirmed. The
+    last ``to_green`` wait for the switch if they come before it, so that some always go to
+    green.
 
     Only its thread sends (the switch is made there too, between two messages), so nothing is
     sent to blue once the switch began."""
 
     def __init__(self, blue: PublisherSettings, green: PublisherSettings,
-                 history: OnePublisherHistory, rate: float, count: int) -> None:
-        self.rate, self.count, self.history = rate, count, history
+                 history: OnePublisherHistory, rate: float, count: int, to_green: int) -> None:
+        self.rate, self.count, self.to_green, self.history = rate, count, to_green, history
         self.blue = Publisher(blue, recorder=history)
         self.green = Publisher(green, recorder=history)
         self.sent: list[str] = []
@@ -251,13 +255,15 @@ class SwitchingPublisher:
     def _publish(self) -> None:
         began, seq = time.monotonic(), 1
         while seq <= self.count and not self._closing:
+            held = not self._on_green and seq > self.count - self.to_green
             due = began + seq / self.rate
-            self._wake.wait(max(0.0, due - time.monotonic()))
+            self._wake.wait(None if held else max(0.0, due - time.monotonic()))
             if self._closing:
                 return
             if self._asked is not None:
                 self._serve()
-            elif time.monotonic() >= due:
+                began = time.monotonic() - (seq - 1) / self.rate  # on at the rate, no burst
+            elif not held and time.monotonic() >= due:
                 self._send(f"m{seq:06d}")
                 seq += 1
         with self._cond:
@@ -367,6 +373,8 @@ class ConsumerPlan:
     """Die (``os._exit``) right after committing this message, before its ack."""
     inbox: bool = True
     """False: the effect is written without the inbox (a weakened run: no deduplication)."""
+    go: multiprocessing.synchronize.Event | None = None
+    """Set when the consumer may start (the process is spawned ahead: imports take a while)."""
 
 
 def consume(report: Reporter, plan: ConsumerPlan) -> None:
@@ -393,6 +401,8 @@ def consume(report: Reporter, plan: ConsumerPlan) -> None:
         if delivery.message_id == plan.crash_after:
             os._exit(CRASHED)  # done, not yet acked
 
+    if plan.go is not None:
+        plan.go.wait()
     inbox = Inbox(plan.database.store(), effect) if plan.inbox else None
     with HistoryRecorder(Path(plan.events) / f"{actor}.jsonl", actor, flush_every=1) as rec:
         settings = ConsumerSettings(plan.connection, plan.queue, guard=plan.guard,
@@ -496,6 +506,10 @@ def parse_args(argv: Sequence[str] | None) -> Any:
     parser.add_argument("--work-ms", type=float, default=10.0, metavar="MS",
                         help="each effect's work, so that a backlog builds up on blue "
                         "(default: 10)")
+    parser.add_argument("--to-green", type=positive(int), default=None, metavar="M",
+                        help="the last M messages are published to green: the publisher "
+                        "waits for its switch if it gets there first (default: a quarter of "
+                        "--messages)")
     parser.add_argument("--handover-at", type=positive(int), default=None, metavar="N",
                         help="stop the blue consumer once N messages are confirmed "
                         "(default: half of --messages)")
@@ -518,9 +532,11 @@ def parse_args(argv: Sequence[str] | None) -> Any:
     args = parser.parse_args(argv)
     if args.handover_at is None:
         args.handover_at = max(1, args.messages // 2)
-    if args.handover_at >= args.messages:
-        parser.error(f"--handover-at ({args.handover_at}) must be below --messages "
-                     f"({args.messages}): some messages must be left for green")
+    if args.to_green is None:
+        args.to_green = max(1, args.messages // 4)
+    if args.handover_at + args.to_green > args.messages:
+        parser.error(f"--handover-at ({args.handover_at}) and --to-green ({args.to_green}) "
+                     f"add up to more than --messages ({args.messages})")
     if args.blue == args.green:
         parser.error(f"--blue and --green name the same cluster ({args.blue}): a blue-green "
                      "move needs two")
@@ -636,15 +652,14 @@ class BlueGreen:
         print(f"1. blue: policy {self.policy} (ha-mode all) on {name}, a classic single-active "
               f"queue: mirrored on {mirrors} more node(s), synced")
 
-    def start_consumer(self, side: Side, role: Role, crash_after: str | None = None
-                       ) -> ConsumerProcess:
+    def spawn_consumer(self, side: Side, crash_after: str | None = None,
+                       go: multiprocessing.synchronize.Event | None = None) -> ConsumerProcess:
         queue = self.blue_queue if side is self.blue else self.green_queue
         plan = ConsumerPlan(side.label, side.broker.connection(f"recipe-blue-green-{side.label}"),
                             queue, self.guard, self.database, str(self.history / "events"),
-                            self.args.work_ms / 1000, crash_after, not self.args.no_inbox)
+                            self.args.work_ms / 1000, crash_after, not self.args.no_inbox, go)
         process = ConsumerProcess(side.label, consume, plan)
         self.consumers[side.label] = process
-        process.wait("role", self.args.timeout, role=role.value)
         return process
 
     def declare_shovel(self) -> None:
@@ -676,7 +691,7 @@ class BlueGreen:
             PublisherSettings(self.green.broker.connection("recipe-blue-green-publisher"),
                               queue=self.green_queue),
             OnePublisherHistory(self.history / "events" / f"{PUBLISHER}.jsonl", PUBLISHER),
-            args.rate, args.messages)
+            args.rate, args.messages, args.to_green)
         crash_at = f"m{args.handover_at:06d}" if args.crash_blue else None
         try:
             self.mirror()
@@ -684,12 +699,16 @@ class BlueGreen:
             self.wait_mirrored()
             print(f"   green: {self.green_queue.name} declared as the SDK does (quorum, single "
                   f"active consumer, parking queue {self.green_queue.parking_queue})")
-            blue = self.start_consumer(self.blue, Role.WAITING, crash_at)
+            go = multiprocessing.get_context("spawn").Event()
+            blue = self.spawn_consumer(self.blue, crash_at)
+            green = self.spawn_consumer(self.green, go=go)  # it joins once blue leads
+            blue.wait("role", args.timeout, role=Role.WAITING.value)
             if not poll(lambda: self.subscribed("blue"), args.timeout):
                 raise TimeoutError(f"the blue consumer did not subscribe within "
                                    f"{args.timeout:g} s")
             print(f"2. blue consumer (pid {blue.pid}) leads the guard group: subscribed on blue")
-            green = self.start_consumer(self.green, Role.WAITING)
+            go.set()
+            green.wait("role", args.timeout, role=Role.WAITING.value)
             print(f"   green consumer (pid {green.pid}) stands by: it does not lead")
             self.declare_shovel()
             print(f"   publishing {args.messages} messages at {args.rate:g}/s to blue ...")
