@@ -41,7 +41,8 @@ nodes or more; green ``--rabbitmq 4.0``) and a ZooKeeper:
    consumer (it stands by), each consumer in a process of its own; declares the shovel;
 3. once ``--handover-at`` messages are confirmed, stops the blue consumer (or lets it crash
    right after committing that message, before its ack): the shovel takes blue's queue over,
-   the green consumer leads;
+   the green consumer leads (``--restart-shovel`` restarts the shovel meanwhile: it sends
+   again what it had not acked on blue, and the inbox skips the copies);
 4. switches the publisher to green (after blue's queue is empty), publishes the rest;
 5. waits until every confirmed message has an effect, stops the green consumer, deletes the
    shovel, blue's policy and queue, and green's queue, and reads the effects back.
@@ -96,19 +97,20 @@ from sac.sdk import (
     Transaction,
     Unconfirmed,
 )
-from sac.server import LocalCluster, LocalZooKeeper, ServerError
+from sac.server import LocalCluster, ServerError
 
 from ._common import (
     BadInput,
-    Broker,
     ConsumerProcess,
     Parser,
     Reporter,
+    find_zookeeper,
     poll,
     positive,
     run,
     verdict,
 )
+from .federated_queue import Side
 from .idempotent_consumer import Database
 
 TABLE = "recipe_blue_green_effects"
@@ -388,13 +390,13 @@ def consume(report: Reporter, plan: ConsumerPlan) -> None:
               "(?, ?, ?, ?, ?, ?)").replace("?", plan.database.placeholder)
 
     def effect(delivery: Delivery, tx: Transaction) -> None:
-        time.sleep(plan.work_s)
+        time.sleep(plan.work_s)  # the service's work: slower than the publisher, a backlog
         tx.execute(insert, (plan.queue.name, delivery.message_id, plan.side,
                             time.monotonic(), time.time(), tx.epoch))
         if delivery.message_id == plan.crash_after:
             tx.on_commit(lambda: os._exit(CRASHED))  # committed, not yet acked
 
-    def unguarded_effect(delivery: Delivery) -> None:
+    def effect_without_inbox(delivery: Delivery) -> None:
         time.sleep(plan.work_s)
         plan.database.query(insert, (plan.queue.name, delivery.message_id, plan.side,
                                      time.monotonic(), time.time(), None))
@@ -407,7 +409,7 @@ def consume(report: Reporter, plan: ConsumerPlan) -> None:
     with HistoryRecorder(Path(plan.events) / f"{actor}.jsonl", actor, flush_every=1) as rec:
         settings = ConsumerSettings(plan.connection, plan.queue, guard=plan.guard,
                                     prefetch=PREFETCH)
-        Consumer(settings, inbox or unguarded_effect, recorder=rec,
+        Consumer(settings, inbox or effect_without_inbox, recorder=rec,
                  on_role_change=lambda role: report.say("role", role=role.value)).run()
     if inbox is not None:
         report.say("stats", **attrs.asdict(inbox.stats))
@@ -432,22 +434,13 @@ def read_effects(database: Database, queue: str) -> list[Effect]:
 # --------------------------------------------------------------------------- the clusters
 
 
-@attrs.frozen
-class Side:
-    """One of the two clusters: its clients' URLs and its management API."""
+def api(side: Side, path: str, method: str = "GET", body: Any = None) -> Any:
+    """One call of ``side``'s management API (a ``ServerError`` when refused)."""
+    return side.cluster.management_api(path, method=method, body=body)
 
-    label: str
-    cluster: LocalCluster
 
-    @property
-    def broker(self) -> Broker:
-        return Broker(tuple(self.cluster.urls()), self.cluster)
-
-    def api(self, path: str, method: str = "GET", body: Any = None) -> Any:
-        return self.cluster.management_api(path, method=method, body=body)
-
-    def version(self) -> str:
-        return str(self.api("overview").get("rabbitmq_version", "?"))
+def version(side: Side) -> str:
+    return str(api(side, "overview").get("rabbitmq_version", "?"))
 
 
 def quoted(name: str) -> str:
@@ -470,7 +463,7 @@ def blue_backlog(blue: Side, queue: str) -> int | None:
 
 
 def shovel_state(green: Side, name: str) -> str | None:
-    return next((str(s.get("state")) for s in green.api("shovels/%2F")
+    return next((str(s.get("state")) for s in api(green, "shovels/%2F")
                  if s.get("name") == name), None)
 
 
@@ -516,6 +509,10 @@ def parse_args(argv: Sequence[str] | None) -> Any:
     parser.add_argument("--crash-blue", action="store_true",
                         help="the blue consumer dies right after committing message N "
                         "(--handover-at), before its ack, instead of a graceful stop")
+    parser.add_argument("--restart-shovel", action="store_true",
+                        help="restart the shovel once the blue consumer is gone, while it "
+                        "moves blue's backlog: it sends again what it had not acked on blue "
+                        "(copies the inbox skips)")
     parser.add_argument("--lease", type=positive(float), default=4.0,
                         help="the guard's ZooKeeper session timeout, seconds (default: 4): "
                         "after a crash the green consumer leads once it expires")
@@ -558,22 +555,10 @@ def find_sides(args: Any) -> tuple[Side, Side]:
     return blue, green
 
 
-def find_zookeeper(args: Any, sides: Sequence[Side]) -> str:
-    if args.zookeeper:
-        return str(args.zookeeper)
-    for side in sides:
-        if side.cluster.spec.zookeeper:
-            zk: LocalZooKeeper = side.cluster.zookeeper()
-            if zk.is_running():
-                return zk.hosts
-    raise BadInput(f"no ZooKeeper: give --zookeeper HOSTS, or start cluster {args.blue!r} "
-                   "with `sac server up --zookeeper`")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     blue, green = find_sides(args)
-    hosts = find_zookeeper(args, (blue, green))
+    hosts = find_zookeeper(args.zookeeper, (blue.cluster, green.cluster))
     name = f"blue-green-{uuid.uuid4().hex[:8]}"
     try:
         guard = GuardSettings(hosts, f"/sac-recipes/{name}", session_timeout=args.lease)
@@ -585,17 +570,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "of its own)")
     work = Path(tempfile.mkdtemp(prefix="sac-blue-green-db-"))
     database = Database(dsn=args.dsn, path=str(work / "inbox.db"))
-    try:
-        database.query(f"CREATE TABLE IF NOT EXISTS {TABLE} (queue TEXT NOT NULL, msg TEXT NOT "
-                       "NULL, consumer TEXT NOT NULL, t DOUBLE PRECISION NOT NULL, ts DOUBLE "
-                       "PRECISION NOT NULL, epoch BIGINT)")
-    except ImportError:
-        raise BadInput("--dsn needs psycopg: pip install 'sac[postgres]'") from None
-    except Exception as exc:  # noqa: BLE001 - any driver's refusal, said in one line
-        raise BadInput(f"cannot use {database.describe()}: {exc}".strip()) from None
+    database.create("queue TEXT NOT NULL, msg TEXT NOT NULL, consumer TEXT NOT NULL, "
+                    "t DOUBLE PRECISION NOT NULL, ts DOUBLE PRECISION NOT NULL, epoch BIGINT",
+                    TABLE)
     move = BlueGreen(args, blue, green, name, guard, database, history)
-    print(f"blue:  RabbitMQ {blue.version()}, {blue.broker.description}")
-    print(f"green: RabbitMQ {green.version()}, {green.broker.description}")
+    print(f"blue:  RabbitMQ {version(blue)}, {blue.broker.description}")
+    print(f"green: RabbitMQ {version(green)}, {green.broker.description}")
     print(f"guard: ZooKeeper {hosts}, group {guard.group}, lease {args.lease:g} s")
     print(f"inbox shared by both consumers: {database.describe()}"
           + (" (NOT USED: --no-inbox)" if args.no_inbox else ""))
@@ -624,12 +604,14 @@ class BlueGreen:
         self.history = history
         self.consumers: dict[str, ConsumerProcess] = {}
         self.blue_left: int | None = None
+        self.reads: list[tuple[int | None, float]] = []
+        """Each read of blue's queue while the publisher switched: messages, seconds taken."""
 
     # ---------------------------------------------------------------- steps
 
     def mirror(self) -> None:
         """Step 1 on blue: the policy (the queue is declared by the publisher)."""
-        self.blue.api(f"policies/%2F/{quoted(self.policy)}", "PUT", {
+        api(self.blue, f"policies/%2F/{quoted(self.policy)}", "PUT", {
             "pattern": f"^{self.blue_queue.name}$", "definition": mirror_policy(),
             "apply-to": "queues"})
 
@@ -639,7 +621,7 @@ class BlueGreen:
 
         def mirrored() -> bool:
             try:
-                found = self.blue.api(f"queues/%2F/{quoted(name)}")
+                found = api(self.blue, f"queues/%2F/{quoted(name)}")
             except ServerError:
                 return False  # not in the statistics yet
             return (found.get("policy") == self.policy
@@ -648,7 +630,7 @@ class BlueGreen:
         if not poll(mirrored, self.args.timeout, every=0.2):
             raise TimeoutError(f"blue's queue {name} not mirrored within "
                                f"{self.args.timeout:g} s (blue needs 2 nodes or more)")
-        mirrors = len(self.blue.api(f"queues/%2F/{quoted(name)}")["synchronised_slave_nodes"])
+        mirrors = len(api(self.blue, f"queues/%2F/{quoted(name)}")["synchronised_slave_nodes"])
         print(f"1. blue: policy {self.policy} (ha-mode all) on {name}, a classic single-active "
               f"queue: mirrored on {mirrors} more node(s), synced")
 
@@ -665,7 +647,7 @@ class BlueGreen:
     def declare_shovel(self) -> None:
         definition = shovel_definition(self.blue.cluster.urls(), self.green.cluster.urls()[0],
                                        self.blue_queue.name)
-        self.green.api(f"parameters/shovel/%2F/{quoted(self.shovel)}", "PUT",
+        api(self.green, f"parameters/shovel/%2F/{quoted(self.shovel)}", "PUT",
                        {"value": definition})
         if not poll(lambda: shovel_state(self.green, self.shovel) == "running",
                     SHOVEL_RUNNING_S, every=0.2):
@@ -679,8 +661,18 @@ class BlueGreen:
         path = self.history / "events" / f"consumer-{side}.jsonl"
         return path.exists() and '"type":"subscribed"' in path.read_text(encoding="utf-8")
 
+    def restart_shovel(self) -> None:
+        api(self.green, f"shovels/vhost/%2F/{quoted(self.shovel)}/restart", "DELETE")
+        if not poll(lambda: shovel_state(self.green, self.shovel) == "running",
+                    SHOVEL_RUNNING_S, every=0.2):
+            raise TimeoutError(f"shovel {self.shovel} not running again within "
+                               f"{SHOVEL_RUNNING_S:g} s")
+        print("   shovel restarted mid-move (--restart-shovel), running again")
+
     def drained(self) -> bool:
+        began = time.monotonic()
         self.blue_left = blue_backlog(self.blue, self.blue_queue.name)
+        self.reads.append((self.blue_left, time.monotonic() - began))
         return self.blue_left == 0
 
     def run(self) -> int:
@@ -721,6 +713,8 @@ class BlueGreen:
                 if not publisher.wait_confirmed(args.handover_at + 20, args.timeout):
                     raise TimeoutError("messages not confirmed on green")
             b_status = self.hand_over(blue)
+            if args.restart_shovel:
+                self.restart_shovel()
             green.wait("role", args.timeout, role=Role.ACTIVE.value)
             print("   the green consumer leads, subscribed on green; the shovel moves blue's "
                   "queue to green")
@@ -763,6 +757,9 @@ class BlueGreen:
         print(f"4. publisher switched to green after {done.sent_to_blue} message(s) to blue, "
               f"{how}: paused {done.paused_s:.3f} s; {len(done.resent)} sent again to green "
               "(unconfirmed on blue)")
+        if self.reads:
+            print(f"   blue's queue read {len(self.reads)} time(s) (rabbitmqctl): "
+                  + ", ".join(f"{n} message(s) in {s:.2f} s" for n, s in self.reads))
 
     # ---------------------------------------------------------------- afterwards
 
@@ -774,11 +771,12 @@ class BlueGreen:
         (self.history / "run.json").write_text(json.dumps({
             "recipe": "blue_green", "queue": name,
             "single_active_queues": [name], "ordered_queues": [name],
-            "blue": {"rabbitmq": self.blue.version(), "queue": "classic, mirrored (ha-mode "
+            "blue": {"rabbitmq": version(self.blue), "queue": "classic, mirrored (ha-mode "
                      "all), single active consumer"},
-            "green": {"rabbitmq": self.green.version(), "queue": "quorum, single active "
+            "green": {"rabbitmq": version(self.green), "queue": "quorum, single active "
                       "consumer"},
-            "crash_blue": bool(self.args.crash_blue), "weakened": weakened,
+            "crash_blue": bool(self.args.crash_blue),
+            "restart_shovel": bool(self.args.restart_shovel), "weakened": weakened,
         }, indent=2) + "\n")
         with (self.history / "effects.jsonl").open("w", encoding="utf-8") as out:
             for e in read_effects(self.database, name):
@@ -848,7 +846,7 @@ class BlueGreen:
         ]
         for side, path in steps:
             with contextlib.suppress(ServerError):  # never made, or gone already
-                side.api(path, "DELETE")
+                api(side, path, "DELETE")
         print("deleted the shovel, blue's policy and queue, green's queue and parking queue")
 
 

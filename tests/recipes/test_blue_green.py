@@ -24,7 +24,7 @@ from recipes.blue_green import (
     out_of_order,
     shovel_definition,
 )
-from sac.server import LocalCluster, LocalZooKeeper
+from sac.server import LocalCluster, LocalPostgres, LocalZooKeeper
 from tests.recipes.conftest import ROOT, number, run_recipe
 
 # ---------------------------------------------------------------- decisions
@@ -113,11 +113,16 @@ class Run:
 
 RUNS = {
     "graceful": (),
-    "crash": ("--crash-blue",),
+    "crash": ("--crash-blue", "--restart-shovel", "--dsn"),  # the inbox on PostgreSQL
     "crash-no-inbox": ("--crash-blue", "--no-inbox"),
-    "switch-first": ("--switch-first",),
+    # 10 ms of work (at most 100/s) against 150/s, and the switch at the 150th: blue's queue
+    # holds some 30 messages beyond what its consumer prefetched when it stops
+    "switch-first": ("--switch-first", "--work-ms", "10", "--handover-at", "150"),
 }
-"""The recipe's runs: as meant (the blue consumer stopped, or crashed), and weakened."""
+"""The recipe's runs: as meant (the blue consumer stopped, or crashed), and weakened. A
+``--dsn`` is followed by the session PostgreSQL's DSN; the others use a SQLite file each.
+Each publishes 300 messages at 150/s; the blue consumer goes at the 80th (unless said), the
+last 80 go to green."""
 
 
 def blue_green(servers: Servers, history: Path, *args: str) -> Run:
@@ -126,8 +131,8 @@ def blue_green(servers: Servers, history: Path, *args: str) -> Run:
     done = run_recipe(
         "blue_green", "--blue", servers.blue.name, "--green", servers.green.name,
         "--home", str(servers.blue.spec.home), "--zookeeper", servers.zookeeper.hosts,
-        "--lease", "3", "--history", str(history), "--messages", "400", "--rate", "150",
-        "--handover-at", "100", "--to-green", "100", *args)
+        "--lease", "3", "--history", str(history), "--messages", "300", "--rate", "150",
+        "--handover-at", "80", "--to-green", "80", "--work-ms", "5", *args)
     out = done.stdout + done.stderr
     checked = subprocess.run(
         [sys.executable, "-m", "sac", "check", str(history), "--engine", "python", "--out",
@@ -140,13 +145,17 @@ def blue_green(servers: Servers, history: Path, *args: str) -> Run:
 
 
 @pytest.fixture(scope="module")
-def runs(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+def runs(servers: Servers, postgres: LocalPostgres,
+         tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     """Every run at once, each with a queue, a guard group and an inbox of its own: they
     wait mostly (on the publisher's rate, the consumers' work, a lease), so side by side
     they take the time of one rather than of four."""
     base = tmp_path_factory.mktemp("blue-green")
+    dsn = postgres.create_database("recipe_blue_green")
     with ThreadPoolExecutor(len(RUNS)) as pool:
-        started = {name: pool.submit(blue_green, servers, base / name, *args)
+        started = {name: pool.submit(blue_green, servers, base / name,
+                                     *(part for arg in args
+                                       for part in ((arg, dsn) if arg == "--dsn" else (arg,))))
                    for name, args in RUNS.items()}
         return {name: future.result() for name, future in started.items()}
 
@@ -183,16 +192,17 @@ def moved_and_switched(out: str) -> tuple[int, int]:
 def test_a_graceful_move_keeps_one_consumer_every_message_once_and_the_order(
         runs: dict[str, Run], servers: Servers) -> None:
     run = runs["graceful"]
+    print(run.out)
     assert run.code == 0, run.out
     assert "PROVED:" in run.out
-    assert number(run.out, "published and confirmed") == 400
+    assert number(run.out, "published and confirmed") == 300
     handled_blue = number(run.out, "handled by blue (then stopped)")
     handled_green = number(run.out, "handled by green")
     assert handled_blue > 0
-    assert handled_blue + handled_green == 400
+    assert handled_blue + handled_green == 300
     moved, to_blue = moved_and_switched(run.out)
     assert moved > 0  # crossed by the shovel
-    assert 100 < to_blue <= 300  # to blue past the consumers' handover; the rest to green
+    assert 80 < to_blue <= 220  # to blue past the consumers' handover; the rest to green
     assert number(run.out, "missing") == 0
     assert number(run.out, "done twice") == 0
     assert number(run.out, "out of publish order") == 0
@@ -202,29 +212,34 @@ def test_a_graceful_move_keeps_one_consumer_every_message_once_and_the_order(
     assert run.checked == 0, run.out
     assert run.verdict["valid"] is True
     assert anomalies(run.verdict) == {}
-    assert (run.verdict["confirmed"], run.verdict["effects"]) == (400, 400)
+    assert (run.verdict["confirmed"], run.verdict["effects"]) == (300, 300)
     assert [(h["from"], h["to"]) for h in run.verdict["handovers"]] == [
         ("consumer-blue", "consumer-green")]
 
 
-def test_a_crashed_blue_consumer_s_unacked_work_is_not_done_again_on_green(
+def test_a_crashed_blue_consumer_s_unacked_work_and_a_restarted_shovel_s_copies_are_skipped(
         runs: dict[str, Run]) -> None:
     run = runs["crash"]
+    print(run.out)
     assert run.code == 0, run.out
-    assert number(run.out, "handled by blue (then crashed)") >= 100
-    # committed on blue, not acked: given back, moved, skipped by the shared inbox
+    assert "inbox shared by both consumers: PostgreSQL database recipe_blue_green" in run.out
+    assert number(run.out, "handled by blue (then crashed)") >= 80
+    assert "shovel restarted mid-move" in run.out
+    # committed on blue, not acked: given back, moved, skipped by the shared inbox (and any
+    # copy the restarted shovel sent)
     assert number(run.out, "duplicates skipped by the inbox") > 0
     assert number(run.out, "missing") == 0
     assert number(run.out, "done twice") == 0
     assert number(run.out, "out of publish order") == 0
     assert run.checked == 0, run.out
     assert anomalies(run.verdict) == {}
-    assert (run.verdict["confirmed"], run.verdict["effects"]) == (400, 400)
+    assert (run.verdict["confirmed"], run.verdict["effects"]) == (300, 300)
 
 
 def test_without_the_inbox_the_checker_finds_the_crashed_consumer_s_work_done_twice(
         runs: dict[str, Run]) -> None:
     run = runs["crash-no-inbox"]
+    print(run.out)
     assert run.code == 1, run.out
     assert "NOT PROVED: nothing done twice" in run.out
     twice = number(run.out, "done twice")
@@ -236,6 +251,7 @@ def test_without_the_inbox_the_checker_finds_the_crashed_consumer_s_work_done_tw
 def test_switching_the_publisher_first_the_checker_finds_the_order_broken(
         runs: dict[str, Run]) -> None:
     run = runs["switch-first"]
+    print(run.out)
     assert run.code == 1, run.out
     assert "NOT PROVED: effects in the publisher's order, across the switch" in run.out
     assert number(run.out, "out of publish order") > 0
