@@ -280,3 +280,11 @@ def test_bad_input_is_one_line_and_status_2(servers: Servers) -> None:
         assert done.stdout == ""
         assert done.stderr.count("\n") == 1, done.stderr
         assert said in done.stderr
+
+
+def test_help_names_the_steps_and_the_weakened_runs() -> None:
+    done = run_recipe("blue_green", "--help")
+    assert done.returncode == 0, done.stderr
+    for option in ("--blue NAME", "--green NAME", "--crash-blue", "--restart-shovel",
+                   "--no-inbox", "--switch-first", "--history DIR", "--dsn"):
+        assert option in done.stdout
