@@ -648,7 +648,7 @@ class BlueGreen:
         definition = shovel_definition(self.blue.cluster.urls(), self.green.cluster.urls()[0],
                                        self.blue_queue.name)
         api(self.green, f"parameters/shovel/%2F/{quoted(self.shovel)}", "PUT",
-                       {"value": definition})
+            {"value": definition})
         if not poll(lambda: shovel_state(self.green, self.shovel) == "running",
                     SHOVEL_RUNNING_S, every=0.2):
             raise TimeoutError(f"shovel {self.shovel} not running within {SHOVEL_RUNNING_S:g} "
@@ -715,7 +715,8 @@ class BlueGreen:
             b_status = self.hand_over(blue)
             if args.restart_shovel:
                 self.restart_shovel()
-            green.wait("role", args.timeout, role=Role.ACTIVE.value)
+            if not poll(lambda: self.subscribed("green"), args.timeout):
+                raise TimeoutError(f"the green consumer did not lead within {args.timeout:g} s")
             print("   the green consumer leads, subscribed on green; the shovel moves blue's "
                   "queue to green")
             if not args.switch_first:
