@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 import attrs
 
 from sac.sdk import ConfigurationError, ConnectionSettings, QueueSettings, SacError
-from sac.server import LocalCluster, ServerError
+from sac.server import LocalCluster, LocalZooKeeper, ServerError
 
 PROVED, NOT_PROVED, BAD_INPUT = 0, 1, 2
 """The exit statuses of every recipe."""
@@ -120,6 +120,20 @@ def find_broker(args: argparse.Namespace) -> Broker:
         return Broker(tuple(cluster.urls()), cluster)
     except ServerError as exc:
         raise BadInput(str(exc)) from None
+
+
+def find_zookeeper(given: str | None, clusters: Sequence[LocalCluster]) -> str:
+    """``given`` (``--zookeeper``), or the one a cluster was started with (the first that
+    runs); ``BadInput`` when none."""
+    if given:
+        return given
+    for cluster in clusters:
+        if cluster.spec.zookeeper:
+            zk: LocalZooKeeper = cluster.zookeeper()
+            if zk.is_running():
+                return zk.hosts
+    raise BadInput(f"no ZooKeeper: give --zookeeper HOSTS, or start cluster "
+                   f"{clusters[0].name!r} with `sac server up --zookeeper`")
 
 
 def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> int:

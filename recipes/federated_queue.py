@@ -66,7 +66,7 @@ from sac.sdk import (
     SacError,
     Transaction,
 )
-from sac.server import LocalCluster, LocalZooKeeper, ServerError
+from sac.server import LocalCluster, ServerError
 
 from ._common import (
     BadInput,
@@ -75,6 +75,7 @@ from ._common import (
     Parser,
     Reporter,
     attempt,
+    find_zookeeper,
     poll,
     positive,
     run,
@@ -233,23 +234,10 @@ def find_sides(args: Any) -> tuple[Side, Side]:
         raise BadInput(str(exc)) from None
 
 
-def find_zookeeper(args: Any, sides: tuple[Side, ...]) -> str:
-    """``--zookeeper``, or the one a cluster was started with; ``BadInput`` when none."""
-    if args.zookeeper:
-        return str(args.zookeeper)
-    for side in sides:
-        if side.cluster.spec.zookeeper:
-            zk: LocalZooKeeper = side.cluster.zookeeper()
-            if zk.is_running():
-                return zk.hosts
-    raise BadInput(f"no ZooKeeper: give --zookeeper HOSTS, or start cluster {args.cluster!r} "
-                   "with `sac server up --zookeeper`")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     a, b = find_sides(args)
-    hosts = find_zookeeper(args, (a, b))
+    hosts = find_zookeeper(args.zookeeper, (a.cluster, b.cluster))
     queue = QueueSettings(f"federated-{uuid.uuid4().hex[:8]}", single_active_consumer=False)
     try:
         guard = GuardSettings(hosts, f"/sac-recipes/{queue.name}", session_timeout=args.lease)
@@ -257,14 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise BadInput(f"--zookeeper/--lease: {exc}") from None
     work = Path(tempfile.mkdtemp(prefix="sac-federated-"))
     database = Database(dsn=args.dsn, path=str(work / "inbox.db"))
-    try:
-        database.query(f"CREATE TABLE IF NOT EXISTS {TABLE} (queue TEXT NOT NULL, msg TEXT "
-                       "NOT NULL, consumer TEXT NOT NULL, t DOUBLE PRECISION NOT NULL, "
-                       "crossed INTEGER NOT NULL)")
-    except ImportError:
-        raise BadInput("--dsn needs psycopg: pip install 'sac[postgres]'") from None
-    except Exception as exc:  # noqa: BLE001 - any driver's refusal, said in one line
-        raise BadInput(f"cannot use {database.describe()}: {exc}".strip()) from None
+    database.create("queue TEXT NOT NULL, msg TEXT NOT NULL, consumer TEXT NOT NULL, "
+                    "t DOUBLE PRECISION NOT NULL, crossed INTEGER NOT NULL", TABLE)
     print(f"cluster A: {a.broker.description}")
     print(f"cluster B: {b.broker.description}")
     print(f"guard: ZooKeeper {hosts}, group {guard.group}, lease {args.lease:g} s")

@@ -133,11 +133,12 @@ class Database:
         finally:
             db.close()
 
-    def create(self) -> None:
-        """The effects table; ``BadInput`` when the database cannot be used."""
+    def create(self, columns: str = "queue TEXT NOT NULL, msg TEXT NOT NULL, "
+               "consumer TEXT NOT NULL", table: str = TABLE) -> None:
+        """The effects table (``columns`` as SQL, the same for both databases); ``BadInput``
+        when the database cannot be used."""
         try:
-            self.query(f"CREATE TABLE IF NOT EXISTS {TABLE} (queue TEXT NOT NULL, "
-                       "msg TEXT NOT NULL, consumer TEXT NOT NULL)")
+            self.query(f"CREATE TABLE IF NOT EXISTS {table} ({columns})")
         except ImportError:
             raise BadInput("--dsn needs psycopg: pip install 'sac[postgres]'") from None
         except Exception as exc:  # noqa: BLE001 - any driver's refusal, said in one line

@@ -21,7 +21,8 @@ from ._ports import MAX_NODES
 from ._rootfs import DEFAULT_SERIES, SERIES
 
 RABBITMQ_DIR = Path("/usr/lib/rabbitmq")
-PLUGINS = ("rabbitmq_management", "rabbitmq_federation", "rabbitmq_federation_management")
+PLUGINS = ("rabbitmq_management", "rabbitmq_federation", "rabbitmq_federation_management",
+           "rabbitmq_shovel", "rabbitmq_shovel_management")
 NETWORKS = ("loopback", "netns")
 PARTITION_HANDLING = ("ignore", "pause_minority", "autoheal")
 LOOPBACK = "127.0.0.1"
