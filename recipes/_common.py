@@ -122,6 +122,22 @@ def find_broker(args: argparse.Namespace) -> Broker:
         raise BadInput(str(exc)) from None
 
 
+def add_two_cluster_arguments(parser: argparse.ArgumentParser, first: tuple[str, str, str],
+                              second: tuple[str, str, str]) -> None:
+    """The options of a recipe that spans two clusters: each cluster's name (option,
+    default, help), and the state directory, ZooKeeper and shared inbox they share."""
+    where = parser.add_argument_group("servers")
+    for option, default, text in (first, second):
+        where.add_argument(option, default=default, metavar="NAME", help=text)
+    where.add_argument("--home", default=None, metavar="DIR",
+                       help="their state directory root (default: $SAC_HOME or .sac)")
+    where.add_argument("--zookeeper", default=None, metavar="HOSTS",
+                       help="ZooKeeper's connection string (default: the one started with "
+                       "either cluster by `sac server up --zookeeper`)")
+    where.add_argument("--dsn", default=None, metavar="POSTGRESQL_DSN",
+                       help="the shared inbox on PostgreSQL (default: a SQLite file)")
+
+
 def find_zookeeper(given: str | None, clusters: Sequence[LocalCluster]) -> str:
     """``given`` (``--zookeeper``), or the one a cluster was started with (the first that
     runs); ``BadInput`` when none."""

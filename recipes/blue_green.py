@@ -104,6 +104,7 @@ from ._common import (
     ConsumerProcess,
     Parser,
     Reporter,
+    add_two_cluster_arguments,
     find_zookeeper,
     poll,
     positive,
@@ -476,19 +477,11 @@ def parse_args(argv: Sequence[str] | None) -> Any:
                     "queue to a 4.0 cluster's quorum single-active queue: consumers moved "
                     "under a ZooKeeper guard, the backlog shovelled with confirms, publishers "
                     "switched; nothing lost or done twice, each publisher's order kept.")
-    where = parser.add_argument_group("servers")
-    where.add_argument("--blue", default="sac-blue", metavar="NAME",
-                       help="the old cluster (RabbitMQ 3.x, 2+ nodes), from `sac server up "
-                       "--name NAME --rabbitmq 3.10` (default: sac-blue)")
-    where.add_argument("--green", default="sac-green", metavar="NAME",
-                       help="the new cluster (default: sac-green)")
-    where.add_argument("--home", default=None, metavar="DIR",
-                       help="their state directory root (default: $SAC_HOME or .sac)")
-    where.add_argument("--zookeeper", default=None, metavar="HOSTS",
-                       help="ZooKeeper's connection string (default: the one started with "
-                       "either cluster by `sac server up --zookeeper`)")
-    where.add_argument("--dsn", default=None, metavar="POSTGRESQL_DSN",
-                       help="the shared inbox on PostgreSQL (default: a SQLite file)")
+    add_two_cluster_arguments(
+        parser,
+        ("--blue", "sac-blue", "the old cluster (RabbitMQ 3.x, 2+ nodes), from `sac server up "
+         "--name NAME --rabbitmq 3.10` (default: sac-blue)"),
+        ("--green", "sac-green", "the new cluster (default: sac-green)"))
     parser.add_argument("--history", default=None, metavar="DIR",
                         help="where the run's history goes, for `sac check` (default: a new "
                         "temporary directory, kept)")

@@ -74,6 +74,7 @@ from ._common import (
     ConsumerProcess,
     Parser,
     Reporter,
+    add_two_cluster_arguments,
     attempt,
     find_zookeeper,
     poll,
@@ -190,18 +191,10 @@ def parse_args(argv: Sequence[str] | None) -> Any:
                     description="A queue federated between two clusters, one consumer "
                     "active across both (the ZooKeeper guard); each message handled once, "
                     "also after a takeover on the other cluster.")
-    where = parser.add_argument_group("servers")
-    where.add_argument("--cluster", default="sac", metavar="NAME",
-                       help="cluster A, started by `sac server up --name NAME` (default: sac)")
-    where.add_argument("--cluster-b", default="sac-b", metavar="NAME",
-                       help="cluster B (default: sac-b)")
-    where.add_argument("--home", default=None, metavar="DIR",
-                       help="their state directory root (default: $SAC_HOME or .sac)")
-    where.add_argument("--zookeeper", default=None, metavar="HOSTS",
-                       help="ZooKeeper's connection string (default: the one started with "
-                       "cluster A or B by `sac server up --zookeeper`)")
-    where.add_argument("--dsn", default=None, metavar="POSTGRESQL_DSN",
-                       help="the shared inbox on PostgreSQL (default: a SQLite file)")
+    add_two_cluster_arguments(
+        parser,
+        ("--cluster", "sac", "cluster A, started by `sac server up --name NAME` (default: sac)"),
+        ("--cluster-b", "sac-b", "cluster B (default: sac-b)"))
     parser.add_argument("--messages", type=positive(int), default=300,
                         help="messages published on each cluster (default: 300)")
     parser.add_argument("--rate", type=positive(float), default=100.0,
