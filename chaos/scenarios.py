@@ -406,7 +406,9 @@ SCENARIOS: dict[str, Scenario] = {
             "bandwidth", rate=(16, 64)), "dedup-off", ("duplicated",)),
         Scenario("mirrored-failover", "classic mirrored queue, master's node killed",
                  kill_queue_node, "dedup-off", ("duplicated",), queue_type="classic",
-                 prepare=_mirror),
+                 prepare=_mirror, rabbitmq="3.10",
+                 rabbitmq_why="RabbitMQ 4.0 removed classic queue mirroring (it refuses "
+                              "ha-mode policies)"),
         Scenario("rolling-handover", "consumers restarted one after another, gracefully",
                  rolling_handover, "dedup-off", ()),
         Scenario("handover-backlog", "the active consumer stopped gracefully with a "
