@@ -124,6 +124,7 @@ def _degraded(kind: str, **choices: tuple[float, float]) -> Body:
         clients = [*w.live_consumers(), *w.publishers]
         with toxic(w, clients, kind, ("downstream", "upstream"), **attributes):
             w.pause(w.rng.uniform(0.5, 1.5))
+            _keep_flowing(w)
             _reset_active(w)
             w.pause(w.rng.uniform(0.5, 1.5))
     body.__doc__ = (f"Every client link under {kind} ({', '.join(choices)}), and the active "
@@ -183,10 +184,17 @@ def flapping(w: World) -> None:
     faults = [_reset_active, _freeze_active, _blackhole_active]
     plan = [_reset_active, *(w.rng.choice(faults) for _ in range(w.rng.randint(2, 4)))]
     for fault in plan:
-        if w.publishers[-1].last("done") is not None or w.committed() > 0.8 * w.planned:
-            w.start_publisher(len(w.publishers), messages=w.settings.messages // 2)
+        _keep_flowing(w)
         w.pause(w.rng.uniform(0.2, 1.0))
         fault(w)
+
+
+def _keep_flowing(w: World) -> None:
+    """Another publisher when the published messages are nearly all handled, so that a
+    fault that waits for a consumer inside an effect meets messages in flight (at small
+    sizes the workload can be over before the fault begins: 100 messages on 4.0)."""
+    if w.publishers[-1].last("done") is not None or w.committed() > 0.8 * w.planned:
+        w.start_publisher(len(w.publishers), messages=max(10, w.settings.messages // 2))
 
 
 def _blackhole_active(w: World) -> None:

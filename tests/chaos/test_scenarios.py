@@ -172,3 +172,12 @@ def test_cli_run_prints_the_table(netns_cluster4: LocalCluster, tmp_path: Path,
     assert lines[1].split()[-1] == "pass"  # a graceful handover redelivers nothing
     assert "RabbitMQ 4.0.5, metadata in mnesia" in (tmp_path / "report.html").read_text()
     assert (tmp_path / "rolling-handover-s1-dedup-off" / "verdict.json").is_file()
+
+
+def test_a_degraded_link_scenario_meets_messages_in_flight_at_a_small_size(
+        netns_cluster4: LocalCluster, tmp_path: Path) -> None:
+    """100 messages are handled on 4.0 before bandwidth's throttle has lasted its while: the
+    consumer reset that follows must still find one inside an effect (another publisher)."""
+    result = run(RunSettings("bandwidth", seed=1, messages=100), netns_cluster4, tmp_path)
+    assert result.error is None
+    assert result.outcome == "pass"
