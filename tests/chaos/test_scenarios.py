@@ -181,3 +181,24 @@ def test_a_degraded_link_scenario_meets_messages_in_flight_at_a_small_size(
     result = run(RunSettings("bandwidth", seed=1, messages=100), netns_cluster4, tmp_path)
     assert result.error is None
     assert result.outcome == "pass"
+
+
+def test_the_active_consumers_node_partitioned_on_khepri(
+        netns_cluster_khepri: LocalCluster, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """With Khepri the isolated node is not paused (it answers nothing that needs a
+    majority): the run must still hand over and lose nothing, and say what it ran on."""
+    from sac.cli import main
+
+    cluster = netns_cluster_khepri
+    where = ["--cluster", cluster.name, "--home", str(cluster.spec.home)]
+    # A running cluster is used as it is: asking for another store is refused.
+    assert main(["chaos", "run", "consumer-reset", "--metadata-store", "mnesia", *where,
+                 "--out", str(tmp_path)]) == 2
+    assert "runs RabbitMQ 4.0 with khepri" in capsys.readouterr().err
+    result = run(RunSettings("partition-consumer-node", seed=1, messages=MESSAGES), cluster,
+                 tmp_path)
+    assert result.error is None
+    assert result.outcome == "pass", result.path
+    run_json = json.loads((result.path / "run.json").read_text())
+    assert run_json["broker"]["metadata_store"] == "khepri"
