@@ -28,9 +28,19 @@ from sac.server import LocalCluster, amqp_ready
 EFFECT_WAIT_S = 30.0
 
 
+def _keep_flowing(w: World) -> None:
+    """Another publisher when the published messages are nearly all handled, so that a
+    fault that waits for a consumer inside an effect meets messages in flight (at small
+    sizes the workload can be over before the fault begins: 100 messages on 4.0)."""
+    if w.publishers[-1].last("done") is not None or w.committed() > 0.8 * w.planned:
+        w.start_publisher(len(w.publishers), messages=max(10, w.settings.messages // 2))
+
+
 def _inside_effect(w: World) -> ActorProcess:
     """Arm every live consumer and wait until one is inside an effect, holding it there:
-    that one is the active consumer (a consumer cut off may still call itself active)."""
+    that one is the active consumer (a consumer cut off may still call itself active).
+    Messages are kept flowing (``_keep_flowing``) so that one comes."""
+    _keep_flowing(w)
     armed = {p: p.count("in_effect") for p in w.live_consumers()}
     for process in armed:
         process.tell("freeze")
@@ -107,7 +117,7 @@ def kill_queue_node(w: World) -> None:
         victim.tell("continue")
         w.pause(w.rng.uniform(1.0, 3.0))
         w.cluster.start(node, timeout=w.bound(120))
-    w.start_publisher(1, messages=max(10, w.settings.messages // 5))
+    w.start_publisher(len(w.publishers), messages=max(10, w.settings.messages // 5))
 
 
 def _mirror(cluster: LocalCluster, queue: str) -> None:
@@ -124,7 +134,6 @@ def _degraded(kind: str, **choices: tuple[float, float]) -> Body:
         clients = [*w.live_consumers(), *w.publishers]
         with toxic(w, clients, kind, ("downstream", "upstream"), **attributes):
             w.pause(w.rng.uniform(0.5, 1.5))
-            _keep_flowing(w)
             _reset_active(w)
             w.pause(w.rng.uniform(0.5, 1.5))
     body.__doc__ = (f"Every client link under {kind} ({', '.join(choices)}), and the active "
@@ -189,13 +198,6 @@ def flapping(w: World) -> None:
         fault(w)
 
 
-def _keep_flowing(w: World) -> None:
-    """Another publisher when the published messages are nearly all handled, so that a
-    fault that waits for a consumer inside an effect meets messages in flight (at small
-    sizes the workload can be over before the fault begins: 100 messages on 4.0)."""
-    if w.publishers[-1].last("done") is not None or w.committed() > 0.8 * w.planned:
-        w.start_publisher(len(w.publishers), messages=max(10, w.settings.messages // 2))
-
 
 def _blackhole_active(w: World) -> None:
     victim = w.active()
@@ -235,7 +237,7 @@ def _cut_around_effect(w: World, grudge_of: Callable[[list[int], int], Grudge]) 
             or w.recorded(victim.name, "connection_lost", since), 60)
         victim.tell("continue")
         w.pause(w.rng.uniform(1.0, 3.0))
-    w.start_publisher(1, messages=max(10, w.settings.messages // 5))
+    w.start_publisher(len(w.publishers), messages=max(10, w.settings.messages // 5))
 
 
 def partition_consumer_node(w: World) -> None:
@@ -273,7 +275,7 @@ def partition_leader(w: World) -> None:
             w.until("pause of the old leader", lambda: not amqp_ready(
                 old.amqp_port, host=old.host), 60)
     w.wait_event(publisher.name, "connection_lost", since, 60)
-    w.start_publisher(1, messages=max(10, w.settings.messages // 5))
+    w.start_publisher(len(w.publishers), messages=max(10, w.settings.messages // 5))
 
 
 # ---------------------------------------------------------------------- the ZooKeeper guard
