@@ -440,7 +440,7 @@ SCENARIOS: dict[str, Scenario] = {
                  network="netns", prepare=_declare_on_first_node),
         Scenario("partition-majorities-ring", "every node sees a majority, no two the same",
                  partition_majorities_ring, "dedup-off", ("duplicated",), network="netns"),
-        Scenario("partition-one-way", "the active consumer's node cannot send to another",
+        Scenario("partition-one-way", "another node cannot send to the active consumer's node",
                  partition_one_way, "dedup-off", ("duplicated",), network="netns"),
         Scenario("zk-session-expiry", "the guarded leader cut off from ZooKeeper inside an "
                  "effect until its session expires; a plain queue", zk_session_expiry,
