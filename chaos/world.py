@@ -19,7 +19,13 @@ from sac.chaos.actors import ConsumerActor, PublisherActor, Sink
 from sac.chaos.errors import ChaosError, ChaosTimeout
 from sac.chaos.faults import FaultProxy, Nemesis
 from sac.chaos.partition import Grudge, Partitions
-from sac.chaos.settings import CONSUMER_STOP_S, GUARD_LEASE_S, REPAIR_AFTER_S, RunSettings
+from sac.chaos.settings import (
+    CONSUMER_STOP_S,
+    GUARD_LEASE_S,
+    REPAIR_AFTER_S,
+    SPLIT_AFTER_S,
+    RunSettings,
+)
 from sac.server import LocalCluster, Node, ServerError, amqp_ready
 
 
@@ -272,16 +278,24 @@ class World:
         self.recover()
 
     def recover(self) -> None:
-        """Until every node serves; one that does not within ``REPAIR_AFTER_S``, or that
-        most of the other nodes do not list as running (a partition RabbitMQ kept after the
-        heal), is killed and started again (listed in ``repaired``, and in ``run.json``)."""
+        """Until every node serves; one that most of the other nodes still do not list as
+        running after ``SPLIT_AFTER_S`` (a partition RabbitMQ kept after the heal), or that
+        does not serve within ``REPAIR_AFTER_S``, is killed and started again (listed in
+        ``repaired``, and in ``run.json``)."""
         try:
-            self.wait_serving(REPAIR_AFTER_S)
+            self.wait_serving(SPLIT_AFTER_S)
             return
         except ChaosTimeout:
             pass
-        views = {n.index: self._running_seen_by(n) for n in self.cluster.nodes}
-        out = set(outcasts(views))
+        out = set(outcasts({n.index: self._running_seen_by(n) for n in self.cluster.nodes}))
+        if not out:
+            try:
+                self.wait_serving(REPAIR_AFTER_S - SPLIT_AFTER_S)
+                return
+            except ChaosTimeout:
+                pass
+            out = set(outcasts({n.index: self._running_seen_by(n)
+                                for n in self.cluster.nodes}))
         for node in self.cluster.nodes:
             if node.index in out or not self.serving(node):
                 self.cluster.kill(node.index)
