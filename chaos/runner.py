@@ -193,7 +193,8 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
             hosts = zookeeper.hosts
         if scenario.federated and other is None:
             other = servers.enter_context(LocalCluster(
-                f"fed-{uuid.uuid4().hex[:6]}", nodes=1, home=run_dir))
+                f"fed-{uuid.uuid4().hex[:6]}", nodes=1, home=run_dir,
+                rabbitmq=cluster.spec.rabbitmq))
         proxy = FaultProxy(f"chaos-{uuid.uuid4().hex[:6]}", toxiproxy_url)
     except BaseException:
         servers.close()

@@ -457,6 +457,10 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("federation-link-reset", "the federation link into the active consumer's "
                  "cluster reset with its acks held back", federation_link_reset,
                  "dedup-off", ("duplicated",), store="postgres", guard=True,
-                 single_active=False, federated=True),
+                 single_active=False, federated=True, rabbitmq="3.10",
+                 rabbitmq_why="on RabbitMQ 4.0.5 the link moved no message twice after "
+                              "the reset (0 duplicates with dedup off in every run, with a "
+                              "4.0.5 upstream; not yet understood): its weakened run is not "
+                              "caught"),
     ]
 }

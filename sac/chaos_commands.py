@@ -249,8 +249,9 @@ def _carry_out(runs: list[Any], args: argparse.Namespace) -> int:
         if result.error is not None:
             print(f"{result.path}: {result.error} (read {result.path / 'logs'})")
         if result.repaired:
-            print(f"{result.path}: restarted {', '.join(result.repaired)}: it did not serve again "
-                  "within a minute after the fault")
+            print(f"{result.path}: restarted {', '.join(result.repaired)}: the other nodes "
+                  "still listed it as not running 15 s after the heal, or it did not serve "
+                  "again within a minute after the fault")
     bad = failed(rows)
     print(f"{len(rows) - len(bad)} of {len(rows)} run(s) as expected "
           f"({time.monotonic() - started:.0f} s, checked on {args.engine}); report: {report}")

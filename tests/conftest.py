@@ -138,6 +138,17 @@ def netns_cluster310(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[Lo
     yield from _netns_cluster(pytestconfig, sac_home, "net310", rabbitmq="3.10")
 
 
+@pytest.fixture(scope="session")
+def cluster_b310(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """One RabbitMQ 3.10 node: the other side of a federation for a scenario that runs on
+    3.10."""
+    local = LocalCluster(name=f"test-b310-{os.getpid()}", nodes=1, home=sac_home,
+                         rabbitmq="3.10")
+    pytestconfig.stash[_servers_key].append(local)
+    with local:
+        yield local
+
+
 @pytest.fixture(scope="module")
 def fault_proxy() -> Iterator[ProxyThread]:
     """The fault proxy (Toxiproxy's API) in a thread of the test process, one per module."""

@@ -38,8 +38,9 @@ def test_scenario(name: str, weakened: bool, postgres: LocalPostgres, tmp_path: 
     series = scenario.rabbitmq or "4.0"
     cluster: LocalCluster = request.getfixturevalue(
         "netns_cluster4" if series == "4.0" else "netns_cluster310")
-    # A federated queue: its other side is the session's one-node loopback cluster.
-    other = request.getfixturevalue("cluster_b") if scenario.federated else None
+    # A federated queue: its other side is a one-node loopback cluster of the same series.
+    other = (request.getfixturevalue("cluster_b" if series == "4.0" else "cluster_b310")
+             if scenario.federated else None)
     settings = RunSettings(name, seed=1, messages=MESSAGES,
                            weakened=scenario.weakened if weakened else None)
     # Guarded consumers: the session's short-tick ZooKeeper (a run would start its own).
