@@ -221,25 +221,40 @@ def _freeze_active(w: World) -> None:
 # ---------------------------------------------------------------------- partitions
 
 
+CUT_ATTEMPTS = 3
+"""Cuts tried until one costs the active consumer its queue (``_cut_around_effect``)."""
+
+
 def _cut_around_effect(w: World, grudge_of: Callable[[list[int], int], Grudge]) -> None:
     """Cut links (``grudge_of(nodes, the active consumer's node)``) while the active
-    consumer is inside an effect; let it go on once another consumer took over, its own
-    connection was closed (pause_minority pauses a node that lost the majority), or a node
-    paused (on 4.0.5 a one-way cut can pause the other end: the consumer's node keeps a
-    majority and its consumer the queue); heal after a seeded while; publish more once the
-    cluster is whole again."""
+    consumer is inside an effect; let it go on once another consumer took over or its own
+    connection was closed (pause_minority pauses a node that lost the majority); heal after
+    a seeded while; publish more once the cluster is whole again. A cut that only paused
+    another node (4.0.5 pauses one end of a one-way cut, not always the consumer's, whose
+    node then keeps a majority and its consumer the queue) is healed and made again, up to
+    ``CUT_ATTEMPTS`` times, the consumer held inside its effect meanwhile."""
     w.wait_committed(w.at_fraction(0.2, 0.4))
     victim = _inside_effect(w)
     node = w.node_of(victim)
     since = time.time()
     nodes = [n.index for n in w.cluster.nodes]
-    with w.partition(grudge_of(nodes, node)):
-        w.until(f"a handover, {victim.name}'s connection closed or a node paused", lambda: any(
-            p.role == "active" for p in w.live_consumers() if p is not victim)
+
+    def moved() -> bool:
+        return any(p.role == "active" for p in w.live_consumers() if p is not victim) \
             or w.recorded(victim.name, "connection_lost", since)
-            or not all(amqp_ready(n.amqp_port, host=n.host) for n in w.cluster.nodes), 60)
-        victim.tell("continue")
-        w.pause(w.rng.uniform(1.0, 3.0))
+
+    for attempt in range(1, CUT_ATTEMPTS + 1):
+        with w.partition(grudge_of(nodes, node)):
+            w.until(f"a handover, {victim.name}'s connection closed or a node paused",
+                    lambda: moved() or not all(amqp_ready(n.amqp_port, host=n.host)
+                                               for n in w.cluster.nodes), 60)
+            held = w.cluster.node(node)
+            if attempt < CUT_ATTEMPTS and not moved() and amqp_ready(held.amqp_port,
+                                                                     host=held.host):
+                continue  # another node paused: heal, wait for a whole cluster, cut again
+            victim.tell("continue")
+            w.pause(w.rng.uniform(1.0, 3.0))
+        break
     w.start_publisher(len(w.publishers), messages=max(10, w.settings.messages // 5))
 
 
