@@ -239,9 +239,14 @@ def test_partitions_need_a_netns_cluster_and_nft(
         Partitions(netns_cluster4)
 
 
+PROBES: list[threading.Thread] = []
+"""Probe threads still waiting for an answer: joined once the partition healed (each closes
+its connection on leaving), so that none outlives its test."""
+
+
 def answered(call: Callable[[], object], within: float) -> tuple[str, float | None]:
     """``call()`` in a thread: ``("ok", s)``, ``("error: <name>", s)``, or ``("no answer",
-    None)`` when it has not returned within ``within`` s (it is left to the daemon thread)."""
+    None)`` when it has not returned within ``within`` s (its thread is kept in ``PROBES``)."""
     done: list[tuple[str, float]] = []
     start = time.monotonic()
 
@@ -255,6 +260,8 @@ def answered(call: Callable[[], object], within: float) -> tuple[str, float | No
     worker = threading.Thread(target=go, daemon=True)
     worker.start()
     worker.join(within)
+    if not done:
+        PROBES.append(worker)
     return done[0] if done else ("no answer", None)
 
 
@@ -288,26 +295,31 @@ def test_with_khepri_the_isolated_node_is_not_paused_and_answers_nothing_until_t
     minority, majority = cluster.node(cut_off), cluster.node(side)
 
     def declare(url: str, name: str) -> Callable[[], object]:
-        return lambda: connect(url).channel().queue_declare(name, durable=True,
-                                                            arguments=SAC_ARGS)
+        def call() -> None:
+            with connect(url) as conn:
+                conn.channel().queue_declare(name, durable=True, arguments=SAC_ARGS)
+        return call
 
     def publish(url: str) -> Callable[[], object]:
         def call() -> None:
-            channel = connect(url).channel()
-            channel.confirm_delivery()
-            channel.basic_publish("", queue_name, b"x", pika.BasicProperties(delivery_mode=2))
+            with connect(url) as conn:
+                channel = conn.channel()
+                channel.confirm_delivery()
+                channel.basic_publish("", queue_name, b"x",
+                                      pika.BasicProperties(delivery_mode=2))
         return call
 
     def consume(url: str) -> Callable[[], object]:
         def call() -> None:
-            conn = connect(url)
-            got: list[bytes] = []
-            conn.channel().basic_consume(queue_name, lambda ch, m, _p, b: got.append(b),
-                                         auto_ack=False)
-            deadline = time.monotonic() + 10
-            while not got:
-                assert time.monotonic() < deadline, "no delivery in 10 s"
-                conn.process_data_events(0.2)
+            with connect(url) as conn:
+                got: list[bytes] = []
+                conn.channel().basic_consume(queue_name, lambda ch, m, _p, b: got.append(b),
+                                             auto_ack=False)
+                deadline = time.monotonic() + 20
+                while not got:
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError("no delivery in 20 s")
+                    conn.process_data_events(0.2)
         return call
 
     with Partitions(cluster) as parts:
@@ -326,12 +338,16 @@ def test_with_khepri_the_isolated_node_is_not_paused_and_answers_nothing_until_t
                   "publish": publish(minority_url), "consume": consume(minority_url)}
         on_minority = {what: answered(call, 10) for what, call in probes.items()}
         assert on_minority == {what: ("no answer", None) for what in probes}
-        # The majority serves: a declare, a confirmed publish, a consumer gets a message.
+        # The majority serves: a declare, a confirmed publish, a consumer gets a message,
+        # once the queue's leader is on its side (an election when the leader was cut off).
+        wait_until(lambda: cluster.node(str(cluster.management_api(
+            f"queues/%2F/{queue_name}", node=majority)["leader"]).split("@")[0]).index
+            != cut_off, DETECT, "the queue's leader on the majority side")
         majority_url = urls[side - 1]
         on_majority = {
             "declare": answered(declare(majority_url, f"{queue_name}-majority"), 30),
             "publish": answered(publish(majority_url), 10),
-            "consume": answered(consume(majority_url), 15)}
+            "consume": answered(consume(majority_url), 25)}
         assert {what: result for what, (result, _s) in on_majority.items()} == {
             "declare": "ok", "publish": "ok", "consume": "ok"}
         queue = cluster.management_api(f"queues/%2F/{queue_name}", node=majority)
@@ -340,6 +356,12 @@ def test_with_khepri_the_isolated_node_is_not_paused_and_answers_nothing_until_t
         parts.heal()
         healed = time.monotonic()
     wait_until(lambda: is_whole(cluster), WHOLE, "the cluster whole after the heal")
+    # Healed, the minority answers (or refuses: "the metadata store operation timed out")
+    # what it held, and each probe closes its connection.
+    while PROBES:
+        probe = PROBES.pop()
+        probe.join(60)
+        assert not probe.is_alive(), "a probe still had no answer 60 s after the heal"
     print(f"\nmeasured khepri, isolate n{cut_off} ({victim}): node {side} saw it down after "
           f"{seen} s, it saw itself alone after {seen_alone} s; minority {on_minority}; "
           f"majority {on_majority}; whole {since(healed)} s after the heal")
