@@ -165,7 +165,7 @@ def _servers(runs: list[Any], args: argparse.Namespace
                 print(f"sac chaos: {scenario.name} runs on RabbitMQ {scenario.rabbitmq}: "
                       f"{scenario.rabbitmq_why}", file=sys.stderr, flush=True)
         clusters: dict[str, Any] = {}
-        for version in dict.fromkeys([main, *series.values()]):
+        for version in dict.fromkeys(series.values()):  # only the series some run uses
             if attached is not None:
                 clusters[version] = attached
                 continue
@@ -182,7 +182,7 @@ def _servers(runs: list[Any], args: argparse.Namespace
         pg = None
         if any(s.store == "postgres" for s in scenarios):
             pg = stack.enter_context(LocalPostgres(f"{DEFAULT_CLUSTER}-pg", home=args.home))
-        main_cluster = clusters.pop(main)
+        main_cluster = clusters.pop(main if main in clusters else next(iter(clusters)))
         yield main_cluster, clusters, pg
 
 
