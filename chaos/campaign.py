@@ -8,13 +8,14 @@ table from the verdicts. Pure except ``carry_out``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from sac.chaos.runner import RunResult, run
+from sac.chaos.errors import ChaosError
+from sac.chaos.runner import RunResult, Scenario, run
 from sac.chaos.scenarios import SCENARIOS
 from sac.chaos.settings import RunSettings
 from sac.server import LocalCluster, LocalPostgres
@@ -37,12 +38,36 @@ def plan(scenarios: Sequence[str], seeds: int, *, weakened: bool = True, first_s
     return runs
 
 
+def series_of(scenarios: Iterable[Scenario], asked: str | None, default: str
+              ) -> dict[str, str]:
+    """The RabbitMQ series each scenario runs on, by name: ``asked`` (``--rabbitmq``), or
+    ``default`` when not asked, except where a scenario needs another (which it then gets,
+    unless another was asked: ChaosError, naming why)."""
+    return {s.name: s.series(asked, default) for s in scenarios}
+
+
+def cluster_for(scenario: Scenario, cluster: LocalCluster,
+                others: Mapping[str, LocalCluster]) -> LocalCluster:
+    """``cluster``, or for a scenario that needs another RabbitMQ series, the one of
+    ``others`` (by series) that runs it."""
+    if scenario.rabbitmq in (None, cluster.spec.rabbitmq):
+        return cluster
+    if scenario.rabbitmq not in others:
+        raise ChaosError(f"{scenario.refusal(cluster.spec.rabbitmq)}; no cluster of "
+                         f"{scenario.rabbitmq} was given")
+    return others[scenario.rabbitmq]
+
+
 def carry_out(runs: Iterable[RunSettings], cluster: LocalCluster, out: Path, *,
               postgres: LocalPostgres | None = None,
-              on_done: Callable[[RunResult], None] | None = None) -> list[RunResult]:
+              on_done: Callable[[RunResult], None] | None = None,
+              others: Mapping[str, LocalCluster] | None = None) -> list[RunResult]:
+    """Each run on ``cluster``, or on the cluster of ``others`` (keyed by series) that runs
+    the series its scenario needs (``mirrored-failover``: 3.10)."""
     results = []
     for settings in runs:
-        result = run(settings, cluster, out, postgres=postgres)
+        where = cluster_for(SCENARIOS[settings.scenario], cluster, others or {})
+        result = run(settings, where, out, postgres=postgres)
         results.append(result)
         if on_done is not None:
             on_done(result)

@@ -88,6 +88,12 @@ class Scenario:
     federated: bool = False
     """The queue federated with a second cluster (``chaos/federation.py``), consumer slots
     alternating between the two: only a guard keeps one active across both."""
+    rabbitmq: str | None = None
+    """The RabbitMQ series the fault needs (``3.10`` for classic mirrored queues, which 4.0
+    removed); ``None``: any. The CLI runs such a scenario on that series whatever the
+    default, and ``run`` refuses it on another."""
+    rabbitmq_why: str = ""
+    """Why it needs that series: the refusal's reason."""
 
     def __attrs_post_init__(self) -> None:
         if not (self.single_active or self.guard):
@@ -98,6 +104,22 @@ class Scenario:
         if self.federated and (self.single_active or not self.guard):
             raise ChaosError(f"scenario {self.name}: a federated queue is kept to one "
                              "consumer by the guard (guard=True, single_active=False)")
+        if (self.rabbitmq is None) != (not self.rabbitmq_why):
+            raise ChaosError(f"scenario {self.name}: a required RabbitMQ series comes with "
+                             "its reason (rabbitmq and rabbitmq_why)")
+
+    def series(self, asked: str | None, default: str) -> str:
+        """The series a run of this scenario uses when ``asked`` (``None``: not asked), the
+        default being ``default``; ChaosError when asked for a series it cannot run on."""
+        if self.rabbitmq is None:
+            return asked or default
+        if asked is not None and asked != self.rabbitmq:
+            raise ChaosError(self.refusal(asked))
+        return self.rabbitmq
+
+    def refusal(self, series: str) -> str:
+        return (f"scenario {self.name} needs RabbitMQ {self.rabbitmq}, not {series}: "
+                f"{self.rabbitmq_why}")
 
 
 def _delete_queue(cluster: LocalCluster, queue: str) -> None:
@@ -127,6 +149,9 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
         raise ChaosError(f"scenario {scenario.name} cuts links between nodes: it needs a netns "
                          f"cluster (LocalCluster(network='netns'), `sac server up --network "
                          f"netns`), and {cluster.name!r} runs on loopback")
+    if scenario.rabbitmq not in (None, cluster.spec.rabbitmq):
+        raise ChaosError(f"{scenario.refusal(cluster.spec.rabbitmq)} (cluster "
+                         f"{cluster.name!r} runs {cluster.spec.rabbitmq})")
     if scenario.guard and zookeeper is not None:
         _check_lease(zookeeper)
     started = time.monotonic()
@@ -168,7 +193,8 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
             hosts = zookeeper.hosts
         if scenario.federated and other is None:
             other = servers.enter_context(LocalCluster(
-                f"fed-{uuid.uuid4().hex[:6]}", nodes=1, home=run_dir))
+                f"fed-{uuid.uuid4().hex[:6]}", nodes=1, home=run_dir,
+                rabbitmq=cluster.spec.rabbitmq))
         proxy = FaultProxy(f"chaos-{uuid.uuid4().hex[:6]}", toxiproxy_url)
     except BaseException:
         servers.close()
@@ -187,6 +213,10 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
     error: BaseException | None = None
     try:
         world.ensure_whole()
+        # What the run ran on, as the broker itself says (version, metadata store).
+        meta["broker"] = cluster.broker()
+        if scenario.federated:
+            meta["topology"]["federated_with"]["broker"] = world.clusters[1].broker()
         if scenario.prepare is not None:
             scenario.prepare(cluster, queue)
         if scenario.federated:

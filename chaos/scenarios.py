@@ -28,9 +28,19 @@ from sac.server import LocalCluster, amqp_ready
 EFFECT_WAIT_S = 30.0
 
 
+def _keep_flowing(w: World) -> None:
+    """Another publisher when the published messages are nearly all handled, so that a
+    fault that waits for a consumer inside an effect meets messages in flight (at small
+    sizes the workload can be over before the fault begins: 100 messages on 4.0)."""
+    if w.publishers[-1].last("done") is not None or w.committed() > 0.8 * w.planned:
+        w.start_publisher(len(w.publishers), messages=max(10, w.settings.messages // 2))
+
+
 def _inside_effect(w: World) -> ActorProcess:
     """Arm every live consumer and wait until one is inside an effect, holding it there:
-    that one is the active consumer (a consumer cut off may still call itself active)."""
+    that one is the active consumer (a consumer cut off may still call itself active).
+    Messages are kept flowing (``_keep_flowing``) so that one comes."""
+    _keep_flowing(w)
     armed = {p: p.count("in_effect") for p in w.live_consumers()}
     for process in armed:
         process.tell("freeze")
@@ -107,7 +117,7 @@ def kill_queue_node(w: World) -> None:
         victim.tell("continue")
         w.pause(w.rng.uniform(1.0, 3.0))
         w.cluster.start(node, timeout=w.bound(120))
-    w.start_publisher(1, messages=max(10, w.settings.messages // 5))
+    w.start_publisher(len(w.publishers), messages=max(10, w.settings.messages // 5))
 
 
 def _mirror(cluster: LocalCluster, queue: str) -> None:
@@ -183,10 +193,10 @@ def flapping(w: World) -> None:
     faults = [_reset_active, _freeze_active, _blackhole_active]
     plan = [_reset_active, *(w.rng.choice(faults) for _ in range(w.rng.randint(2, 4)))]
     for fault in plan:
-        if w.publishers[-1].last("done") is not None or w.committed() > 0.8 * w.planned:
-            w.start_publisher(len(w.publishers), messages=w.settings.messages // 2)
+        _keep_flowing(w)
         w.pause(w.rng.uniform(0.2, 1.0))
         fault(w)
+
 
 
 def _blackhole_active(w: World) -> None:
@@ -211,23 +221,41 @@ def _freeze_active(w: World) -> None:
 # ---------------------------------------------------------------------- partitions
 
 
+CUT_ATTEMPTS = 3
+"""Cuts tried until one costs the active consumer its queue (``_cut_around_effect``)."""
+
+
 def _cut_around_effect(w: World, grudge_of: Callable[[list[int], int], Grudge]) -> None:
     """Cut links (``grudge_of(nodes, the active consumer's node)``) while the active
     consumer is inside an effect; let it go on once another consumer took over or its own
     connection was closed (pause_minority pauses a node that lost the majority); heal after
-    a seeded while; publish more once the cluster is whole again."""
+    a seeded while; publish more once the cluster is whole again. A cut that only paused
+    another node (4.0.5 pauses one end of a one-way cut, not always the consumer's, whose
+    node then keeps a majority and its consumer the queue) is healed and made again, up to
+    ``CUT_ATTEMPTS`` times, the consumer held inside its effect meanwhile."""
     w.wait_committed(w.at_fraction(0.2, 0.4))
     victim = _inside_effect(w)
     node = w.node_of(victim)
     since = time.time()
     nodes = [n.index for n in w.cluster.nodes]
-    with w.partition(grudge_of(nodes, node)):
-        w.until(f"a handover or {victim.name}'s connection closed", lambda: any(
-            p.role == "active" for p in w.live_consumers() if p is not victim)
-            or w.recorded(victim.name, "connection_lost", since), 60)
-        victim.tell("continue")
-        w.pause(w.rng.uniform(1.0, 3.0))
-    w.start_publisher(1, messages=max(10, w.settings.messages // 5))
+
+    def moved() -> bool:
+        return any(p.role == "active" for p in w.live_consumers() if p is not victim) \
+            or w.recorded(victim.name, "connection_lost", since)
+
+    for attempt in range(1, CUT_ATTEMPTS + 1):
+        with w.partition(grudge_of(nodes, node)):
+            w.until(f"a handover, {victim.name}'s connection closed or a node paused",
+                    lambda: moved() or not all(amqp_ready(n.amqp_port, host=n.host)
+                                               for n in w.cluster.nodes), 60)
+            held = w.cluster.node(node)
+            if attempt < CUT_ATTEMPTS and not moved() and amqp_ready(held.amqp_port,
+                                                                     host=held.host):
+                continue  # another node paused: heal, wait for a whole cluster, cut again
+            victim.tell("continue")
+            w.pause(w.rng.uniform(1.0, 3.0))
+        break
+    w.start_publisher(len(w.publishers), messages=max(10, w.settings.messages // 5))
 
 
 def partition_consumer_node(w: World) -> None:
@@ -237,10 +265,13 @@ def partition_consumer_node(w: World) -> None:
 
 
 def partition_one_way(w: World) -> None:
-    """Packets from the active consumer's node to another are dropped, the other way flows
-    (RabbitMQ 3.10 calls it a partial partition and pauses both ends)."""
+    """Packets from another node to the active consumer's node are dropped, the other way
+    flows: a partial partition, which RabbitMQ 3.10 answers by pausing both ends, 4.0.5 by
+    pausing one, mostly the end that stops hearing the other (the consumer's here: 6 of 7
+    times measured; cut the other way round, its node kept a majority and the consumer went
+    on, with nothing to redeliver)."""
     _cut_around_effect(w, lambda nodes, node: one_way(
-        node, next(n for n in nodes if n != node)))
+        next(n for n in nodes if n != node), node))
 
 
 def partition_majorities_ring(w: World) -> None:
@@ -265,7 +296,7 @@ def partition_leader(w: World) -> None:
             w.until("pause of the old leader", lambda: not amqp_ready(
                 old.amqp_port, host=old.host), 60)
     w.wait_event(publisher.name, "connection_lost", since, 60)
-    w.start_publisher(1, messages=max(10, w.settings.messages // 5))
+    w.start_publisher(len(w.publishers), messages=max(10, w.settings.messages // 5))
 
 
 # ---------------------------------------------------------------------- the ZooKeeper guard
@@ -406,7 +437,9 @@ SCENARIOS: dict[str, Scenario] = {
             "bandwidth", rate=(16, 64)), "dedup-off", ("duplicated",)),
         Scenario("mirrored-failover", "classic mirrored queue, master's node killed",
                  kill_queue_node, "dedup-off", ("duplicated",), queue_type="classic",
-                 prepare=_mirror),
+                 prepare=_mirror, rabbitmq="3.10",
+                 rabbitmq_why="RabbitMQ 4.0 removed classic queue mirroring (it refuses "
+                              "ha-mode policies)"),
         Scenario("rolling-handover", "consumers restarted one after another, gracefully",
                  rolling_handover, "dedup-off", ()),
         Scenario("handover-backlog", "the active consumer stopped gracefully with a "
@@ -422,7 +455,7 @@ SCENARIOS: dict[str, Scenario] = {
                  network="netns", prepare=_declare_on_first_node),
         Scenario("partition-majorities-ring", "every node sees a majority, no two the same",
                  partition_majorities_ring, "dedup-off", ("duplicated",), network="netns"),
-        Scenario("partition-one-way", "the active consumer's node cannot send to another",
+        Scenario("partition-one-way", "another node cannot send to the active consumer's node",
                  partition_one_way, "dedup-off", ("duplicated",), network="netns"),
         Scenario("zk-session-expiry", "the guarded leader cut off from ZooKeeper inside an "
                  "effect until its session expires; a plain queue", zk_session_expiry,
@@ -439,6 +472,10 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("federation-link-reset", "the federation link into the active consumer's "
                  "cluster reset with its acks held back", federation_link_reset,
                  "dedup-off", ("duplicated",), store="postgres", guard=True,
-                 single_active=False, federated=True),
+                 single_active=False, federated=True, rabbitmq="3.10",
+                 rabbitmq_why="on RabbitMQ 4.0.5 the link moved no message twice after "
+                              "the reset (0 duplicates with dedup off in every run, with a "
+                              "4.0.5 upstream; not yet understood): its weakened run is not "
+                              "caught"),
     ]
 }

@@ -30,6 +30,12 @@ pause_minority that restarts its applications around a heal can hang in Erlang's
 ``global`` sync ("Global hang workaround: global state ... seems broken" in its log, then
 nothing for minutes; rabbitmq-server#6034: the workaround no longer works from OTP 25.1)."""
 
+SPLIT_AFTER_S = 15.0
+"""A node that most other nodes still list as not running this long after a heal (a whole
+cluster takes 0.4-4 s) is taken for one Mnesia kept split, and restarted without waiting
+``REPAIR_AFTER_S``: on 4.0.5 a cut healed before the isolated node paused left it serving
+alone, for good."""
+
 
 def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:

@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -131,8 +132,33 @@ def _relative(verdict: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_view(verdict: Mapping[str, Any], index: int) -> dict[str, Any]:
-    """What the template shows of one run."""
+BROKER_FIELDS = ("product", "version", "metadata_store")
+
+
+def broker_of(run_dir: Path) -> dict[str, str] | None:
+    """What ``run_dir``'s ``run.json`` says the run ran on (``broker``: product, version,
+    metadata store, as the chaos runner read them off the broker); None when it does not
+    say (a history from elsewhere, ``sac check`` on a production export)."""
+    try:
+        broker = json.loads((run_dir / "run.json").read_text()).get("broker")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(broker, dict) or not all(
+            isinstance(broker.get(f), str) for f in BROKER_FIELDS):
+        return None
+    return {f: broker[f] for f in BROKER_FIELDS}
+
+
+def broker_label(broker: Mapping[str, str] | None) -> str | None:
+    """``RabbitMQ 4.0.5, metadata in khepri``; None when unknown."""
+    if broker is None:
+        return None
+    return f"{broker['product']} {broker['version']}, metadata in {broker['metadata_store']}"
+
+
+def run_view(verdict: Mapping[str, Any], index: int,
+             broker: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What the template shows of one run (``broker``: what it ran on, if known)."""
     _check(verdict, index)
     latency = verdict["latency_ms"]
     salt = f"run{index}"
@@ -143,12 +169,15 @@ def run_view(verdict: Mapping[str, Any], index: int) -> dict[str, Any]:
         "latency": {k: plots.format_ms(latency[k]) for k in ("p50", "p95", "p99", "max")},
         "timeline": plots.timeline_svg(verdict, salt + "t"),
         "histogram": plots.latency_svg(latency, salt + "h"),
+        "broker": broker_label(broker),
         **_relative(verdict),
     }
 
 
-def render_html(verdicts: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> str:
-    """The report as a string (``render_report`` writes it)."""
+def render_html(verdicts: Sequence[Mapping[str, Any]], summary: Mapping[str, Any],
+                brokers: Sequence[Mapping[str, str] | None] | None = None) -> str:
+    """The report as a string (``render_report`` writes it). ``brokers``: per run, what it
+    ran on (``broker_of``), shown beside its name and, all of them, in the header."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=True,
@@ -156,16 +185,23 @@ def render_html(verdicts: Sequence[Mapping[str, Any]], summary: Mapping[str, Any
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    runs = [run_view(v, i) for i, v in enumerate(verdicts, start=1)]
-    return env.get_template("report.html").render(summary=summary, runs=runs)
+    known = list(brokers) if brokers is not None else [None] * len(verdicts)
+    if len(known) != len(verdicts):
+        raise ValueError(f"{len(known)} brokers for {len(verdicts)} verdicts")
+    runs = [run_view(v, i, b) for i, (v, b) in enumerate(zip(verdicts, known, strict=True),
+                                                         start=1)]
+    labels = [r["broker"] for r in runs if r["broker"] is not None]
+    return env.get_template("report.html").render(summary=summary, runs=runs,
+                                                  brokers=list(dict.fromkeys(labels)))
 
 
-def render_report(verdicts: list[dict[str, Any]], summary: dict[str, Any], out: Path) -> Path:
+def render_report(verdicts: list[dict[str, Any]], summary: dict[str, Any], out: Path,
+                  brokers: Sequence[Mapping[str, str] | None] | None = None) -> Path:
     """Write ``report.html`` into the directory ``out`` (created if missing), or to ``out``
     itself when it names an ``.html`` file; return the file written."""
     path = out if out.suffix == ".html" else out / "report.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(render_html(verdicts, summary), encoding="utf-8")
+    tmp.write_text(render_html(verdicts, summary, brokers), encoding="utf-8")
     tmp.replace(path)  # a reader never sees half a report
     return path

@@ -1,6 +1,6 @@
 """End-to-end demo: one queue, two consumers, exactly one of them works.
 
-Boots a fresh local 3-node cluster, then, with the SDK only:
+Boots a fresh local 3-node cluster (RabbitMQ 4.0, the default), then, with the SDK only:
 
 1. two consumers subscribe to a quorum queue with single active consumer, on different nodes;
 2. a publisher on the third node publishes with confirms: every message reaches exactly one
@@ -68,7 +68,9 @@ def run_demo(messages: int = 1000, name: str = "demo", home: Path | None = None)
     started = time.monotonic()
     print(f"starting a 3-node RabbitMQ cluster {name!r} ...", flush=True)
     with LocalCluster(name=name, nodes=3, home=home) as cluster:
-        print(f"cluster up in {time.monotonic() - started:.1f} s: "
+        broker = cluster.broker()
+        print(f"cluster up in {time.monotonic() - started:.1f} s: {broker['product']} "
+              f"{broker['version']} ({broker['metadata_store']}), "
               f"{', '.join(cluster.display_urls())}")
         urls = cluster.urls()
         queue = QueueSettings(f"demo-{uuid.uuid4().hex[:8]}")

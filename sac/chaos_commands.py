@@ -2,8 +2,10 @@
 
 ``run SCENARIO`` carries out one run and checks it; ``campaign`` many, with a progress bar,
 the table and ``report.html``. Both start what they need and stop it afterwards: a fresh
-3-node cluster (or the running one named by ``--cluster``, from ``sac server up``), and a
-PostgreSQL for the scenarios that need one. Exit status: 0 every run passed (or, weakened,
+3-node RabbitMQ 4.0 cluster (``--rabbitmq 3.10`` for 3.10, ``--metadata-store khepri`` for
+Khepri; a second one of 3.10 when a scenario needs it: mirrored-failover), or the running one
+named by ``--cluster`` (from ``sac server up``), and a PostgreSQL for the scenarios that need
+one. Exit status: 0 every run passed (or, weakened,
 was caught), 1 some run failed, 2 nothing could be run (bad arguments, a server that did not
 start): one line naming the problem.
 """
@@ -23,6 +25,8 @@ from sac._oneline import one_line
 from sac.chaos.errors import ChaosError
 from sac.checker.errors import CheckerError
 from sac.server import ServerError
+from sac.server._rabbitmq_config import KHEPRI_SERIES, METADATA_STORES
+from sac.server._rootfs import DEFAULT_SERIES, SERIES
 
 FAILURES = (ChaosError, ServerError, CheckerError)
 
@@ -71,6 +75,17 @@ def _common(parser: argparse.ArgumentParser) -> None:
                              "of starting a fresh one")
     parser.add_argument("--home", type=Path, default=None,
                         help="servers' state directory root (default: $SAC_HOME or .sac)")
+    _broker_options(parser)
+
+
+def _broker_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rabbitmq", choices=SERIES, default=None,
+                        help=f"the RabbitMQ series to run on (default: {DEFAULT_SERIES}; a "
+                             "scenario that needs 3.10, mirrored-failover, runs on 3.10 "
+                             "unless another series is asked, which it refuses)")
+    parser.add_argument("--metadata-store", choices=METADATA_STORES, default=None,
+                        help="the 4.0 cluster's metadata store (default: mnesia); a run on "
+                             "3.10 keeps Mnesia")
 
 
 def add_demo_parser(commands: Any) -> None:
@@ -82,6 +97,7 @@ def add_demo_parser(commands: Any) -> None:
                       help="run directories and report.html (default: demo-runs)")
     demo.add_argument("--home", type=Path, default=None,
                       help="servers' state directory root (default: $SAC_HOME or .sac)")
+    _broker_options(demo)
     demo.set_defaults(func=run_demo)
 
 
@@ -114,23 +130,60 @@ def _list(_args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _servers(cluster_name: str | None, postgres: bool, netns: bool, home: Path | None
-             ) -> Iterator[tuple[Any, Any]]:
+def _servers(runs: list[Any], args: argparse.Namespace
+             ) -> Iterator[tuple[Any, dict[str, Any], Any]]:
+    """The cluster the runs use (and, by series, those that the scenarios needing another
+    series use), and a PostgreSQL if a scenario needs one; each started here is stopped on
+    leaving. ChaosError, before anything starts, for a scenario asked on a series it cannot
+    run on."""
+    from sac.chaos.campaign import series_of
+    from sac.chaos.scenarios import SCENARIOS
     from sac.server import LocalCluster, LocalPostgres
 
+    asked, store = args.rabbitmq, args.metadata_store
+    if store == "khepri" and asked is not None and asked not in KHEPRI_SERIES:
+        raise ChaosError(f"--metadata-store khepri needs RabbitMQ 4.0: {asked} keeps its "
+                         "metadata in Mnesia only")
+    scenarios = [SCENARIOS[name] for name in dict.fromkeys(r.scenario for r in runs)]
     with contextlib.ExitStack() as stack:
-        if cluster_name is not None:
-            cluster = LocalCluster.attach(cluster_name, home=home)
-        else:
+        attached = None
+        if args.cluster is not None:
+            attached = LocalCluster.attach(args.cluster, home=args.home)
+            have = attached.spec.rabbitmq
+            if asked not in (None, have) or store not in (None, attached.spec.metadata_store):
+                raise ChaosError(
+                    f"cluster {attached.name!r} runs RabbitMQ {have} with "
+                    f"{attached.spec.metadata_store}; leave --rabbitmq and --metadata-store "
+                    "out, or start a cluster with them (`sac server up`)")
+        main = asked or (DEFAULT_SERIES if attached is None else attached.spec.rabbitmq)
+        series = series_of(scenarios, asked, main)
+        for scenario in scenarios:
+            if series[scenario.name] != main:
+                if attached is not None:
+                    raise ChaosError(f"{scenario.refusal(main)} (cluster {attached.name!r} "
+                                     f"runs {main})")
+                print(f"sac chaos: {scenario.name} runs on RabbitMQ {scenario.rabbitmq}: "
+                      f"{scenario.rabbitmq_why}", file=sys.stderr, flush=True)
+        clusters: dict[str, Any] = {}
+        for version in dict.fromkeys(series.values()):  # only the series some run uses
+            if attached is not None:
+                clusters[version] = attached
+                continue
+            netns = any(s.network == "netns" for s in scenarios if series[s.name] == version)
             network = "netns" if netns else "loopback"
-            print(f"starting a 3-node RabbitMQ cluster {DEFAULT_CLUSTER!r} ({network}) ...",
-                  file=sys.stderr, flush=True)
-            cluster = stack.enter_context(
-                LocalCluster(DEFAULT_CLUSTER, 3, home=home, network=network))
+            metadata = (store or "mnesia") if version in KHEPRI_SERIES else "mnesia"
+            name = DEFAULT_CLUSTER if version == main else \
+                f"{DEFAULT_CLUSTER}-{version.replace('.', '')}"
+            print(f"starting a 3-node RabbitMQ {version} cluster {name!r} ({network}, "
+                  f"{metadata}) ...", file=sys.stderr, flush=True)
+            clusters[version] = stack.enter_context(LocalCluster(
+                name, 3, home=args.home, network=network, rabbitmq=version,
+                metadata_store=metadata))
         pg = None
-        if postgres:
-            pg = stack.enter_context(LocalPostgres(f"{DEFAULT_CLUSTER}-pg", home=home))
-        yield cluster, pg
+        if any(s.store == "postgres" for s in scenarios):
+            pg = stack.enter_context(LocalPostgres(f"{DEFAULT_CLUSTER}-pg", home=args.home))
+        main_cluster = clusters.pop(main if main in clusters else next(iter(clusters)))
+        yield main_cluster, clusters, pg
 
 
 def _scenarios(names: str | None) -> list[str]:
@@ -171,15 +224,12 @@ def _carry_out(runs: list[Any], args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from sac.chaos.campaign import carry_out, failed, row, table
-    from sac.chaos.scenarios import SCENARIOS
     from sac.check import check_and_report
 
     if args.messages < 1 or args.rate <= 0:
         raise ChaosError("--messages and --rate must be positive")
     started = time.monotonic()
-    needs_pg = any(SCENARIOS[r.scenario].store == "postgres" for r in runs)
-    needs_netns = any(SCENARIOS[r.scenario].network == "netns" for r in runs)
-    with _servers(args.cluster, needs_pg, needs_netns, args.home) as (cluster, pg):
+    with _servers(runs, args) as (cluster, others, pg):
         bar = tqdm(total=len(runs), unit="run", file=sys.stderr, dynamic_ncols=True)
 
         def done(result: Any) -> None:
@@ -187,7 +237,8 @@ def _carry_out(runs: list[Any], args: argparse.Namespace) -> int:
             bar.update()
 
         try:
-            results = carry_out(runs, cluster, args.out, postgres=pg, on_done=done)
+            results = carry_out(runs, cluster, args.out, postgres=pg, on_done=done,
+                                others=others)
         finally:
             bar.close()
     verdicts, _summary, report = check_and_report(
@@ -198,8 +249,9 @@ def _carry_out(runs: list[Any], args: argparse.Namespace) -> int:
         if result.error is not None:
             print(f"{result.path}: {result.error} (read {result.path / 'logs'})")
         if result.repaired:
-            print(f"{result.path}: restarted {', '.join(result.repaired)}: it did not serve again "
-                  "within a minute after the fault")
+            print(f"{result.path}: restarted {', '.join(result.repaired)}: the other nodes "
+                  "still listed it as not running 15 s after the heal, or it did not serve "
+                  "again within a minute after the fault")
     bad = failed(rows)
     print(f"{len(rows) - len(bad)} of {len(rows)} run(s) as expected "
           f"({time.monotonic() - started:.0f} s, checked on {args.engine}); report: {report}")

@@ -82,13 +82,14 @@ def check_and_report(runs: list[Path], engine: str, master: str | None, out: Pat
             if owned:
                 spark.stop()
     from sac.checker.python_engine import summarize
-    from sac.checker.report import render_report
+    from sac.checker.report import broker_of, render_report
 
     for path, verdict in zip(runs, verdicts, strict=True):
         (path / "verdict.json").write_text(json.dumps(verdict, indent=2, sort_keys=True))
     summary = summarize(verdicts, engine)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
-    return verdicts, summary, render_report(verdicts, summary, out / "report.html")
+    brokers = [broker_of(path) for path in runs]
+    return verdicts, summary, render_report(verdicts, summary, out / "report.html", brokers)
 
 
 def _one_line(path: Path, verdict: dict[str, Any]) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sac.server import LocalCluster, ServerError
-from sac.server._rabbitmq_config import NETWORKS, PARTITION_HANDLING
+from sac.server._rabbitmq_config import METADATA_STORES, NETWORKS, PARTITION_HANDLING
 from sac.server._rootfs import DEFAULT_SERIES, SERIES
 
 
@@ -39,10 +39,12 @@ def _server_up(args: argparse.Namespace) -> int:
         net_ticktime=args.net_ticktime,
         cluster_partition_handling=args.partition_handling,
         statistics_interval_ms=args.statistics_interval,
+        metadata_store=args.metadata_store,
     )
     cluster.up()
-    version = cluster.status()["rabbitmq_version"]
-    print(f"cluster {cluster.name!r} is up: {len(cluster.nodes)} nodes of RabbitMQ {version}")
+    broker = cluster.broker()
+    print(f"cluster {cluster.name!r} is up: {len(cluster.nodes)} nodes of {broker['product']} "
+          f"{broker['version']}, metadata in {broker['metadata_store']}")
     if args.network == "netns":
         plan = cluster.netns
         print(f"network: namespaces {', '.join(plan.namespaces)} on bridge {plan.bridge} "
@@ -102,10 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--timeout", type=float, default=120.0,
                     help="seconds each node may take to start (default: 120)")
     up.add_argument("--rabbitmq", choices=SERIES, default=DEFAULT_SERIES,
-                    help=f"RabbitMQ series (default: {DEFAULT_SERIES}): 3.10 is the host's "
-                         "Debian package; 4.0 runs Debian 13's from a root filesystem built "
-                         "once (20-90 s, 240 MB in /var/cache/sac) and each node in chroot "
-                         "(root)")
+                    help=f"RabbitMQ series (default: {DEFAULT_SERIES}): 4.0 runs Debian 13's "
+                         "from a root filesystem built once (20-90 s, 240 MB in "
+                         "/var/cache/sac) and each node in chroot (root); 3.10 is the host's "
+                         "Debian package (classic mirrored queues)")
+    up.add_argument("--metadata-store", choices=METADATA_STORES, default="mnesia",
+                    help="where the cluster keeps its metadata (default: mnesia); khepri "
+                         "(4.0 only) enables the khepri_db feature flag once it has formed")
     up.add_argument("--network", choices=NETWORKS, default="loopback",
                     help="loopback (default), or netns: each node in a network namespace of "
                          "its own on a bridge, so that links between nodes can be cut (root)")

@@ -25,6 +25,15 @@ PLUGINS = ("rabbitmq_management", "rabbitmq_federation", "rabbitmq_federation_ma
            "rabbitmq_shovel", "rabbitmq_shovel_management")
 NETWORKS = ("loopback", "netns")
 PARTITION_HANDLING = ("ignore", "pause_minority", "autoheal")
+METADATA_STORES = ("mnesia", "khepri")
+"""Where a cluster keeps its metadata (queues, bindings, users): Mnesia, or Khepri (Raft),
+which 4.0 offers as an opt-in (the default from 4.2, the only one in 4.3)."""
+KHEPRI_SERIES = ("4.0",)
+KHEPRI_FLAG = "khepri_db"
+ENABLE_KHEPRI = ("enable_feature_flag", "--experimental", KHEPRI_FLAG)
+"""How 4.0.5 switches a formed cluster to Khepri: its CLI calls ``khepri_db`` an experimental
+flag and refuses it without ``--experimental`` ("requires the user to explicitly opt-in"),
+although RabbitMQ supports Khepri from 4.0 on."""
 LOOPBACK = "127.0.0.1"
 
 
@@ -52,6 +61,22 @@ def _series(_inst: object, attribute: attrs.Attribute[str], value: str) -> None:
         raise ValueError(
             f"{attribute.name} must be one of {', '.join(map(repr, SERIES))}; "
             f"got {value!r}{kind}")
+
+
+def _metadata_store(inst: ClusterSpec, attribute: attrs.Attribute[str], value: str) -> None:
+    _one_of(METADATA_STORES)(inst, attribute, value)
+    if value == "khepri" and inst.rabbitmq not in KHEPRI_SERIES:
+        raise ValueError(
+            f"{attribute.name}='khepri' needs rabbitmq='4.0': RabbitMQ {inst.rabbitmq} keeps "
+            "its metadata in Mnesia only")
+
+
+def metadata_store_of(feature_flags: Sequence[dict[str, Any]]) -> str:
+    """``khepri`` when the management API's ``/api/feature-flags`` lists ``khepri_db``
+    enabled, else ``mnesia`` (3.10 has no such flag)."""
+    enabled = any(f.get("name") == KHEPRI_FLAG and f.get("state") == "enabled"
+                  for f in feature_flags)
+    return "khepri" if enabled else "mnesia"
 
 
 def _ticktime(_inst: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -97,7 +122,9 @@ class ClusterSpec:
     ``cluster_partition_handling`` is RabbitMQ's (``ignore`` on loopback, ``pause_minority``
     in netns; ``autoheal`` allowed). ``statistics_interval_ms`` is RabbitMQ's
     ``collect_statistics_interval`` and the management agent's finest sample step (1000 ms
-    here, 5000 ms in RabbitMQ's defaults): the management API's lag.
+    here, 5000 ms in RabbitMQ's defaults): the management API's lag. ``metadata_store``:
+    ``mnesia`` (the default) or ``khepri`` (4.0 only: ``up`` enables the ``khepri_db`` feature
+    flag once the cluster has formed, and returns once the broker reports it enabled).
     """
 
     name: str = attrs.field(default="sac", validator=validate_name)
@@ -127,6 +154,7 @@ class ClusterSpec:
     )
     statistics_interval_ms: int = attrs.field(
         default=DEFAULT_STATISTICS_INTERVAL_MS, validator=_statistics_interval)
+    metadata_store: str = attrs.field(default="mnesia", validator=_metadata_store)
 
 
 @attrs.frozen

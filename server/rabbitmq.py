@@ -5,10 +5,11 @@ to the ``rabbitmq`` user and ``/var/lib/rabbitmq``. Each cluster gets its own ep
 Erlang cookie and its own CLI distribution ports, so several clusters run side by side and
 ``down`` of one never touches another.
 
-Two series: ``rabbitmq="3.10"`` (the default) runs the host's Debian 12 package;
-``rabbitmq="4.0"`` runs Debian 13's 4.0.5 from a root filesystem built once and cached, each
-process in a private mount namespace and ``chroot`` (see ``server/_rootfs.py``), with the same
-environment, ports and config keys; inside it the cluster's directory is ``/sac``.
+Two series: ``rabbitmq="4.0"`` (the default) runs Debian 13's 4.0.5 from a root filesystem
+built once and cached, each process in a private mount namespace and ``chroot`` (see
+``server/_rootfs.py``); ``rabbitmq="3.10"`` runs the host's Debian 12 package, with the same
+environment, ports and config keys (inside the tree the cluster's directory is ``/sac``).
+A 4.0 cluster keeps its metadata in Mnesia, or (``metadata_store="khepri"``) in Khepri.
 
 Two networks: ``loopback`` (the default) runs every node on 127.0.0.1; ``netns`` (root only)
 runs node i in a network namespace of its own at 198.18.X.i, joined by a bridge, so that the
@@ -60,7 +61,15 @@ from ._files import (
 )
 from ._netns import NetnsPlan
 from ._ports import PortLayout, allocate_base, check_free
-from ._rabbitmq_config import LOOPBACK, RABBITMQ_DIR, ClusterSpec, Node, cluster_files
+from ._rabbitmq_config import (
+    ENABLE_KHEPRI,
+    LOOPBACK,
+    RABBITMQ_DIR,
+    ClusterSpec,
+    Node,
+    cluster_files,
+    metadata_store_of,
+)
 
 AMQP_HEADER = b"AMQP\x00\x00\x09\x01"
 _PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -101,6 +110,7 @@ class LocalCluster:
         net_ticktime: int | None = None,
         cluster_partition_handling: str | None = None,
         statistics_interval_ms: int | None = None,
+        metadata_store: str = "mnesia",
     ) -> None:
         # None: the network's default (see ClusterSpec).
         tuning: dict[str, Any] = {
@@ -120,6 +130,7 @@ class LocalCluster:
             rabbitmq_dir=Path(rabbitmq_dir),
             network=network,
             rabbitmq=rabbitmq,
+            metadata_store=metadata_store,
             **tuning,
         )
         self.dir = self.spec.home / self.spec.name
@@ -153,6 +164,7 @@ class LocalCluster:
             net_ticktime=state.get("net_ticktime"),
             cluster_partition_handling=state.get("cluster_partition_handling"),
             statistics_interval_ms=state.get("statistics_interval_ms"),
+            metadata_store=state.get("metadata_store", "mnesia"),
         )
         cluster._layout = PortLayout(int(state["base_port"]))
         if state.get("rootfs") is not None:
@@ -163,8 +175,10 @@ class LocalCluster:
 
     def __repr__(self) -> str:
         network = "" if self.spec.network == "loopback" else f", network={self.spec.network!r}"
+        store = ("" if self.spec.metadata_store == "mnesia"
+                 else f", metadata_store={self.spec.metadata_store!r}")
         return (f"LocalCluster(name={self.spec.name!r}, nodes={self.spec.nodes}, "
-                f"rabbitmq={self.spec.rabbitmq!r}{network}, dir={self.dir})")
+                f"rabbitmq={self.spec.rabbitmq!r}{store}{network}, dir={self.dir})")
 
     @property
     def name(self) -> str:
@@ -520,6 +534,31 @@ class LocalCluster:
             )
         return done.stdout
 
+    def _enable_khepri(self, seed: Node) -> None:
+        """Move the formed cluster's metadata to Khepri, and wait until the broker says so
+        (the CLI returns once the migration is done; the flag is then listed enabled)."""
+        self.ctl(seed, *ENABLE_KHEPRI, timeout=self.spec.start_timeout)
+        deadline = time.monotonic() + self.spec.start_timeout
+        while (store := self.broker()["metadata_store"]) != "khepri":
+            if time.monotonic() >= deadline:
+                raise StartTimeoutError(
+                    f"cluster {self.name!r}: the khepri_db feature flag was enabled but the "
+                    f"broker reports {store} after {self.spec.start_timeout:g} s; read "
+                    f"{seed.log_file}")
+            time.sleep(0.25)
+        self.wait_members(self.nodes, self.spec.start_timeout)
+
+    def broker(self, node: Node | None = None) -> dict[str, str]:
+        """What the broker says it is (``node``, or the first that answers): ``product``
+        and ``version`` (``/api/overview``), and ``metadata_store`` (``/api/feature-flags``:
+        ``khepri`` once ``khepri_db`` is enabled, else ``mnesia``)."""
+        overview = self.management_api("overview", node=node)
+        flags = self.management_api("feature-flags", node=node)
+        return {"product": str(overview.get("product_name") or "RabbitMQ"),
+                "version": str(overview.get("product_version")
+                               or overview["rabbitmq_version"]),
+                "metadata_store": metadata_store_of(flags)}
+
     def _join(self, node: Node, seed: Node) -> None:
         self.ctl(node, "stop_app")
         self.ctl(node, "join_cluster", seed.name)
@@ -632,6 +671,7 @@ class LocalCluster:
             "net_ticktime": self.spec.net_ticktime,
             "cluster_partition_handling": self.spec.cluster_partition_handling,
             "statistics_interval_ms": self.spec.statistics_interval_ms,
+            "metadata_store": self.spec.metadata_store,
             "pids": {},
         }
         if self._plan is not None:
@@ -655,6 +695,8 @@ class LocalCluster:
             for node in rest:
                 self._join(node, seed)
             self.wait_members(self.nodes, self.spec.start_timeout)
+            if self.spec.metadata_store == "khepri":
+                self._enable_khepri(seed)
             if self.spec.zookeeper:
                 self.zookeeper().up()
         except BaseException:
@@ -849,6 +891,7 @@ class LocalCluster:
             "rabbitmq": self.spec.rabbitmq,
             "rabbitmq_version": state.get("rabbitmq_version"),
             "rootfs": state.get("rootfs"),
+            "metadata_store": self.spec.metadata_store,
             "nodes": nodes,
             "members": members,
             "epmd": epmd,

@@ -139,6 +139,50 @@ def spark_standalone(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[Lo
         yield local
 
 
+# Partitions and the chaos scenarios: netns clusters of each series and metadata store.
+
+
+def _netns_cluster(config: pytest.Config, home: Path, name: str,
+                   **settings: str) -> Iterator[LocalCluster]:
+    local = LocalCluster(name=f"{name}-{os.getpid()}", nodes=3, home=home, network="netns",
+                         **settings)
+    config.stash[_servers_key].append(local)
+    with local:
+        yield local
+
+
+@pytest.fixture(scope="session")
+def netns_cluster4(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """Three RabbitMQ 4.0 nodes, each in a network namespace of its own (root), Mnesia."""
+    yield from _netns_cluster(pytestconfig, sac_home, "net4", rabbitmq="4.0")
+
+
+@pytest.fixture(scope="session")
+def netns_cluster_khepri(sac_home: Path, pytestconfig: pytest.Config
+                         ) -> Iterator[LocalCluster]:
+    """The same with its metadata in Khepri (the ``khepri_db`` feature flag enabled)."""
+    yield from _netns_cluster(pytestconfig, sac_home, "netk", rabbitmq="4.0",
+                              metadata_store="khepri")
+
+
+@pytest.fixture(scope="session")
+def netns_cluster310(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """Three RabbitMQ 3.10 nodes in namespaces: 3.10's partition behaviour, and the scenarios
+    that need 3.10 (classic mirrored queues)."""
+    yield from _netns_cluster(pytestconfig, sac_home, "net310", rabbitmq="3.10")
+
+
+@pytest.fixture(scope="session")
+def cluster_b310(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+    """One RabbitMQ 3.10 node: the other side of a federation for a scenario that runs on
+    3.10."""
+    local = LocalCluster(name=f"test-b310-{os.getpid()}", nodes=1, home=sac_home,
+                         rabbitmq="3.10")
+    pytestconfig.stash[_servers_key].append(local)
+    with local:
+        yield local
+
+
 @pytest.fixture(scope="module")
 def fault_proxy() -> Iterator[ProxyThread]:
     """The fault proxy (Toxiproxy's API) in a thread of the test process, one per module."""

@@ -1,7 +1,8 @@
-"""Every scenario once at a small size against the session's real netns cluster (the
-partition scenarios need its namespaces; the others run through its bridge), in its real
-configuration (the checker must find nothing) and in its weakened one (the checker must find
-what the weakening lets through): a suite that cannot fail proves nothing.
+"""Every scenario once at a small size against the session's real netns cluster of RabbitMQ
+4.0 (the partition scenarios need its namespaces; the others run through its bridge), or of
+3.10 for a scenario that needs it (mirrored-failover), in its real configuration (the checker
+must find nothing) and in its weakened one (the checker must find what the weakening lets
+through): a suite that cannot fail proves nothing.
 
 The verdicts come from the pure-Python engine, as ``make test`` promises; the campaign in
 ``make demo`` checks on Spark.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,13 +32,15 @@ MESSAGES = 200
 
 @pytest.mark.parametrize("weakened", [False, True], ids=["default", "weakened"])
 @pytest.mark.parametrize("name", list(SCENARIOS))
-def test_scenario(name: str, weakened: bool, netns_cluster: LocalCluster,
-                  postgres: LocalPostgres, tmp_path: Path, request: pytest.FixtureRequest
-                  ) -> None:
-    cluster = netns_cluster
+def test_scenario(name: str, weakened: bool, postgres: LocalPostgres, tmp_path: Path,
+                  request: pytest.FixtureRequest) -> None:
     scenario = SCENARIOS[name]
-    # A federated queue: its other side is the session's one-node loopback cluster.
-    other = request.getfixturevalue("cluster_b") if scenario.federated else None
+    series = scenario.rabbitmq or "4.0"
+    cluster: LocalCluster = request.getfixturevalue(
+        "netns_cluster4" if series == "4.0" else "netns_cluster310")
+    # A federated queue: its other side is a one-node loopback cluster of the same series.
+    other = (request.getfixturevalue("cluster_b" if series == "4.0" else "cluster_b310")
+             if scenario.federated else None)
     settings = RunSettings(name, seed=1, messages=MESSAGES,
                            weakened=scenario.weakened if weakened else None)
     # Guarded consumers: the session's short-tick ZooKeeper (a run would start its own).
@@ -62,6 +66,10 @@ def test_scenario(name: str, weakened: bool, netns_cluster: LocalCluster,
     run_json = json.loads((result.path / "run.json").read_text())
     assert run_json["scenario"] == name
     assert run_json["single_active_queues"] == [run_json["queue"]]
+    # It names what it ran on, as the broker said.
+    assert run_json["broker"] == {"product": "RabbitMQ",
+                                  "version": "4.0.5" if series == "4.0" else "3.10.8",
+                                  "metadata_store": "mnesia"}
     # Nothing of the run is left: no actor process, no proxy, no queue.
     assert not _actors_of(tmp_path)
     for side in [cluster] if other is None else [cluster, other]:
@@ -70,9 +78,9 @@ def test_scenario(name: str, weakened: bool, netns_cluster: LocalCluster,
         assert not [p for p in side.management_api("policies") if run_json["queue"] in p["name"]]
 
 
-def test_an_interrupted_run_leaves_no_process(netns_cluster: LocalCluster,
+def test_an_interrupted_run_leaves_no_process(netns_cluster4: LocalCluster,
                                               tmp_path: Path) -> None:
-    cluster = netns_cluster
+    cluster = netns_cluster4
     """Ctrl-C in the middle of a run: the command ends, every actor with it."""
     command = [sys.executable, "-m", "sac.cli", "chaos", "run", "consumer-blackhole",
                "--cluster", cluster.name, "--home", str(cluster.spec.home),
@@ -129,17 +137,69 @@ def test_a_partition_needs_a_netns_cluster(cluster: LocalCluster, tmp_path: Path
     assert not list(tmp_path.iterdir())  # refused before anything was made
 
 
-def test_cli_run_prints_the_table(netns_cluster: LocalCluster, tmp_path: Path,
+def test_a_scenario_that_needs_3_10_is_refused_on_4_0_in_one_line(
+        netns_cluster4: LocalCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sac.cli import main
+
+    why = ("scenario mirrored-failover needs RabbitMQ 3.10, not 4.0: RabbitMQ 4.0 removed "
+           "classic queue mirroring (it refuses ha-mode policies)")
+    with pytest.raises(ChaosError, match=re.escape(why)):
+        run(RunSettings("mirrored-failover"), netns_cluster4, tmp_path)
+    assert not list(tmp_path.iterdir())  # refused before anything was made
+    # Asked for on 4.0, or on a running 4.0 cluster: refused before anything starts.
+    for where in (["--rabbitmq", "4.0"],
+                  ["--cluster", netns_cluster4.name, "--home", str(netns_cluster4.spec.home)]):
+        argv = ["chaos", "campaign", "--scenarios", "consumer-reset,mirrored-failover",
+                "--out", str(tmp_path), *where]
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1, err
+        assert why in err[0]
+    assert not list(tmp_path.iterdir())
+
+
+def test_cli_run_prints_the_table(netns_cluster4: LocalCluster, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     from sac.cli import main
 
     argv = ["chaos", "run", "rolling-handover", "--weakened", "--messages", "100",
-            "--engine", "python", "--cluster", netns_cluster.name,
-            "--home", str(netns_cluster.spec.home), "--out", str(tmp_path)]
+            "--engine", "python", "--cluster", netns_cluster4.name,
+            "--home", str(netns_cluster4.spec.home), "--out", str(tmp_path)]
     assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:3] == ["scenario", "seed", "config"]
     assert lines[1].split()[:3] == ["rolling-handover", "1", "dedup-off"]
     assert lines[1].split()[-1] == "pass"  # a graceful handover redelivers nothing
-    assert (tmp_path / "report.html").is_file()
+    assert "RabbitMQ 4.0.5, metadata in mnesia" in (tmp_path / "report.html").read_text()
     assert (tmp_path / "rolling-handover-s1-dedup-off" / "verdict.json").is_file()
+
+
+def test_a_degraded_link_scenario_meets_messages_in_flight_at_a_small_size(
+        netns_cluster4: LocalCluster, tmp_path: Path) -> None:
+    """100 messages are handled on 4.0 before bandwidth's throttle has lasted its while: the
+    consumer reset that follows must still find one inside an effect (another publisher)."""
+    result = run(RunSettings("bandwidth", seed=1, messages=100), netns_cluster4, tmp_path)
+    assert result.error is None
+    assert result.outcome == "pass"
+
+
+def test_the_active_consumers_node_partitioned_on_khepri(
+        netns_cluster_khepri: LocalCluster, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """With Khepri the isolated node is not paused (it answers nothing that needs a
+    majority): the run must still hand over and lose nothing, and say what it ran on."""
+    from sac.cli import main
+
+    cluster = netns_cluster_khepri
+    where = ["--cluster", cluster.name, "--home", str(cluster.spec.home)]
+    # A running cluster is used as it is: asking for another store is refused.
+    assert main(["chaos", "run", "consumer-reset", "--metadata-store", "mnesia", *where,
+                 "--out", str(tmp_path)]) == 2
+    assert "runs RabbitMQ 4.0 with khepri" in capsys.readouterr().err
+    result = run(RunSettings("partition-consumer-node", seed=1, messages=MESSAGES), cluster,
+                 tmp_path)
+    assert result.error is None
+    assert result.outcome == "pass", result.path
+    run_json = json.loads((result.path / "run.json").read_text())
+    assert run_json["broker"]["metadata_store"] == "khepri"

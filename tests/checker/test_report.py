@@ -5,6 +5,7 @@ a real picture (not a blank page)."""
 from __future__ import annotations
 
 import copy
+import json
 import re
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 from PIL import Image
 
 from sac.checker import plots
-from sac.checker.report import IDS_SHOWN, render_html, render_report
+from sac.checker.report import IDS_SHOWN, broker_of, render_html, render_report
 
 CHROMIUM = "/usr/bin/chromium"
 T0 = 1_795_355_000.0
@@ -285,6 +286,30 @@ def test_a_run_without_effects_still_renders() -> None:
     html = render_html([quiet], summary_of([quiet]))
     assert "No activity, handover or fault to draw." in html
     assert "no effect of a published message" in html
+
+
+def test_each_run_names_the_broker_and_metadata_store_it_ran_on(tmp_path: Path) -> None:
+    runs = {}
+    for name, broker in (("on-4", {"product": "RabbitMQ", "version": "4.0.5",
+                                   "metadata_store": "khepri"}),
+                         ("on-3", {"product": "RabbitMQ", "version": "3.10.8",
+                                   "metadata_store": "mnesia"}),
+                         ("elsewhere", None), ("torn", {"version": 4})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.json").write_text(json.dumps(
+            {"scenario": "x"} if broker is None else {"broker": broker}))
+        runs[name] = broker_of(tmp_path / name)
+    assert runs["elsewhere"] is None
+    assert runs["torn"] is None
+    verdicts = [valid_verdict(), invalid_verdict(), copy.deepcopy(valid_verdict())]
+    html = render_html(verdicts, summary_of(verdicts),
+                       [runs["on-4"], runs["on-3"], runs["elsewhere"]])
+    header = html.split("<section", 1)[0]
+    assert "RabbitMQ 4.0.5, metadata in khepri" in header
+    assert "RabbitMQ 3.10.8, metadata in mnesia" in header
+    assert "RabbitMQ 4.0.5, metadata in khepri" in section(html, "run-1")
+    assert "RabbitMQ 3.10.8, metadata in mnesia" in section(html, "run-2")
+    assert "RabbitMQ" not in section(html, "run-3")  # unknown: nothing claimed
 
 
 def test_latency_positions_follow_the_bins() -> None:

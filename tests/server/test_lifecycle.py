@@ -110,7 +110,8 @@ def test_busy_port_is_named(tmp_path: Path) -> None:
 
 def test_missing_debian_packages_are_named(tmp_path: Path) -> None:
     with pytest.raises(PackageMissingError, match="rabbitmq-server"):
-        LocalCluster(name="nopkg", nodes=1, home=tmp_path, rabbitmq_dir=tmp_path / "no").up()
+        LocalCluster(name="nopkg", nodes=1, home=tmp_path, rabbitmq="3.10",
+                     rabbitmq_dir=tmp_path / "no").up()
     with pytest.raises(PackageMissingError, match="Debian package zookeeper"):
         LocalZooKeeper(name="nozk", home=tmp_path, jars=(tmp_path / "zookeeper.jar",)).up()
 

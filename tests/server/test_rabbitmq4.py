@@ -135,19 +135,26 @@ def test_a_killed_4_0_node_and_a_stopped_one_start_again_and_rejoin(
 
 
 @pytest.mark.slow
-def test_sac_server_up_rabbitmq_4_0_boots_in_network_namespaces(
+def test_sac_server_up_rabbitmq_4_0_boots_in_network_namespaces_with_khepri(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     name = f"ns4-{os.getpid()}"
     where = ["--name", name, "--home", str(tmp_path)]
-    code = main(["server", "up", "--rabbitmq", "4.0", "--network", "netns", "--nodes", "2",
-                 *where])
+    code = main(["server", "up", "--network", "netns", "--nodes", "2",
+                 "--metadata-store", "khepri", *where])
     local = LocalCluster.attach(name, home=tmp_path)
     try:
         assert code == 0
-        assert f"cluster {name!r} is up: 2 nodes of RabbitMQ {VERSION}" in capsys.readouterr().out
+        assert (f"cluster {name!r} is up: 2 nodes of RabbitMQ {VERSION}, metadata in khepri"
+                in capsys.readouterr().out)
         assert [m["running"] for m in local.members()] == [True, True]
         assert local.status()["rabbitmq_version"] == VERSION
+        # The broker itself says Khepri holds its metadata, on every node; attach knows it.
+        assert local.spec.metadata_store == "khepri"
+        assert local.status()["metadata_store"] == "khepri"
+        assert [local.broker(n)["metadata_store"] for n in local.nodes] == ["khepri"] * 2
+        assert "khepri_db\tenabled" in local.ctl(local.nodes[1], "list_feature_flags",
+                                                  "name", "state")
         for node, url in zip(local.nodes, local.urls(), strict=True):
             assert node.host == local.netns.address(node.index)
             with pika.BlockingConnection(pika.URLParameters(url)) as conn:
@@ -201,3 +208,14 @@ def test_the_cli_refuses_a_series_it_does_not_run(capsys: pytest.CaptureFixture[
         main(["server", "up", "--rabbitmq", "4.1", "--name", "bad"])
     assert info.value.code == 2
     assert "argument --rabbitmq: invalid choice: '4.1'" in capsys.readouterr().err
+
+
+def test_khepri_on_3_10_is_refused_in_one_line(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["server", "up", "--rabbitmq", "3.10", "--metadata-store", "khepri",
+                 "--name", "bad", "--home", str(tmp_path)])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["sac: error: metadata_store='khepri' needs rabbitmq='4.0': RabbitMQ 3.10 "
+                   "keeps its metadata in Mnesia only"]
+    assert not list(tmp_path.iterdir())  # refused before anything was made

@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 import pytest
 
-from sac.chaos.campaign import failed, plan, row, table
+from sac.chaos.campaign import failed, plan, row, series_of, table
 from sac.chaos.errors import ChaosError
 from sac.chaos.runner import RunResult
 from sac.chaos.scenarios import SCENARIOS
@@ -107,3 +107,15 @@ def test_the_face_names_every_export() -> None:
         assert getattr(chaos, name) is not None
     with pytest.raises(AttributeError, match="nothing"):
         chaos.nothing  # noqa: B018
+
+
+def test_every_scenario_runs_on_4_0_but_those_that_need_3_10() -> None:
+    by_default = series_of(SCENARIOS.values(), None, "4.0")
+    assert {name for name, series in by_default.items() if series != "4.0"} == {
+        "mirrored-failover", "federation-link-reset"}
+    assert by_default["mirrored-failover"] == "3.10"
+    assert set(series_of(SCENARIOS.values(), "3.10", "4.0").values()) == {"3.10"}
+    # Asked for on 4.0: refused, naming why.
+    with pytest.raises(ChaosError, match=r"^scenario mirrored-failover needs RabbitMQ 3\.10, "
+                       r"not 4\.0: RabbitMQ 4\.0 removed classic queue mirroring"):
+        series_of(SCENARIOS.values(), "4.0", "4.0")

@@ -15,6 +15,7 @@ from sac.server._rabbitmq_config import (
     advanced_config,
     cluster_files,
     enabled_plugins,
+    metadata_store_of,
     rabbitmq_conf,
 )
 from sac.server._tls import make_certificates, openssl_steps, server_extensions
@@ -135,3 +136,22 @@ def test_inside_a_root_filesystem_the_files_name_the_cluster_directory_as_sac(
     assert conf["ssl_options.cacertfile"] == "/sac/tls/ca.pem"
     assert conf["ssl_options.keyfile"] == "/sac/tls/server.key"
     assert not [text for text in (f.text for f in files.values()) if str(tmp_path) in text]
+
+
+def test_4_0_is_the_default_and_khepri_is_refused_on_3_10_in_one_line(tmp_path: Path) -> None:
+    assert ClusterSpec(home=tmp_path).rabbitmq == "4.0"
+    assert ClusterSpec(home=tmp_path).metadata_store == "mnesia"
+    assert ClusterSpec(home=tmp_path, metadata_store="khepri").metadata_store == "khepri"
+    with pytest.raises(ValueError, match=r"^metadata_store='khepri' needs rabbitmq='4.0': "
+                       r"RabbitMQ 3.10 keeps its metadata in Mnesia only$"):
+        ClusterSpec(home=tmp_path, rabbitmq="3.10", metadata_store="khepri")
+    with pytest.raises(ValueError, match=r"^metadata_store must be one of mnesia, khepri; "
+                       r"got 'raft'$"):
+        ClusterSpec(home=tmp_path, metadata_store="raft")
+
+
+def test_the_metadata_store_is_read_off_the_khepri_db_flag() -> None:
+    assert metadata_store_of([]) == "mnesia"  # 3.10: no such flag
+    assert metadata_store_of([{"name": "khepri_db", "state": "disabled"},
+                              {"name": "quorum_queue", "state": "enabled"}]) == "mnesia"
+    assert metadata_store_of([{"name": "khepri_db", "state": "enabled"}]) == "khepri"
