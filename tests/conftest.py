@@ -96,15 +96,6 @@ def cluster_b(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalClus
 
 
 @pytest.fixture(scope="session")
-def netns_cluster(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
-    """Three nodes, each in a network namespace of its own (root): what partitions cut."""
-    local = LocalCluster(name=f"net-{os.getpid()}", nodes=3, home=sac_home, network="netns")
-    pytestconfig.stash[_servers_key].append(local)
-    with local:
-        yield local
-
-
-@pytest.fixture(scope="session")
 def zookeeper(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalZooKeeper]:
     local = LocalZooKeeper(name=f"zk-{os.getpid()}", home=sac_home)
     pytestconfig.stash[_servers_key].append(local)
