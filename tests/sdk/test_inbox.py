@@ -43,7 +43,8 @@ from tests.helpers import wait_until
 from tests.sdk.conftest import close_connection_by_name, consumer_actor, drain
 from tests.sdk.faces import ConsumerFace, PublisherFace
 
-pytestmark = pytest.mark.rabbitmq("4.0", "3.10")  # a core promise: proven on both series
+BOTH = pytest.mark.rabbitmq("4.0", "3.10")
+"""The inbox's core promises (one effect per redelivery, fencing) are proven on both series."""
 
 MakePublisher = Callable[..., PublisherFace]
 N = 20
@@ -78,6 +79,7 @@ def assert_once_each(ledger: Ledger, ids: list[str]) -> None:
 # ---------------------------------------------------------------------- duplicates
 
 
+@BOTH
 def test_a_redelivery_after_the_effect_but_before_the_ack_has_one_effect(
     face: str, cluster: LocalCluster, conn: ConnectionSettings, queue: QueueSettings,
     publishers: MakePublisher, consumers: Callable[..., ConsumerFace],
@@ -144,6 +146,7 @@ def test_a_retransmitted_copy_has_one_effect_under_the_default_policy(
 # ---------------------------------------------------------------------- zombies
 
 
+@BOTH
 def test_a_replaced_consumer_cannot_commit_after_its_successor(
     face: str, cluster: LocalCluster, conn: ConnectionSettings, queue: QueueSettings,
     publishers: MakePublisher, consumers: Callable[..., ConsumerFace],
@@ -204,6 +207,7 @@ def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sto
     store.close()
 
 
+@BOTH
 def test_a_frozen_zombie_is_fenced_when_it_wakes(
     face: str, conn: ConnectionSettings, queue: QueueSettings, publishers: MakePublisher,
     consumers: Callable[..., ConsumerFace], shared_store: Store, tmp_path: Path,
@@ -235,6 +239,7 @@ FREEZE = 6.0
 ``store_retry`` bound (3 s), so a successor that waited on the zombie would have given up."""
 
 
+@BOTH
 def test_a_zombie_frozen_mid_batch_does_not_stall_its_successor(
     face: str, conn: ConnectionSettings, queue: QueueSettings, publishers: MakePublisher,
     consumers: Callable[..., ConsumerFace], shared_store: Store, tmp_path: Path,
