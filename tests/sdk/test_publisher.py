@@ -42,13 +42,16 @@ from tests.helpers import wait_until
 from tests.sdk.conftest import close_connection_by_name, drain, queue_leader
 from tests.sdk.faces import PublisherFace
 
-pytestmark = pytest.mark.rabbitmq("4.0", "3.10")  # a core promise: proven on both series
+BOTH = pytest.mark.rabbitmq("4.0", "3.10")
+"""Confirms, retransmission, nacks, the broker's arguments and flow control: proven on both
+series; input checks and misuse on 4.0 only."""
 
 MakePublisher = Callable[..., PublisherFace]
 
 BODY = b"x" * 256
 
 
+@BOTH
 def test_publish_returns_once_confirmed(
     face: str,
     publishers: MakePublisher,
@@ -91,6 +94,7 @@ def publish_during(pub: PublisherFace, total: int, fault: Callable[[], object]) 
         return job.result(timeout=120)
 
 
+@BOTH
 def test_confirms_survive_sigkill_of_the_queue_leader(
     face: str,
     publishers: MakePublisher,
@@ -117,6 +121,7 @@ def test_confirms_survive_sigkill_of_the_queue_leader(
         assert stats.reconnects >= 1
 
 
+@BOTH
 def test_a_leader_election_costs_a_few_nacks_not_one_per_message(
     face: str,
     publishers: MakePublisher,
@@ -143,6 +148,7 @@ def test_a_leader_election_costs_a_few_nacks_not_one_per_message(
     assert set(ids) - set(received) == set()
 
 
+@BOTH
 def test_a_queue_that_refuses_everything_fails_the_publishes_within_the_nack_budget(
     face: str,
     publishers: MakePublisher,
@@ -180,6 +186,7 @@ def test_a_queue_that_refuses_everything_fails_the_publishes_within_the_nack_bud
     assert drain(cluster.urls()[1], full.name, len(first)) == first
 
 
+@BOTH
 def test_confirms_survive_the_broker_closing_the_connection(
     face: str,
     publishers: MakePublisher,
@@ -225,6 +232,7 @@ def test_oversized_message_is_refused_before_sending(
         pub.close()
 
 
+@BOTH
 def test_mismatched_queue_arguments_are_named(
     face: str,
     publishers: MakePublisher,
@@ -305,6 +313,7 @@ def test_settings_variants_keep_validation(conn: ConnectionSettings) -> None:
         attrs.evolve(PublisherSettings(conn), window=0)
 
 
+@BOTH
 def test_blocked_connection_pauses_then_fails_and_close_reports_unconfirmed(
     face: str, publishers: MakePublisher, cluster: LocalCluster, conn: ConnectionSettings,
     queue: QueueSettings,
