@@ -52,42 +52,29 @@ def test_a_commit_refused_for_one_messages_data_fails_that_message_only(
         assert [r[0] for r in admin.execute("SELECT n FROM effects ORDER BY n")] == [1, 3]
 
 
+@pytest.mark.parametrize("fault", [
+    # The store failing for everyone: its records table dropped under it, found by the
+    # batch's lookup.
+    pytest.param("DROP TABLE sac_dedup_records", id="records-table-dropped"),
+    # A constraint error (class 23, as a message's data would raise) from claiming the
+    # epoch, before any effect ran: it says nothing about the messages.
+    pytest.param("ALTER TABLE sac_dedup_epochs ADD CHECK (epoch < 0) NOT VALID",
+                 id="epoch-claim-refused"),
+])
 def test_a_failure_that_is_not_a_messages_data_is_still_retried(
-    postgres: LocalPostgres,
+    postgres: LocalPostgres, fault: str,
 ) -> None:
-    """The store failing for everyone (here: its records table dropped under it, found by
-    the batch's lookup) is not one message's fault: the batch is tried again under
-    ``store_retry``, then the consumer stops with every message unacked."""
-    dsn = new_database(postgres, "outage")
+    """A store fault that is not one message's (a lookup or an epoch claim failing) fails
+    no message (and so parks none): the batch is tried again under ``store_retry``, then the
+    consumer stops with every message unacked."""
+    dsn = new_database(postgres, fault.split()[0].lower())
     store = PostgresStore(dsn, connect_timeout=1)
     inbox = Inbox(store, lambda d, tx: None, store_retry=SHORT)
     inbox.bind("q", "c", None)
     inbox.open()
     try:
         with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute("DROP TABLE sac_dedup_records")
-        with pytest.raises(StoreUnavailable, match=r"2 message\(s\) left unacked"):
-            inbox.process_batch([delivery("g1", 1), delivery("g2", 2)], activation=1)
-        assert inbox.stats.store_retries >= 1
-    finally:
-        inbox.close()
-
-
-def test_a_refused_epoch_claim_is_the_stores_not_the_first_messages(
-    postgres: LocalPostgres,
-) -> None:
-    """A constraint error (class 23, as a message's data would raise) from claiming the
-    epoch, before any effect ran, says nothing about the messages: none of them is failed
-    (and so parked); the batch is tried again under ``store_retry``, then the consumer
-    stops with every message unacked."""
-    dsn = new_database(postgres, "claim")
-    store = PostgresStore(dsn, connect_timeout=1)
-    inbox = Inbox(store, lambda d, tx: None, store_retry=SHORT)
-    inbox.bind("q", "c", None)
-    inbox.open()
-    try:
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute("ALTER TABLE sac_dedup_epochs ADD CHECK (epoch < 0) NOT VALID")
+            admin.execute(fault)
         with pytest.raises(StoreUnavailable, match=r"2 message\(s\) left unacked"):
             inbox.process_batch([delivery("g1", 1), delivery("g2", 2)], activation=1)
         assert inbox.stats.store_retries >= 1
