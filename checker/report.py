@@ -17,7 +17,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -132,23 +131,6 @@ def _relative(verdict: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-BROKER_FIELDS = ("product", "version", "metadata_store")
-
-
-def broker_of(run_dir: Path) -> dict[str, str] | None:
-    """What ``run_dir``'s ``run.json`` says the run ran on (``broker``: product, version,
-    metadata store, as the chaos runner read them off the broker); None when it does not
-    say (a history from elsewhere, ``sac check`` on a production export)."""
-    try:
-        broker = json.loads((run_dir / "run.json").read_text()).get("broker")
-    except (OSError, ValueError, AttributeError):
-        return None
-    if not isinstance(broker, dict) or not all(
-            isinstance(broker.get(f), str) for f in BROKER_FIELDS):
-        return None
-    return {f: broker[f] for f in BROKER_FIELDS}
-
-
 def broker_label(broker: Mapping[str, str] | None) -> str | None:
     """``RabbitMQ 4.0.5, metadata in khepri``; None when unknown."""
     if broker is None:
@@ -177,7 +159,7 @@ def run_view(verdict: Mapping[str, Any], index: int,
 def render_html(verdicts: Sequence[Mapping[str, Any]], summary: Mapping[str, Any],
                 brokers: Sequence[Mapping[str, str] | None] | None = None) -> str:
     """The report as a string (``render_report`` writes it). ``brokers``: per run, what it
-    ran on (``broker_of``), shown beside its name and, all of them, in the header."""
+    ran on (``RunConfig.broker``), shown beside its name and, all of them, in the header."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=True,

@@ -42,6 +42,10 @@ class RunConfig:
     ordered_queues: frozenset[str] | None = None
     """Queues checked for ``reordered``: ``run.json``'s ``ordered_queues``, else the
     ``single_active_queues``; ``None``: every queue."""
+    broker: dict[str, str] | None = None
+    """What the run ran on (``broker``: product, version, metadata store), for the report
+    only; None when ``run.json`` does not say, or says it in another shape (a history from
+    elsewhere): the verdict does not depend on it, so it is never a reason to refuse a run."""
 
 
 @dataclass(frozen=True)
@@ -278,7 +282,18 @@ def _read_config(path: Path) -> RunConfig:
             if raw.get("ordered_queues") is not None
             else single_active
         ),
+        broker=_broker(raw.get("broker")),
     )
+
+
+BROKER_FIELDS = ("product", "version", "metadata_store")
+
+
+def _broker(value: object) -> dict[str, str] | None:
+    if not isinstance(value, dict) or not all(
+            isinstance(value.get(f), str) for f in BROKER_FIELDS):
+        return None
+    return {f: value[f] for f in BROKER_FIELDS}
 
 
 def _queues(path: Path, value: object, name: str) -> frozenset[str] | None:

@@ -62,8 +62,8 @@ def check_and_report(runs: list[Path], engine: str, master: str | None, out: Pat
     and ``report.html`` in ``out``: what ``sac check`` and ``sac chaos campaign`` share."""
     if master is not None and engine != "spark":
         raise InputError("--master needs --engine spark")
-    for path in runs:
-        open_run(path)  # not a run (none there, no run.json, no events): refused before Spark
+    # Not a run (none there, no run.json, no events): refused before Spark.
+    brokers = [open_run(path).config.broker for path in runs]
     out.mkdir(parents=True, exist_ok=True)
     if engine == "python":
         from sac.checker.python_engine import check_runs
@@ -82,13 +82,12 @@ def check_and_report(runs: list[Path], engine: str, master: str | None, out: Pat
             if owned:
                 spark.stop()
     from sac.checker.python_engine import summarize
-    from sac.checker.report import broker_of, render_report
+    from sac.checker.report import render_report
 
     for path, verdict in zip(runs, verdicts, strict=True):
         (path / "verdict.json").write_text(json.dumps(verdict, indent=2, sort_keys=True))
     summary = summarize(verdicts, engine)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
-    brokers = [broker_of(path) for path in runs]
     return verdicts, summary, render_report(verdicts, summary, out / "report.html", brokers)
 
 

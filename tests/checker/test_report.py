@@ -16,7 +16,8 @@ import pytest
 from PIL import Image
 
 from sac.checker import plots
-from sac.checker.report import IDS_SHOWN, broker_of, render_html, render_report
+from sac.checker.report import IDS_SHOWN, render_html, render_report
+from sac.checker.runs import open_run
 
 CHROMIUM = "/usr/bin/chromium"
 T0 = 1_795_355_000.0
@@ -295,10 +296,11 @@ def test_each_run_names_the_broker_and_metadata_store_it_ran_on(tmp_path: Path) 
                          ("on-3", {"product": "RabbitMQ", "version": "3.10.8",
                                    "metadata_store": "mnesia"}),
                          ("elsewhere", None), ("torn", {"version": 4})):
-        (tmp_path / name).mkdir()
+        (tmp_path / name / "events").mkdir(parents=True)
+        (tmp_path / name / "events" / "a.jsonl").write_text("{}\n")
         (tmp_path / name / "run.json").write_text(json.dumps(
             {"scenario": "x"} if broker is None else {"broker": broker}))
-        runs[name] = broker_of(tmp_path / name)
+        runs[name] = open_run(tmp_path / name).config.broker
     assert runs["elsewhere"] is None
     assert runs["torn"] is None
     verdicts = [valid_verdict(), invalid_verdict(), copy.deepcopy(valid_verdict())]
