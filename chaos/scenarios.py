@@ -387,24 +387,61 @@ def zk_leader_freeze(w: World) -> None:
 def federation_link_reset(w: World) -> None:
     """The federation link into the active consumer's cluster has its acks to the other
     cluster held back (the messages it moved are not yet acked there), then its
-    connections reset: the other cluster gives those messages to the link again when it
-    reconnects, and they arrive a second time (federation is at least once)."""
+    connections cut: the other cluster gives those messages to the link again when it
+    reconnects, and they arrive a second time (federation is at least once).
+
+    The acks are delayed (a latency toxic), not blocked: on 4.0 the link asks the other
+    cluster for messages with credit sent the same way, and a link that can send nothing
+    moves nothing. A publisher on the other cluster starts with the delay, and the cut comes
+    once a message it published was handled, while that message's ack is still on its way:
+    at small sizes on 4.0 the first publishers are done and the link idle before the fault
+    begins, and a cut with nothing unacked moves nothing twice. The cut is a ``timeout``
+    toxic added and removed (removing one closes the connection at once, whether or not
+    data flows, dropping what the latency still holds), not ``reset_peer``, which waits for
+    the next data in its direction: an idle link may send none before its acks arrive."""
     _federated_start(w)
     w.wait_committed(w.at_fraction(0.2, 0.4))
     side = w.side_of(w.active())
     link = link_actor(side)
-    with w.nemesis.fault("reset_peer", link, held_back="acks"):
-        labels = [w.proxy.add(link, "timeout", stream="upstream", attributes={"timeout": 0})]
+    delay_ms = w.rng.randint(1500, 2500)
+    with w.nemesis.fault("cut", link, held_back="acks", delay_ms=delay_ms):
+        labels = [w.proxy.add(link, "latency", stream="upstream",
+                              attributes={"latency": delay_ms, "jitter": 0})]
         try:
-            w.pause(w.rng.uniform(0.5, 1.5))
-            labels.append(w.proxy.add(link, "reset_peer", stream="downstream",
-                                      attributes={"timeout": 0}, name="reset_downstream"))
-            w.pause(0.2)
+            since = time.time()
+            mover = w.start_publisher(len(w.publishers), max(10, w.settings.messages // 4),
+                                      1 - side)
+            w.until(f"a message of {mover.name} moved and handled while the acks are held",
+                    lambda: any(str(e.get("msg")).startswith(f"{mover.name}-")
+                                for p in w.live_consumers()
+                                for e in w.events(p.name)
+                                if e.get("type") == "commit" and float(e["ts"]) >= since),
+                    EFFECT_WAIT_S)
+            w.pause(w.rng.uniform(0.0, 0.3))
+            labels.append(w.proxy.add(link, "timeout", stream="upstream",
+                                      attributes={"timeout": 0}, name="cut"))
         finally:
-            for label in labels:
+            for label in reversed(labels):
                 w.proxy.remove(link, label)
     w.until("both federation links running again",
             lambda: links_running(w.clusters, w.queue), 60)
+    # The run ends once every published message is handled: without this wait it could
+    # end before the link, reconnected, moves the unacked messages a second time.
+    w.until(f"a message of {mover.name} moved a second time",
+            lambda: _delivered_twice(w, f"{mover.name}-"), 60)
+
+
+def _delivered_twice(w: World, prefix: str) -> bool:
+    """Whether some message whose id starts with ``prefix`` reached the consumers twice."""
+    seen: set[str] = set()
+    for process in w.live_consumers():
+        for event in w.events(process.name):
+            msg = str(event.get("msg"))
+            if event.get("type") == "deliver" and msg.startswith(prefix):
+                if msg in seen:
+                    return True
+                seen.add(msg)
+    return False
 
 
 def _declare_on_first_node(cluster: LocalCluster, queue: str) -> None:
@@ -472,10 +509,6 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("federation-link-reset", "the federation link into the active consumer's "
                  "cluster reset with its acks held back", federation_link_reset,
                  "dedup-off", ("duplicated",), store="postgres", guard=True,
-                 single_active=False, federated=True, rabbitmq="3.10",
-                 rabbitmq_why="on RabbitMQ 4.0.5 the link moved no message twice after "
-                              "the reset (0 duplicates with dedup off in every run, with a "
-                              "4.0.5 upstream; not yet understood): its weakened run is not "
-                              "caught"),
+                 single_active=False, federated=True),
     ]
 }
