@@ -12,12 +12,14 @@ which the checker must find ``reordered``.
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 import time
 from collections.abc import Callable
 
 from sac.chaos._process import ActorProcess
+from sac.chaos.errors import ChaosTimeout
 from sac.chaos.federation import link_actor, links_running
 from sac.chaos.partition import Grudge, isolate, majorities_ring, one_way
 from sac.chaos.runner import Body, Scenario
@@ -87,7 +89,33 @@ def consumer_blackhole(w: World) -> None:
 
 def consumer_freeze(w: World) -> None:
     w.wait_committed(w.at_fraction(0.2, 0.4))
-    _freeze_active(w)
+    _freeze_active(w, _inside_effect_with_work_behind(w))
+
+
+HOLD_ATTEMPTS = 5
+BEHIND_WAIT_S = 3.0
+
+
+def _inside_effect_with_work_behind(w: World) -> ActorProcess:
+    """``_inside_effect``, held only once a message was delivered behind the held batch.
+    Its successor is given the held batch back first, and waits on its row locks until the
+    frozen one's late commit (fencing off: it is not evicted). Only a message the frozen one
+    had not begun lets the successor's effects overlap that commit: when the held batch and
+    what the frozen one handled but had not yet acked fill its prefetch, the late commit
+    comes first and overlaps nothing (the weakened run then looks valid, and rightly so).
+    An effect with nothing behind it is let go and the next one held, up to
+    ``HOLD_ATTEMPTS`` times."""
+    for _ in range(HOLD_ATTEMPTS):
+        victim = _inside_effect(w)
+        held = time.time()
+        try:
+            w.until(f"a delivery to {victim.name} behind its held effect",
+                    functools.partial(w.recorded, victim.name, "deliver", held), BEHIND_WAIT_S)
+        except ChaosTimeout:
+            victim.tell("continue")
+            continue
+        return victim
+    raise ChaosTimeout(f"no effect held with a delivery behind it in {HOLD_ATTEMPTS} tries")
 
 
 def publisher_reset(w: World) -> None:
@@ -206,10 +234,11 @@ def _blackhole_active(w: World) -> None:
         w.wait_event(victim.name, "connection_lost", since, 60)
 
 
-def _freeze_active(w: World) -> None:
-    """SIGSTOP inside an effect; the broker hands over after missed heartbeats; SIGCONT
-    soon after, so the zombie's commit races its successor's (fencing must refuse it)."""
-    victim = _inside_effect(w)
+def _freeze_active(w: World, held: ActorProcess | None = None) -> None:
+    """SIGSTOP inside an effect (``held``'s, or the next one's); the broker hands over
+    after missed heartbeats; SIGCONT soon after, so the zombie's commit races its
+    successor's (fencing must refuse it)."""
+    victim = held if held is not None else _inside_effect(w)
     with w.nemesis.fault("sigstop", victim.name):
         victim.signal(signal.SIGSTOP)
         victim.tell("continue")  # read only once thawed
