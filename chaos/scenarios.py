@@ -12,12 +12,15 @@ which the checker must find ``reordered``.
 
 from __future__ import annotations
 
+import functools
+import operator
 import signal
 import threading
 import time
 from collections.abc import Callable
 
 from sac.chaos._process import ActorProcess
+from sac.chaos.errors import ChaosTimeout
 from sac.chaos.federation import link_actor, links_running
 from sac.chaos.partition import Grudge, isolate, majorities_ring, one_way
 from sac.chaos.runner import Body, Scenario
@@ -87,7 +90,33 @@ def consumer_blackhole(w: World) -> None:
 
 def consumer_freeze(w: World) -> None:
     w.wait_committed(w.at_fraction(0.2, 0.4))
-    _freeze_active(w)
+    _freeze_active(w, _inside_effect_with_work_behind(w))
+
+
+HOLD_ATTEMPTS = 5
+BEHIND_WAIT_S = 3.0
+
+
+def _inside_effect_with_work_behind(w: World) -> ActorProcess:
+    """``_inside_effect``, held only once a message was delivered behind the held batch.
+    Its successor is given the held batch back first, and waits on its row locks until the
+    frozen one's late commit (fencing off: it is not evicted). Only a message the frozen one
+    had not begun lets the successor's effects overlap that commit: when the held batch and
+    what the frozen one handled but had not yet acked fill its prefetch, the late commit
+    comes first and overlaps nothing (the weakened run then looks valid, and rightly so).
+    An effect with nothing behind it is let go and the next one held, up to
+    ``HOLD_ATTEMPTS`` times."""
+    for _ in range(HOLD_ATTEMPTS):
+        victim = _inside_effect(w)
+        held = time.time()
+        try:
+            w.until(f"a delivery to {victim.name} behind its held effect",
+                    functools.partial(w.recorded, victim.name, "deliver", held), BEHIND_WAIT_S)
+        except ChaosTimeout:
+            victim.tell("continue")
+            continue
+        return victim
+    raise ChaosTimeout(f"no effect held with a delivery behind it in {HOLD_ATTEMPTS} tries")
 
 
 def publisher_reset(w: World) -> None:
@@ -206,10 +235,11 @@ def _blackhole_active(w: World) -> None:
         w.wait_event(victim.name, "connection_lost", since, 60)
 
 
-def _freeze_active(w: World) -> None:
-    """SIGSTOP inside an effect; the broker hands over after missed heartbeats; SIGCONT
-    soon after, so the zombie's commit races its successor's (fencing must refuse it)."""
-    victim = _inside_effect(w)
+def _freeze_active(w: World, held: ActorProcess | None = None) -> None:
+    """SIGSTOP inside an effect (``held``'s, or the next one's); the broker hands over
+    after missed heartbeats; SIGCONT soon after, so the zombie's commit races its
+    successor's (fencing must refuse it)."""
+    victim = held if held is not None else _inside_effect(w)
     with w.nemesis.fault("sigstop", victim.name):
         victim.signal(signal.SIGSTOP)
         victim.tell("continue")  # read only once thawed
@@ -225,14 +255,19 @@ CUT_ATTEMPTS = 3
 """Cuts tried until one costs the active consumer its queue (``_cut_around_effect``)."""
 
 
-def _cut_around_effect(w: World, grudge_of: Callable[[list[int], int], Grudge]) -> None:
+GrudgeOf = Callable[[list[int], int], Grudge]
+"""A cut, given the cluster's nodes and the active consumer's node."""
+
+
+def _cut_around_effect(w: World, grudge_of: GrudgeOf, last: GrudgeOf | None = None) -> None:
     """Cut links (``grudge_of(nodes, the active consumer's node)``) while the active
     consumer is inside an effect; let it go on once another consumer took over or its own
     connection was closed (pause_minority pauses a node that lost the majority); heal after
     a seeded while; publish more once the cluster is whole again. A cut that only paused
     another node (4.0.5 pauses one end of a one-way cut, not always the consumer's, whose
     node then keeps a majority and its consumer the queue) is healed and made again, up to
-    ``CUT_ATTEMPTS`` times, the consumer held inside its effect meanwhile."""
+    ``CUT_ATTEMPTS`` times, the consumer held inside its effect meanwhile; the last time
+    with ``last``'s cut, when given (one the consumer's node cannot come through)."""
     w.wait_committed(w.at_fraction(0.2, 0.4))
     victim = _inside_effect(w)
     node = w.node_of(victim)
@@ -244,7 +279,8 @@ def _cut_around_effect(w: World, grudge_of: Callable[[list[int], int], Grudge]) 
             or w.recorded(victim.name, "connection_lost", since)
 
     for attempt in range(1, CUT_ATTEMPTS + 1):
-        with w.partition(grudge_of(nodes, node)):
+        cut = last if attempt == CUT_ATTEMPTS and last is not None else grudge_of
+        with w.partition(cut(nodes, node)):
             w.until(f"a handover, {victim.name}'s connection closed or a node paused",
                     lambda: moved() or not all(amqp_ready(n.amqp_port, host=n.host)
                                                for n in w.cluster.nodes), 60)
@@ -269,9 +305,14 @@ def partition_one_way(w: World) -> None:
     flows: a partial partition, which RabbitMQ 3.10 answers by pausing both ends, 4.0.5 by
     pausing one, mostly the end that stops hearing the other (the consumer's here: 6 of 7
     times measured; cut the other way round, its node kept a majority and the consumer went
-    on, with nothing to redeliver)."""
-    _cut_around_effect(w, lambda nodes, node: one_way(
-        next(n for n in nodes if n != node), node))
+    on, with nothing to redeliver). Which end pauses is a race between the two ends'
+    tick timeouts, and a busy host loses it for the consumer's node several times in a
+    row: the last attempt drops the packets of both other nodes to the consumer's node,
+    still one way, and a node that hears no one is the minority that pauses."""
+    _cut_around_effect(
+        w, lambda nodes, node: one_way(next(n for n in nodes if n != node), node),
+        last=lambda nodes, node: functools.reduce(
+            operator.or_, (one_way(n, node) for n in nodes if n != node)))
 
 
 def partition_majorities_ring(w: World) -> None:
@@ -387,24 +428,61 @@ def zk_leader_freeze(w: World) -> None:
 def federation_link_reset(w: World) -> None:
     """The federation link into the active consumer's cluster has its acks to the other
     cluster held back (the messages it moved are not yet acked there), then its
-    connections reset: the other cluster gives those messages to the link again when it
-    reconnects, and they arrive a second time (federation is at least once)."""
+    connections cut: the other cluster gives those messages to the link again when it
+    reconnects, and they arrive a second time (federation is at least once).
+
+    The acks are delayed (a latency toxic), not blocked: on 4.0 the link asks the other
+    cluster for messages with credit sent the same way, and a link that can send nothing
+    moves nothing. A publisher on the other cluster starts with the delay, and the cut comes
+    once a message it published was handled, while that message's ack is still on its way:
+    at small sizes on 4.0 the first publishers are done and the link idle before the fault
+    begins, and a cut with nothing unacked moves nothing twice. The cut is a ``timeout``
+    toxic added and removed (removing one closes the connection at once, whether or not
+    data flows, dropping what the latency still holds), not ``reset_peer``, which waits for
+    the next data in its direction: an idle link may send none before its acks arrive."""
     _federated_start(w)
     w.wait_committed(w.at_fraction(0.2, 0.4))
     side = w.side_of(w.active())
     link = link_actor(side)
-    with w.nemesis.fault("reset_peer", link, held_back="acks"):
-        labels = [w.proxy.add(link, "timeout", stream="upstream", attributes={"timeout": 0})]
+    delay_ms = w.rng.randint(1500, 2500)
+    with w.nemesis.fault("cut", link, held_back="acks", delay_ms=delay_ms):
+        labels = [w.proxy.add(link, "latency", stream="upstream",
+                              attributes={"latency": delay_ms, "jitter": 0})]
         try:
-            w.pause(w.rng.uniform(0.5, 1.5))
-            labels.append(w.proxy.add(link, "reset_peer", stream="downstream",
-                                      attributes={"timeout": 0}, name="reset_downstream"))
-            w.pause(0.2)
+            since = time.time()
+            mover = w.start_publisher(len(w.publishers), max(10, w.settings.messages // 4),
+                                      1 - side)
+            w.until(f"a message of {mover.name} moved and handled while the acks are held",
+                    lambda: any(str(e.get("msg")).startswith(f"{mover.name}-")
+                                for p in w.live_consumers()
+                                for e in w.events(p.name)
+                                if e.get("type") == "commit" and float(e["ts"]) >= since),
+                    EFFECT_WAIT_S)
+            w.pause(w.rng.uniform(0.0, 0.3))
+            labels.append(w.proxy.add(link, "timeout", stream="upstream",
+                                      attributes={"timeout": 0}, name="cut"))
         finally:
-            for label in labels:
+            for label in reversed(labels):
                 w.proxy.remove(link, label)
     w.until("both federation links running again",
             lambda: links_running(w.clusters, w.queue), 60)
+    # The run ends once every published message is handled: without this wait it could
+    # end before the link, reconnected, moves the unacked messages a second time.
+    w.until(f"a message of {mover.name} moved a second time",
+            lambda: _delivered_twice(w, f"{mover.name}-"), 60)
+
+
+def _delivered_twice(w: World, prefix: str) -> bool:
+    """Whether some message whose id starts with ``prefix`` reached the consumers twice."""
+    seen: set[str] = set()
+    for process in w.live_consumers():
+        for event in w.events(process.name):
+            msg = str(event.get("msg"))
+            if event.get("type") == "deliver" and msg.startswith(prefix):
+                if msg in seen:
+                    return True
+                seen.add(msg)
+    return False
 
 
 def _declare_on_first_node(cluster: LocalCluster, queue: str) -> None:
@@ -472,10 +550,6 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("federation-link-reset", "the federation link into the active consumer's "
                  "cluster reset with its acks held back", federation_link_reset,
                  "dedup-off", ("duplicated",), store="postgres", guard=True,
-                 single_active=False, federated=True, rabbitmq="3.10",
-                 rabbitmq_why="on RabbitMQ 4.0.5 the link moved no message twice after "
-                              "the reset (0 duplicates with dedup off in every run, with a "
-                              "4.0.5 upstream; not yet understood): its weakened run is not "
-                              "caught"),
+                 single_active=False, federated=True),
     ]
 }

@@ -370,7 +370,8 @@ def test_exchanges_bindings_and_queue_deletion(
         ours = bindings[1]
         assert ours.arguments == {"x-note": "kept"}
         assert ours.properties_key
-        channel.basic_publish(exchange, "orders.new", b"routed")
+        channel.confirm_delivery()  # the message is in the queue once basic_publish returns
+        channel.basic_publish(exchange, "orders.new", b"routed", mandatory=True)
         with pytest.raises(ManagementError) as not_empty:
             management.delete_queue(queue_name)  # only an empty one, by default
         assert not_empty.value.status == 400
