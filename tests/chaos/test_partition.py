@@ -9,6 +9,7 @@ cut and printed (``-s``).
 
 from __future__ import annotations
 
+import functools
 import socket
 import threading
 import time
@@ -218,15 +219,23 @@ def test_one_way_cut_pauses_the_partial_partitions_ends_and_the_third_node_serve
         assert all(amqp_ready(cluster3.node(i).amqp_port, host=cluster3.node(i).host)
                    for i in running)
         for index in paused:
-            log = cluster3.node(index).log_file.read_text(errors="replace")
-            assert "Partial partition detected" in log
-            assert "We will therefore pause until the *entire* cluster recovers" in log
+            # Its AMQP port can stop answering a moment before the node's logger has
+            # written why: wait for the lines, do not read the log once.
+            wait_until(functools.partial(
+                _says, cluster3.node(index).log_file, "Partial partition detected",
+                "We will therefore pause until the *entire* cluster recovers"),
+                ONE_WAY_DETECT, f"node {index}'s log to say why it paused")
     healed = time.monotonic()
     # Leaving the block healed: no table of ours is left anywhere.
     assert all(parts.rules(i) == "" for i in parts.nodes)
     wait_until(lambda: is_whole(cluster3), WHOLE, "the cluster whole after the heal")
     print(f"\nmeasured one-way n3->n1 on {cluster3.spec.rabbitmq}: nodes {paused} paused "
           f"{paused_after} s after the cut; whole {since(healed)} s after the heal")
+
+
+def _says(log: Path, *lines: str) -> bool:
+    text = log.read_text(errors="replace")
+    return all(line in text for line in lines)
 
 
 def test_partitions_need_a_netns_cluster_and_nft(

@@ -112,7 +112,7 @@ def test_the_face_names_every_export() -> None:
 def test_every_scenario_runs_on_4_0_but_those_that_need_3_10() -> None:
     by_default = series_of(SCENARIOS.values(), None, "4.0")
     assert {name for name, series in by_default.items() if series != "4.0"} == {
-        "mirrored-failover", "federation-link-reset"}
+        "mirrored-failover"}
     assert by_default["mirrored-failover"] == "3.10"
     assert set(series_of(SCENARIOS.values(), "3.10", "4.0").values()) == {"3.10"}
     # Asked for on 4.0: refused, naming why.
