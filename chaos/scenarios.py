@@ -417,8 +417,12 @@ def zk_leader_freeze(w: World) -> None:
         mover = w.start_publisher(len(w.publishers), max(10, w.settings.messages // 4), side)
         w.pause(w.rng.uniform(0.0, 0.5))
         victim.signal(signal.SIGCONT)
-    w.until(f"{victim.name}'s late commit, refused or not", lambda: any(
-        w.recorded(victim.name, kind, since) for kind in ("commit_rejected", "commit")), 30)
+    # Its late commit is refused, or goes through (fencing off), or is given up: a successor
+    # that evicted it closed its store connection, and its session is found lost while it
+    # tries again (it then gives its channel up, acking nothing).
+    w.until(f"{victim.name}'s late commit, refused, made or given up", lambda: any(
+        w.recorded(victim.name, kind, since)
+        for kind in ("commit_rejected", "commit", "connection_lost")), 30)
     w.until(f"a message of {mover.name} (on {victim.name}'s cluster) handled on the other",
             lambda: any(e.get("type") == "commit" and str(e.get("msg")).startswith(mover.name)
                         for p in others for e in w.events(p.name)), 60)
