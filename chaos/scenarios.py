@@ -424,8 +424,7 @@ def zk_leader_freeze(w: World) -> None:
         w.recorded(victim.name, kind, since)
         for kind in ("commit_rejected", "commit", "connection_lost")), 30)
     w.until(f"a message of {mover.name} (on {victim.name}'s cluster) handled on the other",
-            lambda: any(e.get("type") == "commit" and str(e.get("msg")).startswith(mover.name)
-                        for p in others for e in w.events(p.name)), 60)
+            lambda: _committed(w, others, f"{mover.name}-"), 60)
     w.until(f"{victim.name} to stand by", lambda: victim.role == "waiting", 60)
 
 
@@ -457,10 +456,7 @@ def federation_link_reset(w: World) -> None:
             mover = w.start_publisher(len(w.publishers), max(10, w.settings.messages // 4),
                                       1 - side)
             w.until(f"a message of {mover.name} moved and handled while the acks are held",
-                    lambda: any(str(e.get("msg")).startswith(f"{mover.name}-")
-                                for p in w.live_consumers()
-                                for e in w.events(p.name)
-                                if e.get("type") == "commit" and float(e["ts"]) >= since),
+                    lambda: _committed(w, w.live_consumers(), f"{mover.name}-", since),
                     EFFECT_WAIT_S)
             w.pause(w.rng.uniform(0.0, 0.3))
             labels.append(w.proxy.add(link, "timeout", stream="upstream",
@@ -474,6 +470,15 @@ def federation_link_reset(w: World) -> None:
     # end before the link, reconnected, moves the unacked messages a second time.
     w.until(f"a message of {mover.name} moved a second time",
             lambda: _delivered_twice(w, f"{mover.name}-"), 60)
+
+
+def _committed(w: World, consumers: list[ActorProcess], prefix: str,
+               since: float = 0.0) -> bool:
+    """Whether one of ``consumers`` committed a message whose id starts with ``prefix``
+    (at or after ``since``)."""
+    return any(e.get("type") == "commit" and str(e.get("msg")).startswith(prefix)
+               and float(e.get("ts", 0)) >= since
+               for p in consumers for e in w.events(p.name))
 
 
 def _delivered_twice(w: World, prefix: str) -> bool:
