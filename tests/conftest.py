@@ -54,6 +54,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("rabbitmq", marker.args)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``rabbitmq(..., narrow={param: value})``: on any series but the first, only the
+    variants whose parameters match run (the rest are deselected, and counted as such). Why:
+    what the other faces and stores do is proven on the first series; the second proves the
+    broker's part, which one variant shows, and `make test` has a time budget."""
+    keep, dropped = [], []
+    for item in items:
+        marker = item.get_closest_marker("rabbitmq")
+        callspec = getattr(item, "callspec", None)
+        narrow = marker.kwargs.get("narrow") if marker is not None else None
+        if narrow and callspec is not None and \
+                callspec.params.get("rabbitmq", marker.args[0]) != marker.args[0] and \
+                any(callspec.params.get(k) != v for k, v in narrow.items()):
+            dropped.append(item)
+        else:
+            keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
 @pytest.fixture
 def rabbitmq() -> str:
     """The RabbitMQ series a test runs on: 4.0 unless its ``rabbitmq`` marker says otherwise."""

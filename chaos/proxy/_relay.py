@@ -36,6 +36,13 @@ def _reset(writer: asyncio.StreamWriter) -> None:
     writer.transport.abort()
 
 
+async def _closed(*writers: asyncio.StreamWriter) -> None:
+    """Until each of ``writers`` (closing) has closed its socket, however it ended."""
+    for writer in writers:
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
 class Connection:
     """One client connection and its upstream connection."""
 
@@ -118,6 +125,18 @@ class Connection:
             )
         finally:
             self.close()
+            await self.closed()
+
+    async def closed(self) -> None:
+        """Until both sockets are closed: a clean close still flushing to a peer that
+        stopped reading is dropped after ``STOP_GRACE``. Why: a socket closes on a later
+        turn of the loop, and one left open when the loop ends leaks."""
+        try:
+            async with asyncio.timeout(STOP_GRACE):
+                await _closed(self._client[1], self._server[1])
+        except TimeoutError:
+            self.abort()
+            await _closed(self._client[1], self._server[1])
 
     async def _pump(
         self, stream: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -272,6 +291,7 @@ class Proxy:
                 server = await asyncio.open_connection(host, port)
             except (OSError, asyncio.CancelledError):
                 writer.close()  # upstream unreachable, or the proxy stopped meanwhile
+                await _closed(writer)
                 return
             finally:
                 self._dialing.discard(task)

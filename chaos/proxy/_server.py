@@ -34,13 +34,20 @@ log = logging.getLogger(__name__)
 class ApiServer:
     """The running API: ``port`` is the port actually bound."""
 
-    def __init__(self, api: Api, server: asyncio.Server) -> None:
+    def __init__(self, api: Api, server: asyncio.Server,
+                 sessions: set[asyncio.Task[None]]) -> None:
         self.api = api
         self._server = server
+        self._sessions = sessions
         self.port: int = server.sockets[0].getsockname()[1]
 
     async def aclose(self) -> None:
+        """Stop listening, end the open sessions (a keep-alive client may hold one), stop
+        every proxy: each socket closed before this returns."""
         self._server.close()
+        for task in list(self._sessions):
+            task.cancel()
+        await asyncio.gather(*self._sessions, return_exceptions=True)
         await self.api.close()
         await self._server.wait_closed()
 
@@ -102,6 +109,7 @@ async def _session(api: Api, limits: ApiLimits, reader: asyncio.StreamReader,
     finally:
         with contextlib.suppress(OSError):
             writer.close()
+            await writer.wait_closed()
 
 
 LINGER = 2.0
@@ -126,6 +134,7 @@ async def _turn_away(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         pass
     with contextlib.suppress(OSError):
         writer.close()
+        await writer.wait_closed()
 
 
 async def start(host: str = "127.0.0.1", port: int = 8474,
@@ -135,20 +144,27 @@ async def start(host: str = "127.0.0.1", port: int = 8474,
         raise ValueError(f"the fault proxy listens on loopback only, not {host!r}")
     api = Api()
     open_sessions = 0
+    tasks: set[asyncio.Task[None]] = set()
 
     async def session(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal open_sessions
-        if open_sessions >= limits.max_connections:
-            await _turn_away(reader, writer, limits)
-            return
-        open_sessions += 1
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.add(task)
         try:
-            await _session(api, limits, reader, writer)
+            if open_sessions >= limits.max_connections:
+                await _turn_away(reader, writer, limits)
+                return
+            open_sessions += 1
+            try:
+                await _session(api, limits, reader, writer)
+            finally:
+                open_sessions -= 1
         finally:
-            open_sessions -= 1
+            tasks.discard(task)
 
     server = await asyncio.start_server(session, host, port, limit=MAX_HEAD)
-    return ApiServer(api, server)
+    return ApiServer(api, server, tasks)
 
 
 def serve(host: str = "127.0.0.1", port: int = 8474, limits: ApiLimits = DEFAULT_LIMITS,

@@ -21,6 +21,8 @@ import pika.exceptions
 import pytest
 
 from sac.chaos.partition import Partitions, isolate, one_way
+from sac.chaos.settings import SPLIT_AFTER_S
+from sac.chaos.world import outcasts
 from sac.server import LocalCluster, Node, PackageMissingError, ServerError
 from sac.server.rabbitmq import amqp_ready
 from tests.helpers import wait_until
@@ -30,6 +32,9 @@ TICK = 5  # the cluster's net_ticktime
 # Erlang declares a silent peer down 1 to 1.25 ticktimes after its last packet; RabbitMQ then
 # needs a moment to act on it.
 DETECT = 1.25 * TICK + 5
+PAUSE = 30.0
+"""From the cut to the isolated node's pause (its clients closed): 5-13 s on a quiet machine,
+18 s once on 4.0.5 during the whole suite. Healing before it would leave Mnesia split."""
 WHOLE = 60.0  # a healed cluster is whole again within this
 
 
@@ -55,12 +60,29 @@ def is_whole(cluster: LocalCluster) -> bool:
         running_seen_by(cluster, n) == {1, 2, 3} for n in cluster.nodes)
 
 
+def make_whole(cluster: LocalCluster) -> None:
+    """Wait until the cluster is whole; a node most others still list as not running
+    ``SPLIT_AFTER_S`` after a heal (4.0.5's Mnesia kept the partition: a test that failed
+    and healed too early) is restarted, as ``sac chaos`` does, so that one failure does
+    not fail every test after it."""
+    try:
+        wait_until(lambda: is_whole(cluster), SPLIT_AFTER_S, "a whole cluster")
+        return
+    except AssertionError:
+        pass
+    out = outcasts({n.index: running_seen_by(cluster, n) for n in cluster.nodes})
+    for index in out:
+        cluster.kill(index)
+        cluster.start(index)
+    wait_until(lambda: is_whole(cluster), WHOLE, f"a whole cluster (restarted: {out})")
+
+
 @pytest.fixture
 def parts(cluster3: LocalCluster) -> Iterator[Partitions]:
-    wait_until(lambda: is_whole(cluster3), WHOLE, "a whole cluster before the test")
+    make_whole(cluster3)
     with Partitions(cluster3) as partitions:
         yield partitions
-    wait_until(lambda: is_whole(cluster3), WHOLE, "a whole cluster after the test")
+    make_whole(cluster3)
 
 
 def since(start: float) -> float:
@@ -104,9 +126,12 @@ class Consumer:
         return [(body, redelivered) for body, redelivered, _ in self.got]
 
     def close(self) -> None:
+        """Stop consuming and close, unless the broker closed the connection first (which
+        can happen while this waits)."""
         if self.closed is None and self.conn.is_open:
             self.conn.add_callback_threadsafe(self.channel.stop_consuming)
-            self.thread.join(10)
+        self.thread.join(10)
+        if self.conn.is_open:
             self.conn.close()
 
 
@@ -145,9 +170,9 @@ def test_isolated_node_pauses_its_clients_move_and_heal_makes_the_cluster_whole(
             confirmed.append(since(cut))
 
         seen_down = wait_until(lambda: running_seen_by(cluster3, n1) == {1, 2} and since(cut),
-                               DETECT, "node 1 to see node 3 down")
+                               PAUSE, "node 1 to see node 3 down")
         # pause_minority: node 3 closes its clients (320 CONNECTION_FORCED) and listeners.
-        wait_until(lambda: a.closed, DETECT, "A's connection closed")
+        wait_until(lambda: a.closed, PAUSE, "A's connection closed")
         assert a.closed is not None
         assert isinstance(a.closed[0], pika.exceptions.ConnectionClosedByBroker)
         assert a.closed[0].reply_code == 320
@@ -180,7 +205,8 @@ def test_isolated_node_pauses_its_clients_move_and_heal_makes_the_cluster_whole(
     finally:
         a.close()
         b.close()
-        publisher.close()
+        if publisher.is_open:
+            publisher.close()
 
 
 ONE_WAY_PAUSED = {"3.10": 2, "4.0": 1}

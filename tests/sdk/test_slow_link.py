@@ -64,7 +64,7 @@ BROKER_MAXIMUM = {"3.10": (128 * MiB, 20_000), "4.0": (16 * MiB, 2_500)}
 """Each series' default ``max_message_size``, and a rate that needs about 7 s to carry it."""
 
 
-@pytest.mark.rabbitmq("4.0", "3.10")
+@pytest.mark.rabbitmq("4.0", "3.10", narrow={"face": "asyncio"})  # both faces on 4.0
 @pytest.mark.parametrize("case", ["4MiB-at-600KBps", "broker-maximum"])
 def test_a_message_that_takes_many_heartbeats_to_arrive_is_handled_on_one_connection(
     face: str, case: str, cluster: LocalCluster, conn: ConnectionSettings,
