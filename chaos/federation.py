@@ -63,6 +63,13 @@ def links_running(clusters: Sequence[LocalCluster], queue: str) -> bool:
     return True
 
 
+def unacked(cluster: LocalCluster, queue: str) -> int:
+    """How many of ``queue``'s messages on ``cluster`` are delivered and not yet acked (as
+    the management API last sampled it: 1 s behind here)."""
+    info = cluster.management_api(f"queues/%2F/{urllib.parse.quote(queue, safe='')}")
+    return int(info.get("messages_unacknowledged") or 0)
+
+
 def unfederate(clusters: Sequence[LocalCluster], queue: str) -> None:
     """The policies, the upstreams and the queue's copy on side 1 (the runner deletes the
     run's cluster's own)."""

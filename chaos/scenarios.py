@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from sac.chaos._process import ActorProcess
 from sac.chaos.errors import ChaosTimeout
-from sac.chaos.federation import link_actor, links_running
+from sac.chaos.federation import link_actor, links_running, unacked
 from sac.chaos.partition import Grudge, isolate, majorities_ring, one_way
 from sac.chaos.runner import Body, Scenario
 from sac.chaos.world import World, toxic, zk_cut
@@ -29,6 +29,8 @@ from sac.sdk import QueueSettings
 from sac.server import LocalCluster, amqp_ready
 
 EFFECT_WAIT_S = 30.0
+MOVER_SPAN_S = 8.0
+"""How long ``federation-link-reset``'s publisher on the other cluster goes on publishing."""
 
 
 def _keep_flowing(w: World) -> None:
@@ -436,13 +438,15 @@ def federation_link_reset(w: World) -> None:
 
     The acks are delayed (a latency toxic), not blocked: on 4.0 the link asks the other
     cluster for messages with credit sent the same way, and a link that can send nothing
-    moves nothing. A publisher on the other cluster starts with the delay, and the cut comes
-    once a message it published was handled, while that message's ack is still on its way:
-    at small sizes on 4.0 the first publishers are done and the link idle before the fault
-    begins, and a cut with nothing unacked moves nothing twice. The cut is a ``timeout``
-    toxic added and removed (removing one closes the connection at once, whether or not
-    data flows, dropping what the latency still holds), not ``reset_peer``, which waits for
-    the next data in its direction: an idle link may send none before its acks arrive."""
+    moves nothing. A publisher on the other cluster starts with the delay and goes on for
+    ``MOVER_SPAN_S``, so the link keeps moving messages whose acks are still on their way;
+    the cut comes once the other cluster's queue reports one (the link is that queue's only
+    consumer: a guarded consumer there stands by unsubscribed). Waiting for one of them to
+    be handled instead was not enough: behind a backlog, its ack had arrived by then, and a
+    cut with nothing unacked moves nothing twice. The cut is a ``timeout`` toxic added and
+    removed (removing one closes the connection at once, whether or not data flows,
+    dropping what the latency still holds), not ``reset_peer``, which waits for the next
+    data in its direction: an idle link may send none before its acks arrive."""
     _federated_start(w)
     w.wait_committed(w.at_fraction(0.2, 0.4))
     side = w.side_of(w.active())
@@ -452,12 +456,11 @@ def federation_link_reset(w: World) -> None:
         labels = [w.proxy.add(link, "latency", stream="upstream",
                               attributes={"latency": delay_ms, "jitter": 0})]
         try:
-            since = time.time()
-            mover = w.start_publisher(len(w.publishers), max(10, w.settings.messages // 4),
-                                      1 - side)
-            w.until(f"a message of {mover.name} moved and handled while the acks are held",
-                    lambda: _committed(w, w.live_consumers(), f"{mover.name}-", since),
-                    EFFECT_WAIT_S)
+            count = max(30, w.settings.messages // 4)
+            mover = w.start_publisher(len(w.publishers), count, 1 - side,
+                                      rate=count / MOVER_SPAN_S)
+            w.until(f"a message of {mover.name} moved, its ack held back",
+                    lambda: unacked(w.clusters[1 - side], w.queue) > 0, EFFECT_WAIT_S)
             w.pause(w.rng.uniform(0.0, 0.3))
             labels.append(w.proxy.add(link, "timeout", stream="upstream",
                                       attributes={"timeout": 0}, name="cut"))

@@ -144,7 +144,7 @@ class World:
         return self.side_of_slot(slot)
 
     def start_publisher(self, index: int = 0, messages: int | None = None,
-                        side: int = 0) -> ActorProcess:
+                        side: int = 0, rate: float | None = None) -> ActorProcess:
         s = self.settings
         actor = f"publisher-{index}"
         first = 0 if index == 0 else self.rng.randrange(len(self.clusters[side].nodes))
@@ -152,7 +152,7 @@ class World:
                               urls=tuple(self._urls(actor, first, side)),
                               queue_type=self.queue_type,
                               heartbeat=s.heartbeat, single_active=self.single_active,
-                              messages=messages or s.messages, rate=s.rate)
+                              messages=messages or s.messages, rate=rate or s.rate)
         process = ActorProcess.start(spec)
         self.publishers.append(process)
         self.planned += spec.messages

@@ -289,7 +289,8 @@ class Federated:
         settings = PublisherSettings(
             self.sides[name].broker.connection(f"recipe-federated-publisher-{name}"),
             queue=self.queue)
-        return SteadyPublisher(settings, self.args.rate, self.args.messages, prefix=f"{name}-")
+        return SteadyPublisher(settings, self.args.rate, self.args.messages, prefix=f"{name}-",
+                               hold_at=self.args.handover_at)
 
     def wait_links(self) -> None:
         """Until the queue's federation link runs on each cluster (it starts once the policy
@@ -322,10 +323,15 @@ class Federated:
                     raise TimeoutError(f"{args.handover_at} messages not confirmed on cluster "
                                        f"{name.upper()} within {args.timeout:g} s: "
                                        f"{publisher.failed[:1]}")
-            print(f"{args.handover_at} confirmed on each; stopping a (SIGTERM: a graceful "
-                  "stop, it leaves the election) ...")
+            print(f"{args.handover_at} confirmed on each, the publishers hold; stopping a "
+                  "(SIGTERM: a graceful stop, it leaves the election) ...")
             b_before = sum(e.consumer == "b" for e in self.effects())
             a_status = a.stop(args.timeout)
+            # Published only now, the rest is b's: were it published while a stopped, a
+            # fast a could handle all of it and b, which knows it is active from its first
+            # delivery, would never hear it.
+            for publisher in publishers.values():
+                publisher.release()
             b.wait("role", args.timeout, role=Role.ACTIVE.value)
             print(f"a stopped (exit status {a_status}); b won the election and subscribed "
                   "on cluster B")

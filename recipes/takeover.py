@@ -114,18 +114,22 @@ def read_effects(path: Path) -> list[Effect]:
 
 class SteadyPublisher:
     """Publishes ``count`` messages at ``rate`` a second from a thread of its own (ids
-    ``<prefix>000001``...), each confirmed by the broker before it counts."""
+    ``<prefix>000001``...), each confirmed by the broker before it counts. With
+    ``hold_at=N`` it stops after N messages until ``release()``: what comes after a step
+    of the run (a consumer stopped) is then published after it, whatever the timing."""
 
     def __init__(self, settings: PublisherSettings, rate: float, count: int,
-                 prefix: str = "m") -> None:
+                 prefix: str = "m", hold_at: int | None = None) -> None:
         self.rate = rate
         self.count = count
         self.prefix = prefix
+        self.hold_at = hold_at
         self.confirmed: list[str] = []
         self.failed: list[str] = []
         self._publisher = Publisher(settings)
         self._cond = threading.Condition()
         self._stop = threading.Event()
+        self._released = threading.Event()
         self._thread = threading.Thread(target=self._publish, name="recipe-publisher",
                                         daemon=True)
 
@@ -139,6 +143,9 @@ class SteadyPublisher:
     def _publish(self) -> None:
         began = time.monotonic()
         for seq in range(1, self.count + 1):
+            if self.hold_at is not None and seq - 1 == self.hold_at:
+                self._released.wait()
+                began = time.monotonic() - self.hold_at / self.rate
             if self._stop.wait(max(0.0, began + seq / self.rate - time.monotonic())):
                 return
             future = self._publisher.send(f"message {seq}".encode(),
@@ -159,6 +166,10 @@ class SteadyPublisher:
                                 timeout)
             return len(self.confirmed) >= n and not self.failed
 
+    def release(self) -> None:
+        """Publish the rest, after ``hold_at``."""
+        self._released.set()
+
     def finish(self, timeout: float) -> None:
         """Until the last message is sent and every confirm is in (or ``timeout``)."""
         self._thread.join(timeout)
@@ -167,6 +178,7 @@ class SteadyPublisher:
     def close(self, timeout: float) -> None:
         """Stop sending; wait up to ``timeout`` for the confirms of what was sent."""
         self._stop.set()
+        self._released.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
         self._publisher.close(timeout=timeout)
