@@ -162,3 +162,16 @@ __all__ = [
     "replay_parked",
     "replay_parked_async",
 ]
+
+
+def _named_as_imported() -> None:
+    """Every exported error reports ``sac.sdk`` as its module, so that it prints as
+    ``sac.sdk.ConfigurationError`` (the name users import and catch) rather than with the
+    module that defines it; pickling finds each one under that name too."""
+    for name in __all__:
+        value = globals()[name]
+        if isinstance(value, type) and issubclass(value, BaseException):
+            value.__module__ = __name__
+
+
+_named_as_imported()

@@ -255,3 +255,23 @@ def test_the_tree_reader_reads_levels_and_catches_a_twin() -> None:
                                     "C": "SacError", "D": "C"}
     with pytest.raises(AssertionError, match="twice"):
         docstring_tree(tree.replace("D", "B"))
+
+
+def test_an_error_prints_with_the_name_users_import() -> None:
+    """A traceback's last line names the class as ``sac.sdk.X``: the private module that
+    defines it is nothing a user can import from, and a copy pickled across processes
+    comes back as the same class."""
+    import pickle
+    import traceback
+
+    from sac import sdk
+
+    error = sdk.ConfigurationError("ConsumerSettings.prefetch must be at least 1")
+    last = traceback.format_exception_only(error)[-1]
+    assert last == ("sac.sdk.ConfigurationError: ConsumerSettings.prefetch must be at "
+                    "least 1\n")
+    assert type(pickle.loads(pickle.dumps(error))) is sdk.ConfigurationError
+    errors = [getattr(sdk, n) for n in sdk.__all__ if isinstance(getattr(sdk, n), type)
+              and issubclass(getattr(sdk, n), BaseException)]
+    assert len(errors) > 20
+    assert [e for e in errors if e.__module__ != "sac.sdk"] == []
