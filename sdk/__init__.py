@@ -85,7 +85,7 @@ from .parking import (
     replay_parked,
     replay_parked_async,
 )
-from .publisher import AsyncPublisher, Publisher, PublisherStats
+from .publisher import AsyncPublisher, Publisher, PublisherStats, PublishOptions
 
 __all__ = [
     "RETRANSMIT_HEADER",
@@ -133,6 +133,7 @@ __all__ = [
     "Poison",
     "PostgresStore",
     "PublishError",
+    "PublishOptions",
     "Publisher",
     "PublisherSettings",
     "PublisherStats",
