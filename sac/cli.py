@@ -64,8 +64,9 @@ def _server_up(args: argparse.Namespace) -> int:
 def _server_status(args: argparse.Namespace) -> int:
     try:
         cluster = LocalCluster.attach(args.name, home=args.home)
-    except ServerError:
+    except ServerError as exc:
         print(json.dumps({"name": args.name, "running": False, "nodes": []}, indent=2))
+        print(f"sac: {exc}", file=sys.stderr)  # where it looked: state is per directory
         return 1
     status = cluster.status()
     print(json.dumps(status, indent=2))
