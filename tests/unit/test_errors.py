@@ -49,6 +49,7 @@ EXAMPLES: list[SacError] = [
     AuthenticationError("ACCESS_REFUSED"),
     QueueError("odd queue"),
     QueueNotFound("orders"),
+    QueueNotFound("orders.parked", "/", "orders"),
     QueueNotFound("orders", vhost="prod"),
     QueueMismatch("orders", "x-queue-type", "quorum", None),
     QueueMismatch("orders", "x-delivery-limit", 5, 3),
@@ -135,6 +136,10 @@ def test_tree(child: type[Exception], parent: type[Exception]) -> None:
 
 def test_messages_name_what_went_wrong() -> None:
     assert str(QueueNotFound("orders")) == "queue 'orders' does not exist in vhost '/'"
+    # A parking queue missing names the queue the caller asked about, too.
+    assert str(QueueNotFound("orders.parked", parking_of="orders")) == (
+        "queue 'orders' has no parking queue: 'orders.parked' does not exist in vhost '/' "
+        "(nothing was parked for it yet, or 'orders' is not the queue's name)")
     mismatch = str(QueueMismatch("orders", "x-delivery-limit", 5, 3))
     assert "x-delivery-limit=3" in mismatch
     assert "x-delivery-limit=5" in mismatch
