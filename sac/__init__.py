@@ -7,3 +7,12 @@ a folder of its own (``sdk/``, ``server/``...), linked here, so its files have o
 and one import name. Nothing is imported here: ``import sac.checker`` on a Spark executor, or
 ``import sac.sdk`` in an application, loads only that subpackage.
 """
+
+
+def __getattr__(name: str) -> str:
+    """``sac.__version__``: the installed distribution's, looked up only when asked."""
+    if name == "__version__":
+        from sac.cli import version
+
+        return version()
+    raise AttributeError(f"module 'sac' has no attribute {name!r}")

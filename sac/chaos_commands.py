@@ -44,7 +44,9 @@ def add_parser(commands: Any) -> None:
 
     one = sub.add_parser("run", help="one run of a scenario, checked")
     one.add_argument("scenario", help="a scenario name (see `sac chaos list`)")
-    one.add_argument("--seed", type=int, default=1)
+    one.add_argument("--seed", type=int, default=1,
+                     help="draws the scenario's choices (when, how long, which consumer): "
+                          "the same seed makes the same choices (default: 1)")
     one.add_argument("--weakened", action="store_true",
                      help="run the scenario's weakened configuration: the checker must then "
                           "find its anomaly")
@@ -91,7 +93,7 @@ def _broker_options(parser: argparse.ArgumentParser) -> None:
 def add_demo_parser(commands: Any) -> None:
     demo = commands.add_parser(
         "demo", help="the main job at a glance: the key faults, real and weakened, checked "
-                     "on Spark (about five minutes)")
+                     "on Spark (about two minutes once installed)")
     demo.add_argument("--messages", type=int, default=300, help="messages per run")
     demo.add_argument("--out", type=Path, default=Path("demo-runs"),
                       help="run directories and report.html (default: demo-runs)")

@@ -8,6 +8,7 @@ arguments exit 2 as argparse does.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -63,8 +64,9 @@ def _server_up(args: argparse.Namespace) -> int:
 def _server_status(args: argparse.Namespace) -> int:
     try:
         cluster = LocalCluster.attach(args.name, home=args.home)
-    except ServerError:
+    except ServerError as exc:
         print(json.dumps({"name": args.name, "running": False, "nodes": []}, indent=2))
+        print(f"sac: {exc}", file=sys.stderr)  # where it looked: state is per directory
         return 1
     status = cluster.status()
     print(json.dumps(status, indent=2))
@@ -88,8 +90,41 @@ def _node_action(action: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+EXTRAS = {
+    "toxiproxy": "chaos", "tqdm": "chaos", "psycopg": "postgres", "kazoo": "zk",
+    "pyspark": "checker", "py4j": "checker", "matplotlib": "checker", "jinja2": "checker",
+    "aio_pika": "bench",
+}
+"""The optional dependencies a command may import, and the extra that installs each: the
+core install (``pip install sac``) is the SDK's, and a command that needs more says which
+extra, rather than failing on an import."""
+
+
+def missing_extra(exc: ImportError) -> str | None:
+    """The one line for a command that needs a package an extra installs; None when the
+    missing module is not one of those (a bug, or a broken install: its traceback helps)."""
+    top = (exc.name or "").split(".")[0]
+    extra = EXTRAS.get(top)
+    if extra is None:
+        return None
+    return (f"this command needs the Python package {top!r}, which the {extra!r} extra "
+            f"installs: pip install 'sac[{extra}]' (or 'sac[all]')")
+
+
+def version() -> str:
+    """The installed distribution's version ("unknown" when run from a checkout that is not
+    installed)."""
+    try:
+        return importlib.metadata.version("sac")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sac", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="sac", description="sac: local RabbitMQ servers, the demo, chaos runs and "
+        "campaigns, checks, audits and reports.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     srv = commands.add_parser("server", help="start, inspect and stop local servers")
@@ -160,6 +195,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Callable[[argparse.Namespace], Any] = args.func
     try:
         return int(func(args))
+    except ImportError as exc:
+        line = missing_extra(exc)
+        if line is None:
+            raise
+        print(f"sac: error: {line}", file=sys.stderr)
+        return 1
     except ServerError as exc:
         print(f"sac: error: {exc}", file=sys.stderr)
         return 1

@@ -85,7 +85,7 @@ from .parking import (
     replay_parked,
     replay_parked_async,
 )
-from .publisher import AsyncPublisher, Publisher, PublisherStats
+from .publisher import AsyncPublisher, Publisher, PublisherStats, PublishOptions
 
 __all__ = [
     "RETRANSMIT_HEADER",
@@ -133,6 +133,7 @@ __all__ = [
     "Poison",
     "PostgresStore",
     "PublishError",
+    "PublishOptions",
     "Publisher",
     "PublisherSettings",
     "PublisherStats",
@@ -162,3 +163,16 @@ __all__ = [
     "replay_parked",
     "replay_parked_async",
 ]
+
+
+def _named_as_imported() -> None:
+    """Every exported error reports ``sac.sdk`` as its module, so that it prints as
+    ``sac.sdk.ConfigurationError`` (the name users import and catch) rather than with the
+    module that defines it; pickling finds each one under that name too."""
+    for name in __all__:
+        value = globals()[name]
+        if isinstance(value, type) and issubclass(value, BaseException):
+            value.__module__ = __name__
+
+
+_named_as_imported()

@@ -74,12 +74,20 @@ class QueueError(SacError):
 
 
 class QueueNotFound(QueueError):
-    def __init__(self, queue: str, vhost: str = "/") -> None:
-        super().__init__(queue, vhost)
+    """``parking_of``: the queue named by the caller, when the one missing is its parking
+    queue (the caller typed that name, not this one)."""
+
+    def __init__(self, queue: str, vhost: str = "/", parking_of: str | None = None) -> None:
+        super().__init__(queue, vhost, parking_of)
         self.queue = queue
         self.vhost = vhost
+        self.parking_of = parking_of
 
     def __str__(self) -> str:
+        if self.parking_of is not None:
+            return (f"queue {self.parking_of!r} has no parking queue: {self.queue!r} does "
+                    f"not exist in vhost {self.vhost!r} (nothing was parked for it yet, or "
+                    f"{self.parking_of!r} is not the queue's name)")
         return f"queue {self.queue!r} does not exist in vhost {self.vhost!r}"
 
 

@@ -126,11 +126,15 @@ def _translate_open_error(url: str, exc: BaseException) -> SacError:
     if refused and isinstance(exc, pika.exceptions.ProbableAccessDeniedError):
         vhost = urllib.parse.unquote(urllib.parse.urlsplit(url).path.lstrip("/")) or "/"
         return AuthenticationError(f"{node} refused access to vhost {vhost!r}")
+    if type(exc) is pika.exceptions.AMQPConnectionError and exc.args and \
+            isinstance(exc.args[0], BaseException):  # pika's wrapper says nothing itself
+        return _translate_open_error(url, exc.args[0])
     if isinstance(exc, AMQPConnectionWorkflowFailed):
         inner = exc.exceptions[-1] if exc.exceptions else exc
         return _translate_open_error(url, inner)
     if isinstance(exc, AMQPConnectorException):
-        inner = getattr(exc, "args", (exc,))[0]
+        # A phase error keeps its cause in ``exception``; others, if any, in ``args``.
+        inner = getattr(exc, "exception", None) or (exc.args[0] if exc.args else exc)
         if isinstance(inner, BaseException) and inner is not exc:
             return _translate_open_error(url, inner)
     return ConnectError(f"{node}: {describe(exc)}")

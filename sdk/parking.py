@@ -36,7 +36,7 @@ from pika.spec import BasicProperties
 from ._core.parked import next_replay, parked_fields, to_take
 from ._core.poison import REPLAYED_HEADER, replay_headers, text
 from ._delivery import PARKED_PROPERTIES, other_properties
-from ._errors import ConfigurationError, ConnectError, QueueError
+from ._errors import ConfigurationError, ConnectError, QueueError, QueueNotFound
 from ._forward import Forwarder, Refused
 from ._settings import ConnectionSettings, QueueSettings
 from ._transport import Link, LinkLost, connect_any, node_of, open_link
@@ -208,6 +208,15 @@ async def _move(
     return _Moved(moved, tuple(kept))
 
 
+async def _declare_parking(link: Link, name: str, parking: str) -> int:
+    """The parking queue's ready count; QueueNotFound naming ``name`` as well, the queue the
+    caller asked about, if it does not exist."""
+    try:
+        return await link.declare_queue(_passive(parking))
+    except QueueNotFound as exc:
+        raise QueueNotFound(exc.queue, exc.vhost, parking_of=name) from exc
+
+
 def _passive(name: str) -> QueueSettings:
     return QueueSettings(name, single_active_consumer=False, parking_queue=None, declare=False)
 
@@ -245,10 +254,10 @@ async def parked_messages_async(
     ``invalid``."""
     if limit < 1:
         raise ConfigurationError(f"limit must be >= 1, got {limit}")
-    _name, parking = _parking_name(queue)
+    name, parking = _parking_name(queue)
     link = await _connect(connection)
     try:
-        count = await link.declare_queue(_passive(parking))
+        count = await _declare_parking(link, name, parking)
         out: list[ParkedMessage] = []
         last_tag: int | None = None
         for _ in range(to_take(count, limit)):
@@ -281,7 +290,7 @@ async def replay_parked_async(
     link = await _connect(connection)
     try:
         await link.declare_queue(_passive(name))
-        count = await link.declare_queue(_passive(parking))
+        count = await _declare_parking(link, name, parking)
 
         def replayed(props: BasicProperties) -> dict[str, Any]:
             headers = replay_headers(props.headers)

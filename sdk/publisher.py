@@ -32,7 +32,7 @@ import concurrent.futures
 import logging
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypedDict, Unpack
 
 import attrs
 from pika.spec import Basic, BasicProperties
@@ -73,6 +73,30 @@ _Frames = tuple[bytes, bytes, bytes, _Extra | None]
 encoded once when it is handed over, the body, and the options a retransmission's header
 needs again."""
 _METHOD_CACHE = 1024  # encoded Basic.Publish methods kept, one per exchange and routing key
+
+
+class PublishOptions(TypedDict, total=False):
+    """What ``Publisher.publish``, ``send`` and ``publish_many`` take besides the body, as
+    ``AsyncPublisher``'s do: ``routing_key`` (default: the settings' queue), ``exchange``
+    (default: the default exchange), ``message_id`` (default: a new one; the inbox's key),
+    ``headers``, ``content_type``, ``correlation_id``."""
+
+    routing_key: str | None
+    exchange: str
+    message_id: str | None
+    headers: Mapping[str, Any] | None
+    content_type: str | None
+    correlation_id: str | None
+
+
+def _check_options(method: str, options: Mapping[str, object]) -> None:
+    """A wrong keyword is named with the method the caller called (the blocking face hands
+    its options to ``AsyncPublisher``, whose name would otherwise be in the error)."""
+    unknown = sorted(set(options) - PublishOptions.__annotations__.keys())
+    if unknown:
+        raise TypeError(f"Publisher.{method}() got an unexpected keyword argument "
+                        f"{unknown[0]!r}; it takes "
+                        f"{', '.join(PublishOptions.__annotations__)}")
 
 log = logging.getLogger("sac.publisher")
 
@@ -637,28 +661,33 @@ class Publisher:
     def stats(self) -> PublisherStats:
         return self._inner.stats
 
-    def publish(self, body: bytes, **options: Any) -> str:
-        """Publish one message; its id once confirmed. Options as ``AsyncPublisher.publish``."""
+    def publish(self, body: bytes, **options: Unpack[PublishOptions]) -> str:
+        """Publish one message; its id once confirmed. Options: ``PublishOptions``."""
+        _check_options("publish", options)
         self._check_usable()
         return self._thread.run(self._inner.publish(body, **options))
 
-    def send(self, body: bytes, **options: Any) -> concurrent.futures.Future[str]:
+    def send(self, body: bytes, **options: Unpack[PublishOptions]
+             ) -> concurrent.futures.Future[str]:
         """Pipelined: returns once there is room in the window; the future gives the id."""
+        _check_options("send", options)
         self._check_usable()
         return self._thread.run(self._send(body, options))
 
     async def _send(
-        self, body: bytes, options: dict[str, Any]
+        self, body: bytes, options: PublishOptions
     ) -> concurrent.futures.Future[str]:
         return to_concurrent(await self._inner.send(body, **options))
 
-    def publish_many(self, bodies: Iterable[bytes], **options: Any) -> list[str]:
+    def publish_many(self, bodies: Iterable[bytes], **options: Unpack[PublishOptions]
+                     ) -> list[str]:
         """Publish all, keeping the window full; their ids once every one is confirmed.
         The first failure is raised after all have settled."""
+        _check_options("publish_many", options)
         self._check_usable()
         return self._thread.run(self._publish_many(list(bodies), options))
 
-    async def _publish_many(self, bodies: list[bytes], options: dict[str, Any]) -> list[str]:
+    async def _publish_many(self, bodies: list[bytes], options: PublishOptions) -> list[str]:
         return await self._inner.publish_many(bodies, **options)
 
     def _check_usable(self) -> None:

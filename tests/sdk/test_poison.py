@@ -329,7 +329,10 @@ def test_sac_dlq_lists_and_replays(
     missing = subprocess.run([*sac, "dlq", "list", "no-such-queue", "--url", url],
                              capture_output=True, text=True, timeout=60, check=False)
     assert missing.returncode == 1
-    assert "'no-such-queue.parked' does not exist" in missing.stderr
+    assert missing.stderr == (
+        "sac dlq: queue 'no-such-queue' has no parking queue: 'no-such-queue.parked' does not "
+        "exist in vhost '/' (nothing was parked for it yet, or 'no-such-queue' is not the "
+        "queue's name)\n")
 
 
 def test_ten_thousand_lines_never_happen(

@@ -49,6 +49,7 @@ EXAMPLES: list[SacError] = [
     AuthenticationError("ACCESS_REFUSED"),
     QueueError("odd queue"),
     QueueNotFound("orders"),
+    QueueNotFound("orders.parked", "/", "orders"),
     QueueNotFound("orders", vhost="prod"),
     QueueMismatch("orders", "x-queue-type", "quorum", None),
     QueueMismatch("orders", "x-delivery-limit", 5, 3),
@@ -135,6 +136,10 @@ def test_tree(child: type[Exception], parent: type[Exception]) -> None:
 
 def test_messages_name_what_went_wrong() -> None:
     assert str(QueueNotFound("orders")) == "queue 'orders' does not exist in vhost '/'"
+    # A parking queue missing names the queue the caller asked about, too.
+    assert str(QueueNotFound("orders.parked", parking_of="orders")) == (
+        "queue 'orders' has no parking queue: 'orders.parked' does not exist in vhost '/' "
+        "(nothing was parked for it yet, or 'orders' is not the queue's name)")
     mismatch = str(QueueMismatch("orders", "x-delivery-limit", 5, 3))
     assert "x-delivery-limit=3" in mismatch
     assert "x-delivery-limit=5" in mismatch
@@ -255,3 +260,23 @@ def test_the_tree_reader_reads_levels_and_catches_a_twin() -> None:
                                     "C": "SacError", "D": "C"}
     with pytest.raises(AssertionError, match="twice"):
         docstring_tree(tree.replace("D", "B"))
+
+
+def test_an_error_prints_with_the_name_users_import() -> None:
+    """A traceback's last line names the class as ``sac.sdk.X``: the private module that
+    defines it is nothing a user can import from, and a copy pickled across processes
+    comes back as the same class."""
+    import pickle
+    import traceback
+
+    from sac import sdk
+
+    error = sdk.ConfigurationError("ConsumerSettings.prefetch must be at least 1")
+    last = traceback.format_exception_only(error)[-1]
+    assert last == ("sac.sdk.ConfigurationError: ConsumerSettings.prefetch must be at "
+                    "least 1\n")
+    assert type(pickle.loads(pickle.dumps(error))) is sdk.ConfigurationError
+    errors = [getattr(sdk, n) for n in sdk.__all__ if isinstance(getattr(sdk, n), type)
+              and issubclass(getattr(sdk, n), BaseException)]
+    assert len(errors) > 20
+    assert [e for e in errors if e.__module__ != "sac.sdk"] == []
