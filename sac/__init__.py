@@ -10,9 +10,13 @@ and one import name. Nothing is imported here: ``import sac.checker`` on a Spark
 
 
 def __getattr__(name: str) -> str:
-    """``sac.__version__``: the installed distribution's, looked up only when asked."""
+    """``sac.__version__``: the installed distribution's ("unknown" in a checkout that is
+    not installed), looked up only when asked, so that importing a subpackage stays light."""
     if name == "__version__":
-        from sac.cli import version
+        import importlib.metadata
 
-        return version()
+        try:
+            return importlib.metadata.version("sac")
+        except importlib.metadata.PackageNotFoundError:
+            return "unknown"
     raise AttributeError(f"module 'sac' has no attribute {name!r}")

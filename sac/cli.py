@@ -8,13 +8,13 @@ arguments exit 2 as argparse does.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import sac
 from sac.server import LocalCluster, ServerError
 from sac.server._rabbitmq_config import METADATA_STORES, NETWORKS, PARTITION_HANDLING
 from sac.server._rootfs import DEFAULT_SERIES, SERIES
@@ -111,20 +111,11 @@ def missing_extra(exc: ImportError) -> str | None:
             f"installs: pip install 'sac[{extra}]' (or 'sac[all]')")
 
 
-def version() -> str:
-    """The installed distribution's version ("unknown" when run from a checkout that is not
-    installed)."""
-    try:
-        return importlib.metadata.version("sac")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sac", description="sac: local RabbitMQ servers, the demo, chaos runs and "
         "campaigns, checks, audits and reports.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {sac.__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     srv = commands.add_parser("server", help="start, inspect and stop local servers")

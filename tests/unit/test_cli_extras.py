@@ -73,3 +73,10 @@ def test_the_version_is_the_installed_distributions() -> None:
     assert sac.__version__ == installed
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         sac.nothing  # noqa: B018
+
+
+def test_every_extra_named_is_one_the_distribution_declares() -> None:
+    """``EXTRAS`` repeats what ``pyproject.toml`` says (an uninstalled package cannot be
+    traced to its extra at run time): an extra renamed there must be renamed here."""
+    declared = set(importlib.metadata.metadata("sac").get_all("Provides-Extra") or [])
+    assert set(EXTRAS.values()) <= declared
