@@ -20,7 +20,9 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+ROOT = Path(__file__).parents[2]
 FRAGMENT = "<!-- fragment -->"
+_SNIPPET = re.compile(r'^--8<-- "(?P<path>[^":]+)(?::[\w-]+)?"\s*$', re.MULTILINE)
 _FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)(?P<rest>.*)$")
 
 
@@ -91,3 +93,16 @@ def shell_commands(code: str) -> list[list[str]]:
 def options(words: list[str]) -> list[str]:
     """The long options a command line uses (``--name`` of ``--name=value`` too)."""
     return [word.split("=", 1)[0] for word in words if word.startswith("--") and word != "--"]
+
+
+def pages() -> list[Path]:
+    """Every Markdown file a reader sees: the README, the site's pages, and the files they
+    include whole or in part (``--8<--``), relative to the repository's root."""
+    found = [Path("README.md"), *sorted(p.relative_to(ROOT) for p in (ROOT / "docs").rglob("*.md")
+                                        if "hooks" not in p.parts)]
+    for page in list(found):
+        for match in _SNIPPET.finditer((ROOT / page).read_text(encoding="utf-8")):
+            included = Path(match["path"])
+            if included not in found:
+                found.append(included)
+    return found
