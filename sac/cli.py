@@ -61,6 +61,11 @@ def _server_up(args: argparse.Namespace) -> int:
     if args.zookeeper:
         print(f"  zookeeper  {cluster.zookeeper().hosts}")
     print(f"credentials: {cluster.credentials_file} (mode 0600)")
+    named = "" if args.name == "sac" else f" --name {args.name}"
+    if args.home is not None:
+        named += f" --home {shlex.quote(str(args.home))}"
+    print(f"for your shell: eval \"$(sac server env{named} --show-password)\" sets "
+          "SAC_AMQP_URLS and SAC_MANAGEMENT_URLS")
     return 0
 
 

@@ -45,6 +45,8 @@ def test_cli_up_status_kill_start_down_leaves_no_process(
     up = sac(tmp_path, "server", "up", "--nodes", "1", "--zookeeper", "--name", name)
     assert up.returncode == 0, up.stderr
     assert "***" in up.stdout
+    assert f'eval "$(sac server env --name {name} --home {tmp_path} --show-password)"' \
+        in up.stdout
     local = LocalCluster.attach(name, home=tmp_path)
     assert local.credentials.password not in up.stdout + up.stderr
 
