@@ -39,13 +39,13 @@ broker (``--url`` and ``--management-url``, once per node):
 Run it::
 
     sac server up --name dev
-    python -m recipes.mirrored_to_quorum --cluster dev --demo 1000
-    python -m recipes.mirrored_to_quorum --cluster dev                  # the report only
-    python -m recipes.mirrored_to_quorum --cluster dev --migrate orders --delete-source
+    python recipes/mirrored_to_quorum.py --cluster dev --demo 1000
+    python recipes/mirrored_to_quorum.py --cluster dev                  # the report only
+    python recipes/mirrored_to_quorum.py --cluster dev --migrate orders --delete-source
 
 Exit status: 0 the report (and the migration) done and proved, 1 a migration that could not
-be proved, 2 bad input (one line: no such cluster, a queue that cannot be migrated, consumers
-that do not stop).
+be proved, 2 bad input (one line: no such cluster, a broker that refuses the password or does
+not answer, a queue that cannot be migrated, consumers that do not stop).
 """
 
 from __future__ import annotations
@@ -61,6 +61,18 @@ from typing import Any
 
 import attrs
 
+# The tool's harness (finding the broker, bad input in one line): sac.recipe_kit. The
+# migration itself needs sac.sdk alone.
+from sac.recipe_kit import (
+    EXIT_STATUSES,
+    NOT_PROVED,
+    PROVED,
+    BadInput,
+    Parser,
+    add_broker_arguments,
+    find_broker,
+    run,
+)
 from sac.sdk import (
     ConnectionSettings,
     Consumer,
@@ -75,16 +87,6 @@ from sac.sdk import (
     move_messages,
 )
 from sac.sdk.management import ChannelInfo, QueueInfo
-
-from ._common import (
-    NOT_PROVED,
-    PROVED,
-    BadInput,
-    Parser,
-    add_broker_arguments,
-    find_broker,
-    run,
-)
 
 TWIN_SUFFIX = "-quorum"
 
@@ -181,71 +183,6 @@ def twin_settings(assessment: Assessment, name: str) -> QueueSettings:
         extra_arguments=extra)
 
 
-# ---------------------------------------------------------------------------- the broker
-
-
-@attrs.frozen
-class Reach:
-    """The broker, through AMQP and its management API."""
-
-    connection: ConnectionSettings
-    management: Management
-    statistics_interval: float
-    vhost: str
-
-
-def connect(args: argparse.Namespace) -> Reach:
-    """The broker the command line names (``BadInput`` when there is none to use)."""
-    found = find_broker(args)
-    if found.cluster is not None:
-        interval = found.cluster.spec.statistics_interval_ms / 1000
-        urls = found.cluster.management_urls()
-    elif args.management_url:
-        interval, urls = args.statistics_interval, args.management_url
-    else:
-        raise BadInput("with --url, give the management API too: --management-url "
-                       "http://user:password@host:15672 (once per node)")
-    try:
-        settings = ManagementSettings(urls, statistics_interval=interval)
-    except SacError as exc:
-        raise BadInput(f"--management-url: {exc}") from None
-    return Reach(found.connection("sac-mirrored-to-quorum"), Management(settings), interval,
-                 found.connection("-").vhost)
-
-
-# ---------------------------------------------------------------------------- the report
-
-
-def report(broker: Reach) -> dict[str, Assessment]:
-    api = broker.management
-    policies = [p for p in api.policies(broker.vhost) if "ha-mode" in p.definition]
-    print(f"policies with ha-mode in vhost {broker.vhost!r}: "
-          f"{', '.join(f'{p.name} ({p.pattern})' for p in policies) or 'none'}")
-    channels = api.channels()
-    found: dict[str, Assessment] = {}
-    for listed in sorted(api.queues(broker.vhost), key=lambda q: q.name):
-        if not mirrored(listed):
-            continue
-        queue = api.queue(listed.name, broker.vhost)  # with its consumers
-        found[queue.name] = item = assess(queue, global_qos_channels(queue, channels))
-        verdict = "can become a quorum queue" if item.can_migrate else "CANNOT become one"
-        print(f"  {queue.name} (policy {queue.policy}, {queue.messages or 0} messages, "
-              f"{queue.consumer_count} consumers): {verdict}")
-        for blocker in item.blockers:
-            print(f"      blocker: {blocker}")
-        for lost in item.not_carried:
-            print(f"      not carried over: {lost}")
-        if item.can_migrate:
-            carried = [f"{k}={v}" for k, v in item.arguments.items()]
-            if queue.single_active:
-                carried.insert(0, "single active consumer")
-            print(f"      carried over: the messages, in order"
-                  f"{''.join(', ' + c for c in carried)}")
-    print(f"{len(found)} mirrored queue(s), {sum(a.can_migrate for a in found.values())} can "
-          "become quorum queues")
-    return found
-
-
 # ---------------------------------------------------------------------------- the migration
 
 
@@ -300,6 +237,76 @@ def migrate(broker: Reach, assessment: Assessment, twin: str, *, wait: float,
         api.delete_queue(source, vhost)  # refused by the broker if a message came meanwhile
         print(f"     deleted {source!r} (it was empty)")
     return result
+
+
+# ============================================================================ the tool around it
+# Reaching the broker, the report, and the demo that proves a migration: the machinery that
+# runs the pattern above.
+
+
+# ---------------------------------------------------------------------------- the broker
+
+
+@attrs.frozen
+class Reach:
+    """The broker, through AMQP and its management API."""
+
+    connection: ConnectionSettings
+    management: Management
+    statistics_interval: float
+    vhost: str
+
+
+def connect(args: argparse.Namespace) -> Reach:
+    """The broker the command line names (``BadInput`` when there is none to use)."""
+    if args.url and not args.management_url:
+        raise BadInput("with --url, give the management API too: --management-url "
+                       "http://user:password@host:15672 (once per node)")
+    found = find_broker(args)
+    if found.cluster is not None:
+        interval = found.cluster.spec.statistics_interval_ms / 1000
+        urls = found.cluster.management_urls()
+    else:
+        interval, urls = args.statistics_interval, args.management_url
+    try:
+        settings = ManagementSettings(urls, statistics_interval=interval)
+    except SacError as exc:
+        raise BadInput(f"--management-url: {exc}") from None
+    return Reach(found.connection("sac-mirrored-to-quorum"), Management(settings), interval,
+                 found.connection("-").vhost)
+
+
+# ---------------------------------------------------------------------------- the report
+
+
+def report(broker: Reach) -> dict[str, Assessment]:
+    api = broker.management
+    policies = [p for p in api.policies(broker.vhost) if "ha-mode" in p.definition]
+    print(f"policies with ha-mode in vhost {broker.vhost!r}: "
+          f"{', '.join(f'{p.name} ({p.pattern})' for p in policies) or 'none'}")
+    channels = api.channels()
+    found: dict[str, Assessment] = {}
+    for listed in sorted(api.queues(broker.vhost), key=lambda q: q.name):
+        if not mirrored(listed):
+            continue
+        queue = api.queue(listed.name, broker.vhost)  # with its consumers
+        found[queue.name] = item = assess(queue, global_qos_channels(queue, channels))
+        verdict = "can become a quorum queue" if item.can_migrate else "CANNOT become one"
+        print(f"  {queue.name} (policy {queue.policy}, {queue.messages or 0} messages, "
+              f"{queue.consumer_count} consumers): {verdict}")
+        for blocker in item.blockers:
+            print(f"      blocker: {blocker}")
+        for lost in item.not_carried:
+            print(f"      not carried over: {lost}")
+        if item.can_migrate:
+            carried = [f"{k}={v}" for k, v in item.arguments.items()]
+            if queue.single_active:
+                carried.insert(0, "single active consumer")
+            print(f"      carried over: the messages, in order"
+                  f"{''.join(', ' + c for c in carried)}")
+    print(f"{len(found)} mirrored queue(s), {sum(a.can_migrate for a in found.values())} can "
+          "become quorum queues")
+    return found
 
 
 # ---------------------------------------------------------------------------- the demo
@@ -414,9 +421,10 @@ def wait_for_policy(broker: Reach, queues: Sequence[str], policy: str) -> None:
 def parser() -> argparse.ArgumentParser:
     first = (__doc__ or "").split("\n\n")[0]
     cli = Parser(
-        prog="python -m recipes.mirrored_to_quorum", description=first,
+        description=first,
         epilog="Consumers are switched by a graceful stop on the old queue and a start on the "
-               "twin; messages move confirmed before acked. See the module docstring.")
+               "twin; messages move confirmed before acked. See the module docstring. "
+               + EXIT_STATUSES)
     add_broker_arguments(cli)
     api = cli.add_argument_group("management API (with --url)")
     api.add_argument("--management-url", action="append", default=[], metavar="URL",
