@@ -3,42 +3,30 @@ one queue migrated without losing a message.
 
 Classic queue mirroring (``ha-mode`` policies) is deprecated; quorum queues replace it. A
 queue cannot change its type in place, so a migration declares a quorum *twin* and moves
-the messages there. This script, against a ``sac server up`` cluster (``--cluster``) or any
-broker (``--url`` and ``--management-url``, once per node):
+the messages there. The pattern, at the top: ``assess()`` says whether a mirrored queue can
+become a quorum queue (not if exclusive, non-durable or auto-delete) and what does not carry
+over (priorities, lazy mode, a global QoS on its consumers' channels, the ``ha-*`` keys,
+overflow modes); ``migrate()`` moves one:
 
-1. reads the policies and queues through the management API and says, for each classic
-   queue an ``ha-mode`` policy mirrors, whether it can become a quorum queue (an exclusive,
-   non-durable or auto-delete queue cannot) and what does not carry over: message priorities
-   (``x-max-priority``), lazy mode, a global QoS on its consumers' channels (a quorum queue
-   closes such a channel), the ``ha-*`` keys, overflow modes quorum queues lack;
-2. with ``--migrate QUEUE`` (or ``--demo N``, which first makes a mirrored queue of N
-   messages with a consumer working on it), migrates one queue:
+a. declares the twin ``<queue>-quorum`` as the SDK declares queues (quorum, single active
+   consumer if the queue had it, a parking queue), with the arguments that carry over;
+b. waits until the queue has no consumer: **consumers are switched by a graceful stop on the
+   old queue and a start on the twin, never both at once** (a stopped SDK consumer acks its
+   running message and gives the prefetched rest back), so nothing is handled twice and the
+   order stays;
+c. moves the messages in order, each confirmed in the twin before it is acked in the old
+   queue (``sac.sdk.move_messages``): never in neither;
+d. switches the bindings (the twin bound first: a message published in between is a
+   duplicate with one id, never lost) and moves what arrived meanwhile; publishers that
+   publish *to the queue's name* must be pointed at the twin by you;
+e. checks the counts, and deletes the old queue only if empty (``--delete-source``).
 
-   a. declares the twin ``<queue>-quorum`` as the SDK declares its queues (quorum, single
-      active consumer if the queue had it, a parking queue, at-least-once dead-lettering),
-      with the arguments that carry over;
-   b. waits until the queue has no consumer: **consumers are switched by a graceful stop on
-      the old queue and a start on the twin, never both at once.** Stopping an SDK consumer
-      finishes and acks its running message and gives the prefetched rest back to the
-      queue; only then are the messages moved, so nothing is handled twice and the order
-      stays;
-   c. moves the messages in order, each confirmed in the twin before it is acked in the old
-      queue (``sac.sdk.move_messages``): a failure half-way leaves a message in the old
-      queue (or in both, with one id, which an inbox deduplicates), never in neither;
-   d. switches the bindings (the twin bound first, then the old queue unbound: a message
-      published in between reaches both, a duplicate with one id, rather than neither) and
-      moves what arrived meanwhile; publishers that publish *to the queue's name* must be
-      pointed at the twin by you;
-   e. checks the counts (live, from ``queue.declare``): the old queue empty, the twin holding
-      what was moved; and deletes the old queue only if it is empty (``--delete-source``;
-      the demo always does).
+The tool around it reads a ``sac server up`` cluster (``--cluster``) or any broker (``--url``
+and ``--management-url``, once per node) and reports every mirrored queue; ``--demo N`` makes
+a mirrored queue of N messages with a consumer, migrates it, and proves by message ids that
+each was handled once, before the switch or after it.
 
-   The demo then starts its consumer on the twin and proves, by message ids, that every
-   message was handled once: before the switch on the old queue, or after it on the twin.
-
-Run it::
-
-    sac server up --name dev
+    sac server up --name dev --rabbitmq 3.10
     python recipes/mirrored_to_quorum.py --cluster dev --demo 1000
     python recipes/mirrored_to_quorum.py --cluster dev                  # the report only
     python recipes/mirrored_to_quorum.py --cluster dev --migrate orders --delete-source

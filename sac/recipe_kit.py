@@ -53,6 +53,33 @@ from sac.sdk import (
 )
 from sac.server import LocalCluster, LocalZooKeeper, ServerError
 
+__all__ = [
+    "BAD_INPUT",
+    "EXIT_STATUSES",
+    "NOT_PROVED",
+    "PROVED",
+    "BadInput",
+    "Broker",
+    "ConsumerProcess",
+    "Database",
+    "Parser",
+    "Reporter",
+    "Side",
+    "SteadyPublisher",
+    "add_broker_arguments",
+    "add_two_cluster_arguments",
+    "attach",
+    "attempt",
+    "find_broker",
+    "find_sides",
+    "find_zookeeper",
+    "poll",
+    "positive",
+    "run",
+    "sample",
+    "verdict",
+]
+
 PROVED, NOT_PROVED, BAD_INPUT = 0, 1, 2
 """The exit statuses of every recipe."""
 
@@ -497,11 +524,6 @@ class Database:
 
     dsn: str | None = None
     path: str | None = None
-
-    @property
-    def placeholder(self) -> str:
-        """The driver's parameter placeholder, for SQL run through a ``Transaction``."""
-        return "%s" if self.dsn else "?"
 
     def store(self) -> Store:
         return PostgresStore(self.dsn) if self.dsn else SQLiteStore(str(self.path))
