@@ -26,12 +26,12 @@ choice of heartbeat interval trades against spurious failovers. Three ways for A
     add a random 0 to H seconds' worth of messages to the warm-up (``--seed``); each run
     records ``a_subscribed_to_fault_s`` to tell the phase.
 ``priority`` (RabbitMQ 4.0 only)
-    the rolling deploy of the README's "Rolling deploy with priorities": A (the broker's
-    default priority) serves alone, then B subscribes with ``ConsumerSettings.priority``
-    ``B_PRIORITY``; the broker stops sending to A, waits until A has acked what it holds, and
-    makes B the active consumer. A is never stopped (it is, after the run). Timed from B's
-    ``start()`` call. 3.x ignores priorities for single active consumer (B would wait
-    forever), so the scenario is refused there.
+    the rolling deploy of docs/guides/coordination.md ("Rolling deploy with priorities"): A
+    (the broker's default priority) serves alone, then B subscribes with
+    ``ConsumerSettings.priority`` ``B_PRIORITY``; the broker stops sending to A, waits until
+    A has acked what it holds, and makes B the active consumer. A is never stopped (it is,
+    after the run). Timed from B's ``start()`` call. 3.x ignores priorities for single active
+    consumer (B would wait forever), so the scenario is refused there.
 
 ``gap_s`` (graceful and priority, where A runs in this process) is what the queue's
 consumers see of the handover: from A's last handled message to B's first. Both runs also

@@ -9,7 +9,8 @@ Boots a fresh local 3-node cluster (RabbitMQ 4.0, the default), then, with the S
    over, and no message is lost or handled twice.
 
 Tears everything down at the end, also on failure. It needs no cluster of its own: it starts
-one, so it runs only where ``sac server up`` would (RabbitMQ installed, see the README).
+one, so it runs only where ``sac server up`` would (RabbitMQ installed: see
+docs/guides/local-servers.md).
 
     python recipes/demo.py                      # 1000 messages, a cluster named "demo"
     python recipes/demo.py --messages 200 --name demo2
@@ -35,7 +36,7 @@ from sac.sdk import (
     QueueSettings,
     Role,
 )
-from sac.server import LocalCluster, ServerError
+from sac.server import HOME_HELP, LocalCluster, ServerError
 
 
 class DemoConsumer:
@@ -143,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", default="demo",
                         help="the cluster's name (default: demo); it must not be running")
     parser.add_argument("--home", type=Path, default=None, metavar="DIR",
-                        help="the state directory root (default: $SAC_HOME or .sac)")
+                        help=HOME_HELP)
     args = parser.parse_args(argv)
     try:
         return run_demo(args.messages, args.name, args.home)

@@ -24,8 +24,7 @@ from typing import Any
 from sac._oneline import one_line
 from sac.chaos.errors import ChaosError
 from sac.checker.errors import CheckerError
-from sac.server import ServerError
-from sac.server._files import HOME_HELP
+from sac.server import HOME_HELP, ServerError
 from sac.server._rabbitmq_config import KHEPRI_SERIES, METADATA_STORES
 from sac.server._rootfs import DEFAULT_SERIES, SERIES
 

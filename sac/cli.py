@@ -17,8 +17,7 @@ from typing import Any
 
 import sac
 from sac.sdk._core.urls import mask_url
-from sac.server import LocalCluster, ServerError
-from sac.server._files import HOME_HELP
+from sac.server import HOME_HELP, LocalCluster, ServerError
 from sac.server._rabbitmq_config import METADATA_STORES, NETWORKS, PARTITION_HANDLING
 from sac.server._rootfs import DEFAULT_SERIES, SERIES
 

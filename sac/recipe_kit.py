@@ -51,7 +51,7 @@ from sac.sdk import (
     SQLiteStore,
     Store,
 )
-from sac.server import LocalCluster, LocalZooKeeper, ServerError
+from sac.server import HOME_HELP, LocalCluster, LocalZooKeeper, ServerError
 
 __all__ = [
     "BAD_INPUT",
@@ -129,7 +129,7 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--cluster", default="sac", metavar="NAME",
                        help="a cluster started by `sac server up --name NAME` (default: sac)")
     where.add_argument("--home", default=None, metavar="DIR",
-                       help="its state directory root (default: $SAC_HOME or .sac)")
+                       help=HOME_HELP)
     where.add_argument("--url", action="append", default=[], metavar="AMQP_URL",
                        help="any broker instead: amqp://user:password@host:port/vhost, "
                        "repeated once per node")
@@ -259,7 +259,7 @@ def add_two_cluster_arguments(parser: argparse.ArgumentParser, first: tuple[str,
     for option, default, text in (first, second):
         where.add_argument(option, default=default, metavar="NAME", help=text)
     where.add_argument("--home", default=None, metavar="DIR",
-                       help="their state directory root (default: $SAC_HOME or .sac)")
+                       help=HOME_HELP)
     where.add_argument("--zookeeper", default=None, metavar="HOSTS",
                        help="ZooKeeper's connection string (default: the one started with "
                        "either cluster by `sac server up --zookeeper`)")

@@ -610,8 +610,8 @@ class ConsumerSettings:
     single-active quorum queue of RabbitMQ 4.0 or later, a consumer of higher priority
     becomes the active one once the current one has acked what it holds: a rolling deploy
     starts the new version one step higher and the old one hands over without a stop (see
-    the README's "Rolling deploy with priorities"). RabbitMQ 3.x ignores it for the single
-    active consumer (the first subscribed stays active)."""
+    docs/guides/coordination.md, "Rolling deploy with priorities"). RabbitMQ 3.x ignores it
+    for the single active consumer (the first subscribed stays active)."""
     handover: Handover = attrs.field(default=Handover.CLOSE, validator=_kind(Handover))
     """How a graceful stop hands the queue over: ``CLOSE`` (acks, then the channel closed
     with its subscription in place) keeps the queue's order; ``CANCEL`` (``basic.cancel``

@@ -23,7 +23,7 @@ from ._errors import (
     ServerExitedError,
     StartTimeoutError,
 )
-from ._files import Credentials, default_home
+from ._files import HOME_HELP, Credentials, default_home
 from ._netns import NetnsPlan
 from ._netns import run_in as run_in_namespace
 from ._netns import tool as require_tool
@@ -36,6 +36,7 @@ from .spark import LocalSpark
 from .zookeeper import LocalZooKeeper
 
 __all__ = [
+    "HOME_HELP",
     "AlreadyRunningError",
     "ClusterSpec",
     "CommandError",

@@ -94,16 +94,6 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def _recipe(path: str) -> tuple[str, ...]:
-    """How to ask a recipe for its help. Transitional: a recipe that still imports its package
-    relatively (``from ._common``) cannot run as a file yet, and is asked as ``-m``; drop this
-    once every recipe runs standalone."""
-    source = (ROOT / path).read_text(encoding="utf-8")
-    if re.search(r"^from \.", source, re.MULTILINE):
-        return ("-m", path.removesuffix(".py").replace("/", "."))
-    return (path,)
-
-
 def _check_sac(words: list[str], where: str) -> None:
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -126,6 +116,12 @@ def _check(words: list[str], block: Block) -> None:
     program = words[0]
     if program in IGNORED:
         return
+    if program == "eval":  # eval "$(sac server env ...)": the command inside is checked
+        inner = re.fullmatch(r"\$\((.*)\)", " ".join(words[1:]), re.DOTALL)
+        assert inner is not None, f"{where}: eval of something other than $(command)"
+        for command in shell_commands(inner[1]):
+            _check(command, block)
+        return
     if program == "sac":
         _check_sac(words[1:], where)
     elif program in {"python", "python3"} and words[1:3] == ["-m", "sac"]:
@@ -135,7 +131,7 @@ def _check(words: list[str], block: Block) -> None:
         assert not unknown, f"{where}: python -m {words[2]} has no {sorted(unknown)}"
     elif program in {"python", "python3"} and words[1].startswith("recipes/"):
         assert (ROOT / words[1]).is_file(), f"{where}: no {words[1]}"
-        unknown = set(options(words[2:])) - _listed_options(*_recipe(words[1]))
+        unknown = set(options(words[2:])) - _listed_options(words[1])
         assert not unknown, f"{where}: {words[1]} has no {sorted(unknown)}"
     elif program == "make":
         targets = re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.MULTILINE)

@@ -133,7 +133,7 @@ def test_a_listing_leaves_the_parking_queue_in_its_order(
     assert [m.body for m in parked_messages(conn, queue, limit=7)] == bodies[:7]
     seen = _raw_order(cluster, queue.parking_queue)
     assert [body for body, _, _ in seen] == bodies
-    # The cost the README states: each listing marks every message redelivered and adds
+    # The cost docs/guides/poison.md states: each listing marks every message redelivered and adds
     # one to its delivery count (three listings; nothing else took them).
     assert {(redelivered, count) for _, redelivered, count in seen} == {(True, 3)}
 
