@@ -13,6 +13,12 @@ Example::
 A message sent again after a lost confirm carries the header ``x-sac-retransmit`` (it arrives
 with ``redelivered`` false, so the consumer's dedup must look it up).
 
+Bodies are bytes by default; ``serializer=JSON`` (or any ``Serializer``) publishes other
+values, encoded before they are handed over, with the serializer's content type::
+
+    async with AsyncPublisher(settings, serializer=JSON) as pub:
+        await pub.publish({"order": 1, "lines": [{"sku": "A-1", "qty": 2}]})
+
 A message over the broker's ``max_message_size`` fails alone with ``MessageTooLarge``: the
 broker closes the channel over it, the outbox reads the size and the limit from that reply,
 fails every message it holds over the limit, keeps the limit to refuse later ones before
@@ -92,7 +98,8 @@ class PublishOptions(TypedDict, total=False):
     """What ``Publisher.publish``, ``send`` and ``publish_many`` take besides the body, as
     ``AsyncPublisher``'s do: ``routing_key`` (default: the settings' queue), ``exchange``
     (default: the default exchange), ``message_id`` (default: a new one; the inbox's key),
-    ``headers``, ``content_type``, ``correlation_id``."""
+    ``headers``, ``content_type`` (a publisher with a serializer sets its own: one given too
+    must name the same media type, and may add parameters), ``correlation_id``."""
 
     routing_key: str | None
     exchange: str
