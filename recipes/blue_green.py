@@ -47,6 +47,11 @@ nodes or more; green ``--rabbitmq 4.0``) and a ZooKeeper:
 5. waits until every confirmed message has an effect, stops the green consumer, deletes the
    shovel, blue's policy and queue, and green's queue, and reads the effects back.
 
+The pattern is at the top: blue's mirrored queue (``mirror_policy``), the shovel
+(``shovel_definition``), reading blue's queue (``messages_in``), the guarded consumer with the
+shared inbox (``consume``) and the publisher's switch (``switch_to_green``). Below it, the
+proof runs them on two local clusters and measures.
+
 Every actor records its history (``HistoryRecorder``) in ``--history DIR``, with the effects
 (``effects.jsonl``, from the inbox's table) and a ``run.json`` naming the queue single-active
 and ordered: ``sac check DIR --engine python`` then checks the run independently of this
@@ -56,7 +61,7 @@ the effects follow each publisher's order.
 
     sac server up --name sac-blue --rabbitmq 3.10 --nodes 2 --zookeeper
     sac server up --name sac-green --rabbitmq 4.0 --nodes 3
-    python -m recipes.blue_green --history runs/blue-green && sac check runs/blue-green
+    python recipes/blue_green.py --history runs/blue-green && sac check runs/blue-green
 """
 
 from __future__ import annotations
@@ -80,6 +85,24 @@ from typing import Any
 
 import attrs
 
+# The proof's harness (finding the clusters, consumer processes, the verdict): sac.recipe_kit.
+# The pattern itself needs sac.sdk alone.
+from sac.recipe_kit import (
+    BadInput,
+    ConsumerProcess,
+    Database,
+    Parser,
+    Reporter,
+    Side,
+    add_two_cluster_arguments,
+    find_sides,
+    find_zookeeper,
+    poll,
+    positive,
+    run,
+    sample,
+    verdict,
+)
 from sac.sdk import (
     ConfigurationError,
     ConnectionSettings,
@@ -89,41 +112,28 @@ from sac.sdk import (
     GuardSettings,
     HistoryRecorder,
     Inbox,
+    InboxStats,
+    PostgresStore,
     Publisher,
     PublisherSettings,
     QueueSettings,
     Role,
     SacError,
+    Store,
     Transaction,
     Unconfirmed,
 )
-from sac.server import LocalCluster, ServerError
+from sac.server import ServerError
 
-from ._common import (
-    BadInput,
-    ConsumerProcess,
-    Parser,
-    Reporter,
-    add_two_cluster_arguments,
-    find_zookeeper,
-    poll,
-    positive,
-    run,
-    verdict,
-)
-from .federated_queue import Side
-from .idempotent_consumer import Database
+# --------------------------------------------------------------------------- the pattern
 
 TABLE = "recipe_blue_green_effects"
-CRASHED = 3
-"""The blue consumer's exit status when it dies on purpose after a commit (``--crash-blue``)."""
-PUBLISHER = "publisher-0"
+"""The service's own table, in the shared inbox's database: the effect is a row in it."""
 PREFETCH = 20
 """The consumers' prefetch: what a graceful stop finishes before it hands over is at most
 this (a batch in flight), the rest of blue's backlog is the shovel's to move."""
-SHOVEL_RUNNING_S = 30.0
-
-# --------------------------------------------------------------------------- decisions (pure)
+CRASHED = 3
+"""The exit status of a blue consumer the proof makes die after a commit (``--crash-blue``)."""
 
 
 def mirror_policy() -> dict[str, Any]:
@@ -158,6 +168,63 @@ def messages_in(listing: str, queue: str) -> int | None:
     return None
 
 
+def consume(connection: ConnectionSettings, queue: QueueSettings, guard: GuardSettings,
+            store: Store, name: str, *, recorder: HistoryRecorder | None = None,
+            work_s: float = 0.0, crash_after: str | None = None,
+            on_role_change: Callable[[Role], None] | None = None) -> InboxStats:
+    """One instance of the service, on either cluster, guarded: it subscribes only while it
+    leads the group ``guard`` names, so at most one consumer works across blue and green.
+    Its effect (after ``work_s`` of work) is one row through the inbox both share, with the
+    host's monotonic clock, the wall clock and the inbox's epoch (the election's token: a
+    replaced leader's late commit is refused). Its inbox's statistics once stopped (SIGTERM:
+    it finishes its batch, acks, gives back the rest in place, leaves the election).
+    ``crash_after`` is the proof's: die right after the commit holding that message."""
+    mark = "%s" if isinstance(store, PostgresStore) else "?"  # the driver's placeholder
+    insert = (f"INSERT INTO {TABLE} (queue, msg, consumer, t, ts, epoch) "
+              f"VALUES ({', '.join([mark] * 6)})")
+
+    def effect(delivery: Delivery, tx: Transaction) -> None:
+        time.sleep(work_s)  # the service's work: slower than the publisher, a backlog
+        tx.execute(insert, (queue.name, delivery.message_id, name, time.monotonic(),
+                            time.time(), tx.epoch))
+        if delivery.message_id == crash_after:
+            tx.on_commit(lambda: os._exit(CRASHED))  # committed, not yet acked
+
+    inbox = Inbox(store, effect)
+    settings = ConsumerSettings(connection, queue, guard=guard, prefetch=PREFETCH)
+    Consumer(settings, inbox, recorder=recorder, on_role_change=on_role_change).run()
+    return inbox.stats
+
+
+def switch_to_green(blue: Publisher, unconfirmed: Callable[[], list[str]],
+                    blue_empty: Callable[[], bool] | None, timeout: float) -> list[str]:
+    """A publisher's switch, between two of its messages: stop sending to blue and wait for
+    blue's confirms, then wait until blue's queue is empty (``blue_empty()``: everything it
+    published there is in green's queue, moved by the shovel), so that what it publishes to
+    green next comes after it. The ids to publish again to green first (same id): those
+    blue refused or left unconfirmed. ``blue_empty=None`` skips the wait: the order is
+    given up (a weakened run)."""
+    with contextlib.suppress(Unconfirmed):  # those are sent again to green
+        blue.close(timeout=timeout)
+    resend = unconfirmed()
+    deadline = time.monotonic() + timeout
+    while blue_empty is not None and not blue_empty():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"blue's queue not empty within {timeout:g} s")
+        time.sleep(0.1)
+    return resend
+
+
+# =========================================================================== the proof
+# Everything below runs the pattern on two local clusters and measures it; none of it is
+# needed to use it.
+
+PUBLISHER = "publisher-0"
+SHOVEL_RUNNING_S = 30.0
+EFFECTS_COLUMNS = ("queue TEXT NOT NULL, msg TEXT NOT NULL, consumer TEXT NOT NULL, "
+                   "t DOUBLE PRECISION NOT NULL, ts DOUBLE PRECISION NOT NULL, epoch BIGINT")
+
+
 def seq_of(message_id: str) -> int:
     """The publisher's order of a message, from its id (``m000042`` is the 42nd)."""
     return int(message_id.lstrip("m"))
@@ -172,9 +239,6 @@ def out_of_order(first_effects: Sequence[str]) -> list[str]:
             late.append(msg)
         highest = max(highest, seq)
     return late
-
-
-# --------------------------------------------------------------------------- the publisher
 
 
 class OnePublisherHistory(HistoryRecorder):
@@ -318,12 +382,10 @@ class SwitchingPublisher:
         began = time.monotonic()
         answer: Switched | BaseException
         try:
-            with contextlib.suppress(Unconfirmed):  # those are sent again below
-                self.blue.close(timeout=asked.timeout)
-            resend = [m for m, f in self._futures.items()
-                      if not f.done() or f.exception() is not None]
-            if asked.drained is not None and not poll(asked.drained, asked.timeout, every=0.1):
-                raise TimeoutError(f"blue's queue not empty within {asked.timeout:g} s")
+            resend = switch_to_green(
+                self.blue, lambda: [m for m, f in self._futures.items()
+                                    if not f.done() or f.exception() is not None],
+                asked.drained, asked.timeout)
             self.history.offset = len(self.sent)
             self.history.resent.update(resend)
             self._on_green = True
@@ -358,9 +420,6 @@ class SwitchingPublisher:
                 publisher.close(timeout=timeout)
 
 
-# --------------------------------------------------------------------------- the consumer
-
-
 @attrs.frozen
 class ConsumerPlan:
     """What one consumer process runs: where, and how (the weakened variants included)."""
@@ -380,40 +439,36 @@ class ConsumerPlan:
     """Set when the consumer may start (the process is spawned ahead: imports take a while)."""
 
 
-def consume(report: Reporter, plan: ConsumerPlan) -> None:
-    """One instance of the service, on one cluster, guarded: it subscribes only while it
-    leads the group. Its effect (after ``work_s`` of work) is one row in the shared
-    database, through the inbox, with the host's monotonic clock, the wall clock and the
-    inbox's epoch. Its history goes to ``events/consumer-<side>.jsonl``, each event written
-    through at once (a crash loses none)."""
+def consumer_process(report: Reporter, plan: ConsumerPlan) -> None:
+    """``consume()`` in a process of its own, on one cluster: it says its role changes and
+    its inbox's statistics, and writes its history to ``events/consumer-<side>.jsonl``, each
+    event through at once (a crash loses none). Without the inbox (``--no-inbox``, a
+    weakened run) the effect is written on its own: nothing deduplicates."""
     actor = f"consumer-{plan.side}"
-    insert = (f"INSERT INTO {TABLE} (queue, msg, consumer, t, ts, epoch) VALUES "
-              "(?, ?, ?, ?, ?, ?)").replace("?", plan.database.placeholder)
-
-    def effect(delivery: Delivery, tx: Transaction) -> None:
-        time.sleep(plan.work_s)  # the service's work: slower than the publisher, a backlog
-        tx.execute(insert, (plan.queue.name, delivery.message_id, plan.side,
-                            time.monotonic(), time.time(), tx.epoch))
-        if delivery.message_id == plan.crash_after:
-            tx.on_commit(lambda: os._exit(CRASHED))  # committed, not yet acked
-
-    def effect_without_inbox(delivery: Delivery) -> None:
-        time.sleep(plan.work_s)
-        plan.database.query(insert, (plan.queue.name, delivery.message_id, plan.side,
-                                     time.monotonic(), time.time(), None))
-        if delivery.message_id == plan.crash_after:
-            os._exit(CRASHED)  # done, not yet acked
-
     if plan.go is not None:
         plan.go.wait()
-    inbox = Inbox(plan.database.store(), effect) if plan.inbox else None
     with HistoryRecorder(Path(plan.events) / f"{actor}.jsonl", actor, flush_every=1) as rec:
+        if plan.inbox:
+            stats = consume(plan.connection, plan.queue, plan.guard, plan.database.store(),
+                            plan.side, recorder=rec, work_s=plan.work_s,
+                            crash_after=plan.crash_after,
+                            on_role_change=lambda role: report.say("role", role=role.value))
+            report.say("stats", **attrs.asdict(stats))
+            return
+        insert = (f"INSERT INTO {TABLE} (queue, msg, consumer, t, ts, epoch) VALUES "
+                  "(?, ?, ?, ?, ?, ?)")
+
+        def effect_without_inbox(delivery: Delivery) -> None:
+            time.sleep(plan.work_s)
+            plan.database.query(insert, (plan.queue.name, delivery.message_id, plan.side,
+                                         time.monotonic(), time.time(), None))
+            if delivery.message_id == plan.crash_after:
+                os._exit(CRASHED)  # done, not yet acked
+
         settings = ConsumerSettings(plan.connection, plan.queue, guard=plan.guard,
                                     prefetch=PREFETCH)
-        Consumer(settings, inbox or effect_without_inbox, recorder=rec,
+        Consumer(settings, effect_without_inbox, recorder=rec,
                  on_role_change=lambda role: report.say("role", role=role.value)).run()
-    if inbox is not None:
-        report.say("stats", **attrs.asdict(inbox.stats))
 
 
 @attrs.frozen
@@ -432,16 +487,8 @@ def read_effects(database: Database, queue: str) -> list[Effect]:
             for m, c, t, ts, e in rows]
 
 
-# --------------------------------------------------------------------------- the clusters
-
-
-def api(side: Side, path: str, method: str = "GET", body: Any = None) -> Any:
-    """One call of ``side``'s management API (a ``ServerError`` when refused)."""
-    return side.cluster.management_api(path, method=method, body=body)
-
-
 def version(side: Side) -> str:
-    return str(api(side, "overview").get("rabbitmq_version", "?"))
+    return str(side.api("overview").get("rabbitmq_version", "?"))
 
 
 def quoted(name: str) -> str:
@@ -464,16 +511,12 @@ def blue_backlog(blue: Side, queue: str) -> int | None:
 
 
 def shovel_state(green: Side, name: str) -> str | None:
-    return next((str(s.get("state")) for s in api(green, "shovels/%2F")
+    return next((str(s.get("state")) for s in green.api("shovels/%2F")
                  if s.get("name") == name), None)
 
 
-# --------------------------------------------------------------------------- the run
-
-
 def parse_args(argv: Sequence[str] | None) -> Any:
-    parser = Parser(prog="python -m recipes.blue_green",
-                    description="Blue-green from a 3.10 cluster's mirrored single-active "
+    parser = Parser(description="Blue-green from a 3.10 cluster's mirrored single-active "
                     "queue to a 4.0 cluster's quorum single-active queue: consumers moved "
                     "under a ZooKeeper guard, the backlog shovelled with confirms, publishers "
                     "switched; nothing lost or done twice, each publisher's order kept.")
@@ -535,12 +578,8 @@ def parse_args(argv: Sequence[str] | None) -> Any:
     return args
 
 
-def find_sides(args: Any) -> tuple[Side, Side]:
-    try:
-        blue = Side("blue", LocalCluster.attach(args.blue, home=args.home))
-        green = Side("green", LocalCluster.attach(args.green, home=args.home))
-    except ServerError as exc:
-        raise BadInput(str(exc)) from None
+def blue_and_green(args: Any) -> tuple[Side, Side]:
+    blue, green = find_sides(args, ("blue", "blue"), ("green", "green"))
     if not blue.cluster.spec.rabbitmq.startswith("3."):
         raise BadInput(f"--blue: cluster {args.blue!r} runs RabbitMQ "
                        f"{blue.cluster.spec.rabbitmq}, which has no mirrored queues: blue is "
@@ -550,7 +589,7 @@ def find_sides(args: Any) -> tuple[Side, Side]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    blue, green = find_sides(args)
+    blue, green = blue_and_green(args)
     hosts = find_zookeeper(args.zookeeper, (blue.cluster, green.cluster))
     name = f"blue-green-{uuid.uuid4().hex[:8]}"
     try:
@@ -563,9 +602,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "of its own)")
     work = Path(tempfile.mkdtemp(prefix="sac-blue-green-db-"))
     database = Database(dsn=args.dsn, path=str(work / "inbox.db"))
-    database.create("queue TEXT NOT NULL, msg TEXT NOT NULL, consumer TEXT NOT NULL, "
-                    "t DOUBLE PRECISION NOT NULL, ts DOUBLE PRECISION NOT NULL, epoch BIGINT",
-                    TABLE)
+    database.create(TABLE, EFFECTS_COLUMNS)
     move = BlueGreen(args, blue, green, name, guard, database, history)
     print(f"blue:  RabbitMQ {version(blue)}, {blue.broker.description}")
     print(f"green: RabbitMQ {version(green)}, {green.broker.description}")
@@ -604,7 +641,7 @@ class BlueGreen:
 
     def mirror(self) -> None:
         """Step 1 on blue: the policy (the queue is declared by the publisher)."""
-        api(self.blue, f"policies/%2F/{quoted(self.policy)}", "PUT", {
+        self.blue.api(f"policies/%2F/{quoted(self.policy)}", "PUT", {
             "pattern": f"^{self.blue_queue.name}$", "definition": mirror_policy(),
             "apply-to": "queues"})
 
@@ -614,7 +651,7 @@ class BlueGreen:
 
         def mirrored() -> bool:
             try:
-                found = api(self.blue, f"queues/%2F/{quoted(name)}")
+                found = self.blue.api(f"queues/%2F/{quoted(name)}")
             except ServerError:
                 return False  # not in the statistics yet
             return (found.get("policy") == self.policy
@@ -623,7 +660,7 @@ class BlueGreen:
         if not poll(mirrored, self.args.timeout, every=0.2):
             raise TimeoutError(f"blue's queue {name} not mirrored within "
                                f"{self.args.timeout:g} s (blue needs 2 nodes or more)")
-        mirrors = len(api(self.blue, f"queues/%2F/{quoted(name)}")["synchronised_slave_nodes"])
+        mirrors = len(self.blue.api(f"queues/%2F/{quoted(name)}")["synchronised_slave_nodes"])
         print(f"1. blue: policy {self.policy} (ha-mode all) on {name}, a classic single-active "
               f"queue: mirrored on {mirrors} more node(s), synced")
 
@@ -633,14 +670,14 @@ class BlueGreen:
         plan = ConsumerPlan(side.label, side.broker.connection(f"recipe-blue-green-{side.label}"),
                             queue, self.guard, self.database, str(self.history / "events"),
                             self.args.work_ms / 1000, crash_after, not self.args.no_inbox, go)
-        process = ConsumerProcess(side.label, consume, plan)
+        process = ConsumerProcess(side.label, consumer_process, plan)
         self.consumers[side.label] = process
         return process
 
     def declare_shovel(self) -> None:
         definition = shovel_definition(self.blue.cluster.urls(), self.green.cluster.urls()[0],
                                        self.blue_queue.name)
-        api(self.green, f"parameters/shovel/%2F/{quoted(self.shovel)}", "PUT",
+        self.green.api(f"parameters/shovel/%2F/{quoted(self.shovel)}", "PUT",
             {"value": definition})
         if not poll(lambda: shovel_state(self.green, self.shovel) == "running",
                     SHOVEL_RUNNING_S, every=0.2):
@@ -655,7 +692,7 @@ class BlueGreen:
         return path.exists() and '"type":"subscribed"' in path.read_text(encoding="utf-8")
 
     def restart_shovel(self) -> None:
-        api(self.green, f"shovels/vhost/%2F/{quoted(self.shovel)}/restart", "DELETE")
+        self.green.api(f"shovels/vhost/%2F/{quoted(self.shovel)}/restart", "DELETE")
         if not poll(lambda: shovel_state(self.green, self.shovel) == "running",
                     SHOVEL_RUNNING_S, every=0.2):
             raise TimeoutError(f"shovel {self.shovel} not running again within "
@@ -805,10 +842,10 @@ class BlueGreen:
               .ljust(34) + f"{len(blue)}")
         print(f"handled by green                  {len(green)}, of which {moved} published to "
               "blue (moved by the shovel)")
-        print(f"missing                           {len(missing)}" + _sample(missing))
-        print(f"done twice                        {len(twice)}" + _sample(twice))
+        print(f"missing                           {len(missing)}" + sample(missing))
+        print(f"done twice                        {len(twice)}" + sample(twice))
         print(f"duplicates skipped by the inbox   {skipped}")
-        print(f"out of publish order              {len(late)}" + _sample(late))
+        print(f"out of publish order              {len(late)}" + sample(late))
         if blue and green:
             print(f"gap: blue's last effect -> green's first {green[0].t - blue[-1].t:.3f} s")
         expected_blue = CRASHED if self.args.crash_blue else 0
@@ -840,12 +877,8 @@ class BlueGreen:
         ]
         for side, path in steps:
             with contextlib.suppress(ServerError):  # never made, or gone already
-                api(side, path, "DELETE")
+                side.api(path, "DELETE")
         print("deleted the shovel, blue's policy and queue, green's queue and parking queue")
-
-
-def _sample(ids: list[str]) -> str:
-    return f" (e.g. {', '.join(ids[:5])})" if ids else ""
 
 
 if __name__ == "__main__":

@@ -6,34 +6,26 @@ pulls from the other's when it has consumers with spare capacity and the other h
 no local consumer takes. Native single active consumer works per queue, per cluster, so it
 cannot keep one consumer active across both; the SDK's ZooKeeper guard can: the consumer on
 each cluster joins one election (``GuardSettings.group``) and subscribes only while it
-leads, and its inbox takes the election's fencing token as its epoch.
+leads, and its inbox takes the election's fencing token as its epoch. Federation is at least
+once between clusters (a link that drops before its upstream ack sends again), so the
+consumers share one inbox (PostgreSQL; a SQLite file on one host): a copy that crossed twice
+is skipped by its message id.
 
-Federation is at least once between clusters (a link that drops before its upstream ack
-sends again), so the consumers' inbox is shared (a SQLite file both processes open, or
-PostgreSQL with ``--dsn``): a copy that crossed twice is skipped by its message id.
+The pattern, below: ``federate()`` (on each cluster, through the management API, an upstream
+pointing at the other and a policy on the queue, a plain quorum queue) and ``consume()`` (the
+guarded consumer with the shared inbox, one on each cluster).
 
-This recipe, against two clusters started by ``sac server up`` (and a ZooKeeper):
-
-1. sets up federation through the management HTTP API: on each cluster an upstream
-   parameter (``federation-upstream``) pointing at the other, and a policy
-   (``federation-upstream``) on the queue, a plain quorum queue (no native single active
-   consumer: the guard keeps the second consumer off);
-2. starts consumer ``a`` on cluster A, then consumer ``b`` on cluster B, each in a process of
-   its own, in one guard group: ``a`` leads and subscribes, ``b`` stands by;
-3. publishes on both clusters (``--messages`` each, ``--rate`` a second each): what is
-   published on B crosses to A through A's federation link;
-4. once ``--handover-at`` messages are confirmed on each side, stops ``a`` gracefully
-   (SIGTERM): it leaves the election, ``b`` wins it with a newer token and subscribes on B,
-   and what is published on A from then on (and what ``a`` gave back) crosses to B;
-5. waits until every confirmed message has an effect, stops ``b`` and reads the effects back.
-
-Proved when every message published on either side has exactly one effect, both consumers
-worked, one at a time (every effect of ``a`` before the first of ``b``), messages crossed the
-federation both ways, and the federation links ran on both clusters.
+The proof (below the pattern), against two clusters from ``sac server up`` and a ZooKeeper:
+consumer ``a`` on A leads and subscribes, ``b`` on B stands by; publishers on both
+(``--messages`` each, ``--rate``); halfway (``--handover-at``) the publishers hold, ``a`` is
+stopped (SIGTERM: it leaves the election), ``b`` wins and subscribes, and federation brings
+it what is published on A from then on. Proved when every message published on either side
+has exactly one effect, every effect of ``a`` precedes the first of ``b``, messages crossed
+the federation both ways, and both links ran.
 
     sac server up --name sac --zookeeper && sac server up --name sac-b --nodes 1
-    python -m recipes.federated_queue                       # clusters sac and sac-b
-    python -m recipes.federated_queue --cluster east --cluster-b west --zookeeper zk:2181
+    python recipes/federated_queue.py                       # clusters sac and sac-b
+    python recipes/federated_queue.py --cluster east --cluster-b west --zookeeper zk:2181
 """
 
 from __future__ import annotations
@@ -44,12 +36,32 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+# The proof's harness (finding the clusters, consumer processes, the verdict): sac.recipe_kit.
+# The pattern itself needs sac.sdk alone.
+from sac.recipe_kit import (
+    BadInput,
+    ConsumerProcess,
+    Database,
+    Parser,
+    Reporter,
+    Side,
+    SteadyPublisher,
+    add_two_cluster_arguments,
+    attempt,
+    find_sides,
+    find_zookeeper,
+    poll,
+    positive,
+    run,
+    sample,
+    verdict,
+)
 from sac.sdk import (
     ConfigurationError,
     ConnectionSettings,
@@ -58,115 +70,102 @@ from sac.sdk import (
     Delivery,
     GuardSettings,
     Inbox,
+    InboxStats,
     Management,
-    ManagementSettings,
+    PostgresStore,
     PublisherSettings,
     QueueSettings,
     Role,
     SacError,
+    Store,
     Transaction,
 )
-from sac.server import LocalCluster, ServerError
 
-from ._common import (
-    BadInput,
-    Broker,
-    ConsumerProcess,
-    Parser,
-    Reporter,
-    add_two_cluster_arguments,
-    attempt,
-    find_zookeeper,
-    poll,
-    positive,
-    run,
-    verdict,
-)
-from .idempotent_consumer import Database
-from .takeover import SteadyPublisher
+# --------------------------------------------------------------------------- the pattern
 
 TABLE = "recipe_federated_effects"
+"""The service's own table, in the shared inbox's database: the effect is a row in it."""
 RECEIVED_FROM = "x-received-from"
 """The header federation adds to a message each time it moves it to another cluster."""
+
+
+def federate(api: Management, queue: str, upstream: str, upstream_urls: list[str]) -> None:
+    """The cluster of ``api`` pulls ``queue`` from the cluster at ``upstream_urls`` (every
+    node, so that the link reconnects to another when one goes): an upstream parameter and
+    a policy naming it. ``ack-mode: on-confirm``: the link acks upstream only once this side
+    confirmed, so a message is never lost between clusters (and may cross twice). Run it
+    on each cluster, pointing at the other."""
+    api.put_parameter("federation-upstream", upstream, {
+        "uri": upstream_urls, "ack-mode": "on-confirm", "reconnect-delay": 1})
+    api.put_policy(upstream, f"^{queue}$", {"federation-upstream": upstream}, priority=10)
+
+
+def unfederate(api: Management, upstream: str) -> None:
+    """Undo ``federate()`` (what exists of it)."""
+    with contextlib.suppress(SacError):
+        api.delete_policy(upstream)
+    with contextlib.suppress(SacError):
+        api.delete_parameter("federation-upstream", upstream)
+
+
+def consume(connection: ConnectionSettings, queue: QueueSettings, guard: GuardSettings,
+            store: Store, name: str,
+            on_role_change: Callable[[Role], None] | None = None) -> InboxStats:
+    """One instance of the service, on one cluster: guarded (it subscribes only while it
+    leads the group ``guard`` names, across both clusters), its effect one row through the
+    shared inbox, with when it was made (the host's monotonic clock) and whether the message
+    came through federation. Its inbox's statistics once stopped (SIGTERM: gracefully)."""
+    mark = "%s" if isinstance(store, PostgresStore) else "?"  # the driver's placeholder
+    insert = (f"INSERT INTO {TABLE} (queue, msg, consumer, t, crossed) "
+              f"VALUES ({', '.join([mark] * 5)})")
+
+    def effect(delivery: Delivery, tx: Transaction) -> None:
+        crossed = int(RECEIVED_FROM in delivery.headers)
+        tx.execute(insert, (queue.name, delivery.message_id, name, time.monotonic(), crossed))
+
+    inbox = Inbox(store, effect)
+    settings = ConsumerSettings(connection, queue, guard=guard)
+    Consumer(settings, inbox, on_role_change=on_role_change).run()
+    return inbox.stats
+
+
+# --------------------------------------------------------------------------- the proof
+# Everything below runs the pattern and measures it; none of it is needed to use it.
+
+EFFECTS_COLUMNS = ("queue TEXT NOT NULL, msg TEXT NOT NULL, consumer TEXT NOT NULL, "
+                   "t DOUBLE PRECISION NOT NULL, crossed INTEGER NOT NULL")
 LINK_RUNNING_S = 30.0
 
-# --------------------------------------------------------------------------- federation
 
-
-@attrs.frozen
-class Side:
-    """One cluster of the two: its clients' URLs and its management API."""
-
-    label: str
-    cluster: LocalCluster
-
-    @property
-    def broker(self) -> Broker:
-        return Broker(tuple(self.cluster.urls()), self.cluster)
-
-    def management(self) -> Management:
-        return Management(ManagementSettings(urls=self.cluster.management_urls()))
+def consumer_process(report: Reporter, connection: ConnectionSettings, queue: QueueSettings,
+                     guard: GuardSettings, database: Database) -> None:
+    """``consume()`` in a process of its own: it says its role changes, and its inbox's
+    statistics once stopped."""
+    stats = consume(connection, queue, guard, database.store(), report.name,
+                    on_role_change=lambda role: report.say("role", role=role.value))
+    report.say("stats", **attrs.asdict(stats))
 
 
 def upstream_name(queue: str, upstream: Side) -> str:
     return f"{queue}-from-{upstream.label}"
 
 
-def federate(queue: str, downstream: Side, upstream: Side) -> str:
-    """``downstream``'s copy of ``queue`` pulls from ``upstream``'s: an upstream parameter
-    (every node of the upstream, so that the link reconnects to another when one goes) and a
-    policy naming it. ``ack-mode: on-confirm``: the link acks upstream only once downstream
-    confirmed, so a message is never lost between clusters (and may cross twice). What was
-    done, in words (no password)."""
-    api = downstream.management()
+def federate_sides(queue: str, downstream: Side, upstream: Side) -> str:
+    """``federate()`` between two local clusters; what was done, in words (no password)."""
     name = upstream_name(queue, upstream)
-    api.put_parameter("federation-upstream", name, {
-        "uri": upstream.cluster.urls(), "ack-mode": "on-confirm", "reconnect-delay": 1})
-    api.put_policy(name, f"^{queue}$", {"federation-upstream": name}, priority=10)
+    federate(downstream.management(), queue, name, upstream.cluster.urls())
     return (f"{downstream.label}: upstream {name} -> {upstream.label} "
             f"({', '.join(upstream.cluster.display_urls())}), policy {name} on ^{queue}$")
 
 
-def unfederate(queue: str, downstream: Side, upstream: Side) -> None:
-    api = downstream.management()
-    name = upstream_name(queue, upstream)
-    with contextlib.suppress(SacError):
-        api.delete_policy(name)
-    with contextlib.suppress(SacError):
-        api.delete_parameter("federation-upstream", name)
-
-
 def links(side: Side, queue: str) -> list[str]:
     """The status of each federation link of ``queue`` on ``side`` (``running``...)."""
-    found = side.cluster.management_api("federation-links/%2F")
+    found = side.api("federation-links/%2F")
     return [str(link.get("status")) for link in found if link.get("queue") == queue]
 
 
 def link_running(side: Side, queue: str) -> bool:
     return "running" in links(side, queue)
-
-
-# --------------------------------------------------------------------------- the consumer
-
-
-def consume(report: Reporter, connection: ConnectionSettings, queue: QueueSettings,
-            guard: GuardSettings, database: Database) -> None:
-    """One instance of the service, on one cluster: guarded (it subscribes only while it
-    leads the group), its effect one row through the shared inbox, with when it was made
-    (the host's monotonic clock) and whether the message came through federation."""
-    insert = (f"INSERT INTO {TABLE} (queue, msg, consumer, t, crossed) "
-              "VALUES (?, ?, ?, ?, ?)").replace("?", database.placeholder)
-
-    def effect(delivery: Delivery, tx: Transaction) -> None:
-        crossed = int(RECEIVED_FROM in delivery.headers)
-        tx.execute(insert, (queue.name, delivery.message_id, report.name, time.monotonic(),
-                            crossed))
-
-    inbox = Inbox(database.store(), effect)
-    settings = ConsumerSettings(connection, queue, guard=guard)
-    Consumer(settings, inbox,
-             on_role_change=lambda role: report.say("role", role=role.value)).run()
-    report.say("stats", **attrs.asdict(inbox.stats))
 
 
 @attrs.frozen
@@ -183,12 +182,8 @@ def read_effects(database: Database, queue: str) -> list[Effect]:
     return [Effect(str(m), str(c), float(t), bool(x)) for m, c, t, x in rows]
 
 
-# --------------------------------------------------------------------------- the run
-
-
 def parse_args(argv: Sequence[str] | None) -> Any:
-    parser = Parser(prog="python -m recipes.federated_queue",
-                    description="A queue federated between two clusters, one consumer "
+    parser = Parser(description="A queue federated between two clusters, one consumer "
                     "active across both (the ZooKeeper guard); each message handled once, "
                     "also after a takeover on the other cluster.")
     add_two_cluster_arguments(
@@ -219,17 +214,9 @@ def parse_args(argv: Sequence[str] | None) -> Any:
     return args
 
 
-def find_sides(args: Any) -> tuple[Side, Side]:
-    try:
-        return (Side("a", LocalCluster.attach(args.cluster, home=args.home)),
-                Side("b", LocalCluster.attach(args.cluster_b, home=args.home)))
-    except ServerError as exc:
-        raise BadInput(str(exc)) from None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    a, b = find_sides(args)
+    a, b = find_sides(args, ("a", "cluster"), ("b", "cluster_b"))
     hosts = find_zookeeper(args.zookeeper, (a.cluster, b.cluster))
     queue = QueueSettings(f"federated-{uuid.uuid4().hex[:8]}", single_active_consumer=False)
     try:
@@ -238,8 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise BadInput(f"--zookeeper/--lease: {exc}") from None
     work = Path(tempfile.mkdtemp(prefix="sac-federated-"))
     database = Database(dsn=args.dsn, path=str(work / "inbox.db"))
-    database.create("queue TEXT NOT NULL, msg TEXT NOT NULL, consumer TEXT NOT NULL, "
-                    "t DOUBLE PRECISION NOT NULL, crossed INTEGER NOT NULL", TABLE)
+    database.create(TABLE, EFFECTS_COLUMNS)
     print(f"cluster A: {a.broker.description}")
     print(f"cluster B: {b.broker.description}")
     print(f"guard: ZooKeeper {hosts}, group {guard.group}, lease {args.lease:g} s")
@@ -251,11 +237,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     def body() -> int:
         try:
             for down, up in ((a, b), (b, a)):
-                print(federate(queue.name, down, up))
+                print(federate_sides(queue.name, down, up))
             return recipe.run()
         finally:
             for down, up in ((a, b), (b, a)):
-                unfederate(queue.name, down, up)
+                unfederate(down.management(), upstream_name(queue.name, up))
             print(f"cluster B: {b.broker.remove(queue)}; federation policies and upstreams "
                   "deleted on both")
 
@@ -279,7 +265,7 @@ class Federated:
     def start(self, name: str, role: Role) -> ConsumerProcess:
         side = self.sides[name]
         connection = side.broker.connection(f"recipe-federated-{name}")
-        process = ConsumerProcess(name, consume, connection, self.queue, self.guard,
+        process = ConsumerProcess(name, consumer_process, connection, self.queue, self.guard,
                                   self.database)
         self.consumers[name] = process
         process.wait("role", self.args.timeout, role=role.value)
@@ -373,8 +359,8 @@ class Federated:
             print(f"handled by {name} ({note})".ljust(34)
                   + f"{len(mine)}, of which {crossed} published on cluster "
                   f"{other.upper()} (crossed the federation)")
-        print(f"missing                           {len(missing)}" + _sample(missing))
-        print(f"done twice                        {len(twice)}" + _sample(twice))
+        print(f"missing                           {len(missing)}" + sample(missing))
+        print(f"done twice                        {len(twice)}" + sample(twice))
         print(f"duplicates skipped by the inbox   {sum(skipped.values())}")
         if a and b:
             print(f"gap: a's last effect -> b's first {b[0].t - a[-1].t:.3f} s (b's election, "
@@ -401,10 +387,6 @@ class Federated:
                        "time; after a's stop b took over on the other cluster and federation "
                        "brought it the messages; every message published on either side was "
                        "handled exactly once.")
-
-
-def _sample(ids: list[str]) -> str:
-    return f" (e.g. {', '.join(ids[:5])})" if ids else ""
 
 
 if __name__ == "__main__":

@@ -1,55 +1,59 @@
 """An idempotent consumer: each message's effect happens once, although RabbitMQ delivers at
 least once.
 
-A message comes again in two ways that no broker setting prevents:
+A message comes again in two ways no broker setting prevents: (a) a forced redelivery (the
+effect was made but the ack never reached the broker: the process died, the connection
+dropped), flagged ``redelivered``; (b) a publisher retransmission (the broker stored the
+message but its confirm was lost, so the publisher sends it again with the same message id;
+the SDK's publisher marks such a copy ``x-sac-retransmit``, an application that publishes
+again after a ``ConfirmTimeout`` sends it unmarked).
 
-(a) a forced redelivery: the consumer made the effect, but its ack never reached the broker
-    (the process died, the connection dropped), so the broker gives the message to the next
-    consumer, flagged ``redelivered``;
-(b) a publisher retransmission: the broker stored the message, but its confirm was lost, so
-    the publisher sends it again with the same message id (the SDK's publisher does so after a
-    reconnect, marking the copy ``x-sac-retransmit``; an application that publishes again
-    after a ``ConfirmTimeout`` sends an unmarked copy).
+The pattern is ``consume()`` below: the SDK's ``Inbox`` runs the effect inside the dedup
+store's transaction (SQLite or PostgreSQL), writes the message id's record in the same
+transaction, and acks only after the commit; a message whose id is already recorded is
+skipped before its effect runs.
 
-The SDK's ``Inbox`` runs the effect inside the dedup store's transaction, writes the message
-id's record in the same transaction, and acks only after the commit. This recipe shows both
-duplicates suppressed, on SQLite (a file; the default) or PostgreSQL (``--dsn``):
+The proof (below the pattern): publishes ``--messages`` messages; (a) consumer-1, in a
+process of its own, dies (``os._exit``) right after committing message ``--crash-at``, before
+its ack, and the restarted consumer-2 gets the batch ``redelivered`` and skips what was
+committed; (b) the first ``--retransmit`` ids are published again, marked and unmarked, and
+consumer-3 skips both copies by lookup. Proved when every message has exactly one effect
+(rows in the effects table, which has no unique key) and each kind of duplicate was
+suppressed (the inboxes' own statistics).
 
-1. publishes ``--messages`` messages (each confirmed);
-2. (a) consumer-1, in a process of its own, commits its batches through the inbox and dies
-   (``os._exit``, as a crash or a kill would end it) from the ``on_commit`` hook of the
-   message at ``--crash-at``: right after the commit of that message's batch, before the
-   batch's ack was sent. The broker sees the connection close and gives the unacked
-   messages back. consumer-2, the restarted service, gets them flagged ``redelivered``: the
-   inbox looks each one up, and skips those whose effect was committed (a fresh message
-   published after the crash, delivered after the returned ones, says when it is done);
-3. (b) the first ``--retransmit`` message ids are published again, each twice: once marked as
-   the SDK's publisher marks a retransmission, once unmarked; the inbox looks every message
-   up by default, so both copies are skipped before their effects run (under
-   ``LookupPolicy.FLAGGED`` the unmarked copy would not be looked up: its effect would run and
-   the store's unique key on the message id would refuse the commit, rolling it back); then
-   one fresh message, which tells the recipe that everything before it was handled.
-   consumer-3 serves them;
-4. reads the effects table back: proved when every message has exactly one effect, and each
-   kind of duplicate was suppressed (the counts are the inboxes' own statistics).
-
-    python -m recipes.idempotent_consumer                    # SQLite, against `sac server up`
-    python -m recipes.idempotent_consumer --dsn postgresql://user:password@host/db
+    python recipes/idempotent_consumer.py                    # SQLite, against `sac server up`
+    python recipes/idempotent_consumer.py --dsn postgresql://user:password@host/db
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import sqlite3
 import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+# The proof's harness (finding the broker, consumer processes, the verdict): sac.recipe_kit.
+# The pattern itself needs sac.sdk alone.
+from sac.recipe_kit import (
+    BadInput,
+    Broker,
+    ConsumerProcess,
+    Database,
+    Parser,
+    Reporter,
+    add_broker_arguments,
+    attempt,
+    find_broker,
+    poll,
+    positive,
+    run,
+    verdict,
+)
 from sac.sdk import (
     RETRANSMIT_HEADER,
     ConnectionSettings,
@@ -62,126 +66,64 @@ from sac.sdk import (
     Publisher,
     PublisherSettings,
     QueueSettings,
-    SQLiteStore,
+    Role,
     Store,
     Transaction,
 )
 
-from ._common import (
-    BadInput,
-    Broker,
-    ConsumerProcess,
-    Parser,
-    Reporter,
-    add_broker_arguments,
-    attempt,
-    find_broker,
-    poll,
-    positive,
-    run,
-    verdict,
-)
+# --------------------------------------------------------------------------- the pattern
 
-CRASHED = 3
-"""consumer-1's exit status when it dies on purpose after its commit."""
 TABLE = "recipe_effects"
+"""The service's own table, in the dedup store's database: the effect is a row in it."""
+EFFECTS_COLUMNS = "queue TEXT NOT NULL, msg TEXT NOT NULL, consumer TEXT NOT NULL"
+CRASHED = 3
+"""The exit status of a consumer the proof makes die on purpose after its commit."""
 
 
-# --------------------------------------------------------------------------- the database
-
-
-@attrs.frozen
-class Database:
-    """The dedup store's database, which also holds the effects: a SQLite file or a
-    PostgreSQL DSN. The effects table has no unique key, so that an effect made twice would
-    show as two rows."""
-
-    dsn: str | None = None
-    path: str | None = None
-
-    @property
-    def placeholder(self) -> str:
-        return "%s" if self.dsn else "?"
-
-    def store(self) -> Store:
-        return PostgresStore(self.dsn) if self.dsn else SQLiteStore(str(self.path))
-
-    def describe(self) -> str:
-        if not self.dsn:
-            return f"SQLite file {self.path}"
-        from psycopg.conninfo import conninfo_to_dict
-
-        try:
-            info = conninfo_to_dict(self.dsn)
-        except Exception:  # noqa: BLE001 - create() says what is wrong with it
-            return "PostgreSQL (--dsn)"
-        return (f"PostgreSQL database {info.get('dbname', '?')} on "
-                f"{info.get('host', 'localhost')}:{info.get('port', 5432)}")
-
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """One statement (``?`` placeholders) in a transaction of its own."""
-        if self.dsn:
-            import psycopg
-
-            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as pg:
-                cursor = pg.execute(sql.replace("?", "%s"), params)
-                return cursor.fetchall() if cursor.description else []
-        db = sqlite3.connect(str(self.path), timeout=30.0)
-        try:
-            with db:
-                return db.execute(sql, params).fetchall()
-        finally:
-            db.close()
-
-    def create(self, columns: str = "queue TEXT NOT NULL, msg TEXT NOT NULL, "
-               "consumer TEXT NOT NULL", table: str = TABLE) -> None:
-        """The effects table (``columns`` as SQL, the same for both databases); ``BadInput``
-        when the database cannot be used."""
-        try:
-            self.query(f"CREATE TABLE IF NOT EXISTS {table} ({columns})")
-        except ImportError:
-            raise BadInput("--dsn needs psycopg: pip install 'sac[postgres]'") from None
-        except Exception as exc:  # noqa: BLE001 - any driver's refusal, said in one line
-            raise BadInput(f"cannot use {self.describe()}: {exc}".strip()) from None
-
-    def effects(self, queue: str) -> dict[str, int]:
-        """Effects per message id of ``queue``."""
-        rows = self.query(f"SELECT msg, COUNT(*) FROM {TABLE} WHERE queue = ? GROUP BY msg",
-                          (queue,))
-        return {str(msg): int(n) for msg, n in rows}
-
-
-# --------------------------------------------------------------------------- the consumer
-
-
-def consume(report: Reporter, connection: ConnectionSettings, queue: QueueSettings,
-            database: Database, crash_after: str | None) -> None:
-    """One run of the service: a consumer whose effect goes through the inbox.
+def consume(connection: ConnectionSettings, queue: QueueSettings, store: Store, name: str,
+            crash_after: str | None = None,
+            on_role_change: Callable[[Role], None] | None = None) -> InboxStats:
+    """One run of the service: a consumer whose effect goes through the inbox. Its
+    statistics once it stopped (SIGTERM or Ctrl-C: a graceful stop).
 
     The effect inserts one row in the store's transaction; the inbox adds the message id's
-    record to the same transaction and the consumer acks after the commit. With
-    ``crash_after``, the process dies right after the commit holding that message, before
-    the ack. On a graceful stop (SIGTERM) it says its inbox's statistics."""
-    insert = f"INSERT INTO {TABLE} (queue, msg, consumer) VALUES (?, ?, ?)".replace(
-        "?", database.placeholder)
+    record to the same transaction, and the consumer acks after the commit. A message whose
+    id is recorded already is skipped before its effect runs. ``crash_after`` is the proof's:
+    the process dies right after the commit holding that message, before the ack."""
+    mark = "%s" if isinstance(store, PostgresStore) else "?"  # the driver's placeholder
+    insert = f"INSERT INTO {TABLE} (queue, msg, consumer) VALUES ({mark}, {mark}, {mark})"
 
     def effect(delivery: Delivery, tx: Transaction) -> None:
-        tx.execute(insert, (queue.name, delivery.message_id, report.name))
+        tx.execute(insert, (queue.name, delivery.message_id, name))
         if delivery.message_id == crash_after:
             tx.on_commit(lambda: os._exit(CRASHED))  # committed, not yet acked
 
-    inbox = Inbox(database.store(), effect)
-    Consumer(ConsumerSettings(connection, queue), inbox,
-             on_role_change=lambda role: report.say("role", role=role.value)).run()
-    report.say("stats", **attrs.asdict(inbox.stats))
+    inbox = Inbox(store, effect)
+    Consumer(ConsumerSettings(connection, queue), inbox, on_role_change=on_role_change).run()
+    return inbox.stats
 
 
-# --------------------------------------------------------------------------- the run
+# --------------------------------------------------------------------------- the proof
+# Everything below runs the pattern and measures it; none of it is needed to use it.
+
+def consumer_process(report: Reporter, connection: ConnectionSettings, queue: QueueSettings,
+                     database: Database, crash_after: str | None) -> None:
+    """``consume()`` in a process of its own: it says its role changes, and its inbox's
+    statistics once stopped."""
+    stats = consume(connection, queue, database.store(), report.name, crash_after,
+                    on_role_change=lambda role: report.say("role", role=role.value))
+    report.say("stats", **attrs.asdict(stats))
+
+
+def effects_of(database: Database, queue: str) -> dict[str, int]:
+    """Effects per message id of ``queue``."""
+    rows = database.query(f"SELECT msg, COUNT(*) FROM {TABLE} WHERE queue = ? GROUP BY msg",
+                          (queue,))
+    return {str(msg): int(n) for msg, n in rows}
 
 
 def parse_args(argv: Sequence[str] | None) -> Any:
-    parser = Parser(prog="python -m recipes.idempotent_consumer",
-                    description="An inbox consumer: duplicates from a forced redelivery and "
+    parser = Parser(description="An inbox consumer: duplicates from a forced redelivery and "
                     "from a publisher's retransmission are suppressed; each effect once.")
     add_broker_arguments(parser)
     store = parser.add_argument_group("dedup store (one of)")
@@ -221,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     database = Database(dsn=args.dsn, path=None if args.dsn else path)
     queue = QueueSettings(f"idempotent-{uuid.uuid4().hex[:8]}")
     try:
-        database.create()
+        database.create(TABLE, EFFECTS_COLUMNS)
     except BadInput:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -248,7 +190,8 @@ class Recipe:
     def consumer(self, n: int, crash_after: str | None = None) -> ConsumerProcess:
         name = f"consumer-{n}"
         conn = self.broker.connection(f"recipe-idempotent-{name}", first=n)
-        process = ConsumerProcess(name, consume, conn, self.queue, self.database, crash_after)
+        process = ConsumerProcess(name, consumer_process, conn, self.queue, self.database,
+                                  crash_after)
         self.processes.append(process)
         return process
 
@@ -258,7 +201,7 @@ class Recipe:
 
     def wait_effects(self, ids: set[str]) -> None:
         """Until each of ``ids`` has an effect, or ``TimeoutError``."""
-        if not poll(lambda: ids <= set(self.database.effects(self.queue.name)),
+        if not poll(lambda: ids <= set(effects_of(self.database, self.queue.name)),
                     self.args.timeout):
             raise TimeoutError(f"messages still without an effect after "
                                f"{self.args.timeout:g} s")
@@ -288,7 +231,7 @@ class Recipe:
               f"message {args.crash_at} ({crash_id}), before that batch's ack")
         first = self.consumer(1, crash_after=crash_id)
         first_status = first.join(args.timeout)
-        after_crash = self.database.effects(self.queue.name)
+        after_crash = effects_of(self.database, self.queue.name)
         print(f"  consumer-1 exited with status {first_status}; effects committed: "
               f"{len(after_crash)}, message {args.crash_at}'s among them: "
               f"{'yes' if crash_id in after_crash else 'no'}")
@@ -324,7 +267,7 @@ class Recipe:
               f"at commit (the effect rolled back with the record), "
               f"{retransmission.committed} committed")
 
-        effects = self.database.effects(self.queue.name)
+        effects = effects_of(self.database, self.queue.name)
         published = [*ids, after, last]
         missing = [i for i in published if i not in effects]
         twice = [i for i, n in effects.items() if n > 1]

@@ -3,49 +3,37 @@ one queue migrated without losing a message.
 
 Classic queue mirroring (``ha-mode`` policies) is deprecated; quorum queues replace it. A
 queue cannot change its type in place, so a migration declares a quorum *twin* and moves
-the messages there. This script, against a ``sac server up`` cluster (``--cluster``) or any
-broker (``--url`` and ``--management-url``, once per node):
+the messages there. The pattern, at the top: ``assess()`` says whether a mirrored queue can
+become a quorum queue (not if exclusive, non-durable or auto-delete) and what does not carry
+over (priorities, lazy mode, a global QoS on its consumers' channels, the ``ha-*`` keys,
+overflow modes); ``migrate()`` moves one:
 
-1. reads the policies and queues through the management API and says, for each classic
-   queue an ``ha-mode`` policy mirrors, whether it can become a quorum queue (an exclusive,
-   non-durable or auto-delete queue cannot) and what does not carry over: message priorities
-   (``x-max-priority``), lazy mode, a global QoS on its consumers' channels (a quorum queue
-   closes such a channel), the ``ha-*`` keys, overflow modes quorum queues lack;
-2. with ``--migrate QUEUE`` (or ``--demo N``, which first makes a mirrored queue of N
-   messages with a consumer working on it), migrates one queue:
+a. declares the twin ``<queue>-quorum`` as the SDK declares queues (quorum, single active
+   consumer if the queue had it, a parking queue), with the arguments that carry over;
+b. waits until the queue has no consumer: **consumers are switched by a graceful stop on the
+   old queue and a start on the twin, never both at once** (a stopped SDK consumer acks its
+   running message and gives the prefetched rest back), so nothing is handled twice and the
+   order stays;
+c. moves the messages in order, each confirmed in the twin before it is acked in the old
+   queue (``sac.sdk.move_messages``): never in neither;
+d. switches the bindings (the twin bound first: a message published in between is a
+   duplicate with one id, never lost) and moves what arrived meanwhile; publishers that
+   publish *to the queue's name* must be pointed at the twin by you;
+e. checks the counts, and deletes the old queue only if empty (``--delete-source``).
 
-   a. declares the twin ``<queue>-quorum`` as the SDK declares its queues (quorum, single
-      active consumer if the queue had it, a parking queue, at-least-once dead-lettering),
-      with the arguments that carry over;
-   b. waits until the queue has no consumer: **consumers are switched by a graceful stop on
-      the old queue and a start on the twin, never both at once.** Stopping an SDK consumer
-      finishes and acks its running message and gives the prefetched rest back to the
-      queue; only then are the messages moved, so nothing is handled twice and the order
-      stays;
-   c. moves the messages in order, each confirmed in the twin before it is acked in the old
-      queue (``sac.sdk.move_messages``): a failure half-way leaves a message in the old
-      queue (or in both, with one id, which an inbox deduplicates), never in neither;
-   d. switches the bindings (the twin bound first, then the old queue unbound: a message
-      published in between reaches both, a duplicate with one id, rather than neither) and
-      moves what arrived meanwhile; publishers that publish *to the queue's name* must be
-      pointed at the twin by you;
-   e. checks the counts (live, from ``queue.declare``): the old queue empty, the twin holding
-      what was moved; and deletes the old queue only if it is empty (``--delete-source``;
-      the demo always does).
+The tool around it reads a ``sac server up`` cluster (``--cluster``) or any broker (``--url``
+and ``--management-url``, once per node) and reports every mirrored queue; ``--demo N`` makes
+a mirrored queue of N messages with a consumer, migrates it, and proves by message ids that
+each was handled once, before the switch or after it.
 
-   The demo then starts its consumer on the twin and proves, by message ids, that every
-   message was handled once: before the switch on the old queue, or after it on the twin.
-
-Run it::
-
-    sac server up --name dev
-    python -m recipes.mirrored_to_quorum --cluster dev --demo 1000
-    python -m recipes.mirrored_to_quorum --cluster dev                  # the report only
-    python -m recipes.mirrored_to_quorum --cluster dev --migrate orders --delete-source
+    sac server up --name dev --rabbitmq 3.10
+    python recipes/mirrored_to_quorum.py --cluster dev --demo 1000
+    python recipes/mirrored_to_quorum.py --cluster dev                  # the report only
+    python recipes/mirrored_to_quorum.py --cluster dev --migrate orders --delete-source
 
 Exit status: 0 the report (and the migration) done and proved, 1 a migration that could not
-be proved, 2 bad input (one line: no such cluster, a queue that cannot be migrated, consumers
-that do not stop).
+be proved, 2 bad input (one line: no such cluster, a broker that refuses the password or does
+not answer, a queue that cannot be migrated, consumers that do not stop).
 """
 
 from __future__ import annotations
@@ -61,6 +49,18 @@ from typing import Any
 
 import attrs
 
+# The tool's harness (finding the broker, bad input in one line): sac.recipe_kit. The
+# migration itself needs sac.sdk alone.
+from sac.recipe_kit import (
+    EXIT_STATUSES,
+    NOT_PROVED,
+    PROVED,
+    BadInput,
+    Parser,
+    add_broker_arguments,
+    find_broker,
+    run,
+)
 from sac.sdk import (
     ConnectionSettings,
     Consumer,
@@ -75,16 +75,6 @@ from sac.sdk import (
     move_messages,
 )
 from sac.sdk.management import ChannelInfo, QueueInfo
-
-from ._common import (
-    NOT_PROVED,
-    PROVED,
-    BadInput,
-    Parser,
-    add_broker_arguments,
-    find_broker,
-    run,
-)
 
 TWIN_SUFFIX = "-quorum"
 
@@ -181,71 +171,6 @@ def twin_settings(assessment: Assessment, name: str) -> QueueSettings:
         extra_arguments=extra)
 
 
-# ---------------------------------------------------------------------------- the broker
-
-
-@attrs.frozen
-class Reach:
-    """The broker, through AMQP and its management API."""
-
-    connection: ConnectionSettings
-    management: Management
-    statistics_interval: float
-    vhost: str
-
-
-def connect(args: argparse.Namespace) -> Reach:
-    """The broker the command line names (``BadInput`` when there is none to use)."""
-    found = find_broker(args)
-    if found.cluster is not None:
-        interval = found.cluster.spec.statistics_interval_ms / 1000
-        urls = found.cluster.management_urls()
-    elif args.management_url:
-        interval, urls = args.statistics_interval, args.management_url
-    else:
-        raise BadInput("with --url, give the management API too: --management-url "
-                       "http://user:password@host:15672 (once per node)")
-    try:
-        settings = ManagementSettings(urls, statistics_interval=interval)
-    except SacError as exc:
-        raise BadInput(f"--management-url: {exc}") from None
-    return Reach(found.connection("sac-mirrored-to-quorum"), Management(settings), interval,
-                 found.connection("-").vhost)
-
-
-# ---------------------------------------------------------------------------- the report
-
-
-def report(broker: Reach) -> dict[str, Assessment]:
-    api = broker.management
-    policies = [p for p in api.policies(broker.vhost) if "ha-mode" in p.definition]
-    print(f"policies with ha-mode in vhost {broker.vhost!r}: "
-          f"{', '.join(f'{p.name} ({p.pattern})' for p in policies) or 'none'}")
-    channels = api.channels()
-    found: dict[str, Assessment] = {}
-    for listed in sorted(api.queues(broker.vhost), key=lambda q: q.name):
-        if not mirrored(listed):
-            continue
-        queue = api.queue(listed.name, broker.vhost)  # with its consumers
-        found[queue.name] = item = assess(queue, global_qos_channels(queue, channels))
-        verdict = "can become a quorum queue" if item.can_migrate else "CANNOT become one"
-        print(f"  {queue.name} (policy {queue.policy}, {queue.messages or 0} messages, "
-              f"{queue.consumer_count} consumers): {verdict}")
-        for blocker in item.blockers:
-            print(f"      blocker: {blocker}")
-        for lost in item.not_carried:
-            print(f"      not carried over: {lost}")
-        if item.can_migrate:
-            carried = [f"{k}={v}" for k, v in item.arguments.items()]
-            if queue.single_active:
-                carried.insert(0, "single active consumer")
-            print(f"      carried over: the messages, in order"
-                  f"{''.join(', ' + c for c in carried)}")
-    print(f"{len(found)} mirrored queue(s), {sum(a.can_migrate for a in found.values())} can "
-          "become quorum queues")
-    return found
-
-
 # ---------------------------------------------------------------------------- the migration
 
 
@@ -300,6 +225,76 @@ def migrate(broker: Reach, assessment: Assessment, twin: str, *, wait: float,
         api.delete_queue(source, vhost)  # refused by the broker if a message came meanwhile
         print(f"     deleted {source!r} (it was empty)")
     return result
+
+
+# ============================================================================ the tool around it
+# Reaching the broker, the report, and the demo that proves a migration: the machinery that
+# runs the pattern above.
+
+
+# ---------------------------------------------------------------------------- the broker
+
+
+@attrs.frozen
+class Reach:
+    """The broker, through AMQP and its management API."""
+
+    connection: ConnectionSettings
+    management: Management
+    statistics_interval: float
+    vhost: str
+
+
+def connect(args: argparse.Namespace) -> Reach:
+    """The broker the command line names (``BadInput`` when there is none to use)."""
+    if args.url and not args.management_url:
+        raise BadInput("with --url, give the management API too: --management-url "
+                       "http://user:password@host:15672 (once per node)")
+    found = find_broker(args)
+    if found.cluster is not None:
+        interval = found.cluster.spec.statistics_interval_ms / 1000
+        urls = found.cluster.management_urls()
+    else:
+        interval, urls = args.statistics_interval, args.management_url
+    try:
+        settings = ManagementSettings(urls, statistics_interval=interval)
+    except SacError as exc:
+        raise BadInput(f"--management-url: {exc}") from None
+    return Reach(found.connection("sac-mirrored-to-quorum"), Management(settings), interval,
+                 found.connection("-").vhost)
+
+
+# ---------------------------------------------------------------------------- the report
+
+
+def report(broker: Reach) -> dict[str, Assessment]:
+    api = broker.management
+    policies = [p for p in api.policies(broker.vhost) if "ha-mode" in p.definition]
+    print(f"policies with ha-mode in vhost {broker.vhost!r}: "
+          f"{', '.join(f'{p.name} ({p.pattern})' for p in policies) or 'none'}")
+    channels = api.channels()
+    found: dict[str, Assessment] = {}
+    for listed in sorted(api.queues(broker.vhost), key=lambda q: q.name):
+        if not mirrored(listed):
+            continue
+        queue = api.queue(listed.name, broker.vhost)  # with its consumers
+        found[queue.name] = item = assess(queue, global_qos_channels(queue, channels))
+        verdict = "can become a quorum queue" if item.can_migrate else "CANNOT become one"
+        print(f"  {queue.name} (policy {queue.policy}, {queue.messages or 0} messages, "
+              f"{queue.consumer_count} consumers): {verdict}")
+        for blocker in item.blockers:
+            print(f"      blocker: {blocker}")
+        for lost in item.not_carried:
+            print(f"      not carried over: {lost}")
+        if item.can_migrate:
+            carried = [f"{k}={v}" for k, v in item.arguments.items()]
+            if queue.single_active:
+                carried.insert(0, "single active consumer")
+            print(f"      carried over: the messages, in order"
+                  f"{''.join(', ' + c for c in carried)}")
+    print(f"{len(found)} mirrored queue(s), {sum(a.can_migrate for a in found.values())} can "
+          "become quorum queues")
+    return found
 
 
 # ---------------------------------------------------------------------------- the demo
@@ -414,9 +409,10 @@ def wait_for_policy(broker: Reach, queues: Sequence[str], policy: str) -> None:
 def parser() -> argparse.ArgumentParser:
     first = (__doc__ or "").split("\n\n")[0]
     cli = Parser(
-        prog="python -m recipes.mirrored_to_quorum", description=first,
+        description=first,
         epilog="Consumers are switched by a graceful stop on the old queue and a start on the "
-               "twin; messages move confirmed before acked. See the module docstring.")
+               "twin; messages move confirmed before acked. See the module docstring. "
+               + EXIT_STATUSES)
     add_broker_arguments(cli)
     api = cli.add_argument_group("management API (with --url)")
     api.add_argument("--management-url", action="append", default=[], metavar="URL",

@@ -1,31 +1,23 @@
 """Only one consumer works on a queue, and another takes over without losing a message.
 
-The mailing-list problem: several instances of a service consume one queue, but the work must
-be done by one at a time, in order, and when that one is stopped (a deploy, a scale-down) the
-next must carry on without a message lost or done twice. RabbitMQ's single active consumer on
-a quorum queue does it natively, and the SDK's defaults ask for it (``QueueSettings(name)``).
+Several instances of a service consume one queue, but the work must be done by one at a time,
+in order, and when that one is stopped (a deploy, a scale-down) the next must carry on with
+no message lost or done twice. RabbitMQ's single active consumer on a quorum queue does it,
+and the SDK's defaults ask for it (``QueueSettings(name)``). The pattern is ``consume()``
+below: run it in every instance; stop an instance with SIGTERM (``run()`` turns it into a
+graceful stop: the running handler finishes and is acked, the prefetched messages go back to
+the queue, the subscription is cancelled) and the broker makes a standby the active one.
 
-This recipe, against a running cluster (``sac server up``) or any broker (``--url``):
+The proof (below the pattern): consumers ``a`` then ``b``, each in a process of its own (``a``
+subscribed first is the active one, ``b`` waits); a steady publish (``--rate``, ``--messages``);
+halfway (``--handover-at``) ``a`` gets SIGTERM and ``b`` takes over. Each effect is a JSON line
+in the consumer's file, written before the handler returns (so before the ack). Proved when
+nothing is missing, nothing is done twice, both worked, and every effect of ``a`` came before
+the first of ``b``; it prints the gap from ``a``'s last effect to ``b``'s first.
 
-1. starts consumer ``a``, then consumer ``b``, each in a process of its own: ``a`` subscribed
-   first, so the broker makes it the active one and ``b`` waits as a standby;
-2. publishes a steady stream (``--rate`` messages a second, ``--messages`` in all);
-3. halfway (``--handover-at``), asks ``a`` to hand over: SIGTERM, which the SDK's ``run()``
-   turns into a graceful stop (the running handler finishes and is acked, the prefetched
-   messages go back to the queue, then the subscription is cancelled), and the broker makes
-   ``b`` the active one;
-4. waits until every confirmed message has an effect, stops ``b``, and reads the effects back.
-
-Each consumer's effect is one JSON line per message in a file of its own, written before the
-handler returns (so before the ack), with the time it was made on the host's monotonic clock.
-From those files it prints what each consumer did, the messages missing and those done twice,
-and the gap: from ``a``'s last effect to ``b``'s first (and from the stop request to ``b``'s
-first effect). Proved when nothing is missing, nothing is twice, both consumers worked, and
-every effect of ``a`` came before the first of ``b`` (one consumer at a time).
-
-    python -m recipes.takeover                   # against `sac server up` (cluster "sac")
-    python -m recipes.takeover --rate 500 --messages 3000
-    python -m recipes.takeover --url amqp://u:p@host1/%2F --url amqp://u:p@host2/%2F
+    python recipes/takeover.py                   # against `sac server up` (cluster "sac")
+    python recipes/takeover.py --rate 500 --messages 3000
+    python recipes/takeover.py --url amqp://u:p@host1/%2F --url amqp://u:p@host2/%2F
 """
 
 from __future__ import annotations
@@ -34,53 +26,54 @@ import contextlib
 import json
 import shutil
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from sac.sdk import (
-    ConnectionSettings,
-    Consumer,
-    ConsumerSettings,
-    Delivery,
-    Publisher,
-    PublisherSettings,
-    QueueSettings,
-    Role,
-    SacError,
-)
-
-from ._common import (
+# The proof's harness (finding the broker, consumer processes, the verdict): sac.recipe_kit.
+# The pattern itself needs sac.sdk alone.
+from sac.recipe_kit import (
     Broker,
     ConsumerProcess,
     Parser,
     Reporter,
+    SteadyPublisher,
     add_broker_arguments,
     attempt,
     find_broker,
     poll,
     positive,
     run,
+    sample,
     verdict,
 )
+from sac.sdk import (
+    ConnectionSettings,
+    Consumer,
+    ConsumerSettings,
+    Delivery,
+    PublisherSettings,
+    QueueSettings,
+    Role,
+    SacError,
+)
 
-# --------------------------------------------------------------------------- the consumer
+# --------------------------------------------------------------------------- the pattern
 
 
-def consume(report: Reporter, connection: ConnectionSettings, queue: QueueSettings,
-            effects: str) -> None:
-    """One instance of the service: what runs in each consumer process.
+def consume(connection: ConnectionSettings, queue: QueueSettings, effects: str,
+            on_role_change: Callable[[Role], None] | None = None) -> None:
+    """One instance of the service. The queue's defaults (quorum, single active consumer)
+    make the broker deliver to one instance at a time; the others wait as standbys.
 
-    Its effect is a line in ``effects``; returning from the handler acks the message. It
-    says each role change (waiting, active, ...) to the recipe, and stops gracefully on
-    SIGTERM (``run()`` in the main thread handles it)."""
+    The effect here is a line in the file ``effects``, written before the handler returns:
+    returning acks the message. ``run()`` blocks until SIGTERM or
+    Ctrl-C, then stops gracefully."""
     with open(effects, "a", encoding="utf-8") as out:
 
         def handle(delivery: Delivery) -> None:
@@ -89,9 +82,25 @@ def consume(report: Reporter, connection: ConnectionSettings, queue: QueueSettin
             out.write(json.dumps(line) + "\n")
             out.flush()
 
-        consumer = Consumer(ConsumerSettings(connection, queue), handle,
-                            on_role_change=lambda role: report.say("role", role=role.value))
-        consumer.run()
+        Consumer(ConsumerSettings(connection, queue), handle,
+                 on_role_change=on_role_change).run()
+
+
+# A publisher needs nothing special: each message confirmed, with a message id.
+#
+#     with Publisher(PublisherSettings(connection, queue=queue)) as publisher:
+#         publisher.publish(b"order 1")
+
+
+# --------------------------------------------------------------------------- the proof
+# Everything below runs the pattern and measures it; none of it is needed to use it.
+
+
+def consumer_process(report: Reporter, connection: ConnectionSettings, queue: QueueSettings,
+                     effects: str) -> None:
+    """``consume()`` in a process of its own, saying its role changes to the proof."""
+    consume(connection, queue, effects,
+            on_role_change=lambda role: report.say("role", role=role.value))
 
 
 @attrs.frozen
@@ -109,87 +118,8 @@ def read_effects(path: Path) -> list[Effect]:
         return [Effect(**json.loads(line)) for line in lines if line.endswith("\n")]
 
 
-# --------------------------------------------------------------------------- the publisher
-
-
-class SteadyPublisher:
-    """Publishes ``count`` messages at ``rate`` a second from a thread of its own (ids
-    ``<prefix>000001``...), each confirmed by the broker before it counts. With
-    ``hold_at=N`` it stops after N messages until ``release()``: what comes after a step
-    of the run (a consumer stopped) is then published after it, whatever the timing."""
-
-    def __init__(self, settings: PublisherSettings, rate: float, count: int,
-                 prefix: str = "m", hold_at: int | None = None) -> None:
-        self.rate = rate
-        self.count = count
-        self.prefix = prefix
-        self.hold_at = hold_at
-        self.confirmed: list[str] = []
-        self.failed: list[str] = []
-        self._publisher = Publisher(settings)
-        self._cond = threading.Condition()
-        self._stop = threading.Event()
-        self._released = threading.Event()
-        self._thread = threading.Thread(target=self._publish, name="recipe-publisher",
-                                        daemon=True)
-
-    def connect(self) -> None:
-        """Connect and declare the queue, without publishing yet."""
-        self._publisher.start()
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _publish(self) -> None:
-        began = time.monotonic()
-        for seq in range(1, self.count + 1):
-            if self.hold_at is not None and seq - 1 == self.hold_at:
-                self._released.wait()
-                began = time.monotonic() - self.hold_at / self.rate
-            if self._stop.wait(max(0.0, began + seq / self.rate - time.monotonic())):
-                return
-            future = self._publisher.send(f"message {seq}".encode(),
-                                          message_id=f"{self.prefix}{seq:06d}")
-            future.add_done_callback(self._settled)
-
-    def _settled(self, future: Future[str]) -> None:
-        with self._cond:
-            if future.exception() is None:
-                self.confirmed.append(future.result())
-            else:
-                self.failed.append(repr(future.exception()))
-            self._cond.notify_all()
-
-    def wait_confirmed(self, n: int, timeout: float) -> bool:
-        with self._cond:
-            self._cond.wait_for(lambda: len(self.confirmed) >= n or bool(self.failed),
-                                timeout)
-            return len(self.confirmed) >= n and not self.failed
-
-    def release(self) -> None:
-        """Publish the rest, after ``hold_at``."""
-        self._released.set()
-
-    def finish(self, timeout: float) -> None:
-        """Until the last message is sent and every confirm is in (or ``timeout``)."""
-        self._thread.join(timeout)
-        self.close(timeout)
-
-    def close(self, timeout: float) -> None:
-        """Stop sending; wait up to ``timeout`` for the confirms of what was sent."""
-        self._stop.set()
-        self._released.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        self._publisher.close(timeout=timeout)
-
-
-# --------------------------------------------------------------------------- the run
-
-
 def parse_args(argv: Sequence[str] | None) -> Any:
-    parser = Parser(prog="python -m recipes.takeover",
-                    description="Single active consumer: one consumer works, another takes "
+    parser = Parser(description="Single active consumer: one consumer works, another takes "
                     "over after a graceful stop, nothing lost or done twice.")
     add_broker_arguments(parser)
     parser.add_argument("--messages", type=positive(int), default=600,
@@ -239,7 +169,8 @@ class Takeover:
 
     def start(self, name: str, node: int) -> ConsumerProcess:
         conn = self.broker.connection(f"recipe-takeover-{name}", first=node)
-        process = ConsumerProcess(name, consume, conn, self.queue, str(self.files[name]))
+        process = ConsumerProcess(name, consumer_process, conn, self.queue,
+                                  str(self.files[name]))
         self.consumers[name] = process
         process.wait("role", self.args.timeout, role=Role.WAITING.value)
         return process
@@ -305,8 +236,8 @@ class Takeover:
         print(f"handled by a (then stopped)   {len(a)}")
         print(f"handled by b (the standby)    {len(b)}, of which {redelivered} redelivered "
               "(prefetched by a, given back at its stop)")
-        print(f"missing                       {len(missing)}" + _sample(missing))
-        print(f"done twice                    {len(twice)}" + _sample(twice))
+        print(f"missing                       {len(missing)}" + sample(missing))
+        print(f"done twice                    {len(twice)}" + sample(twice))
         if gap is not None and takeover is not None:
             print(f"gap: a's last effect -> b's first effect     {gap:.3f} s")
             print(f"takeover: stop asked -> b's first effect     {takeover:.3f} s")
@@ -321,10 +252,6 @@ class Takeover:
         }
         return verdict(checks, "only one consumer worked at a time; the standby took over "
                        "after a graceful stop; no message was lost or done twice.")
-
-
-def _sample(ids: list[str]) -> str:
-    return f" (e.g. {', '.join(ids[:5])})" if ids else ""
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from sac._oneline import one_line
 from sac.chaos.errors import ChaosError
 from sac.checker.errors import CheckerError
 from sac.server import ServerError
+from sac.server._files import HOME_HELP
 from sac.server._rabbitmq_config import KHEPRI_SERIES, METADATA_STORES
 from sac.server._rootfs import DEFAULT_SERIES, SERIES
 
@@ -76,7 +77,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="use this running cluster (`sac server up --name NAME`) instead "
                              "of starting a fresh one")
     parser.add_argument("--home", type=Path, default=None,
-                        help="servers' state directory root (default: $SAC_HOME or .sac)")
+                        help=HOME_HELP)
     _broker_options(parser)
 
 
@@ -98,7 +99,7 @@ def add_demo_parser(commands: Any) -> None:
     demo.add_argument("--out", type=Path, default=Path("demo-runs"),
                       help="run directories and report.html (default: demo-runs)")
     demo.add_argument("--home", type=Path, default=None,
-                      help="servers' state directory root (default: $SAC_HOME or .sac)")
+                      help=HOME_HELP)
     _broker_options(demo)
     demo.set_defaults(func=run_demo)
 

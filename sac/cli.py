@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import sac
+from sac.sdk._core.urls import mask_url
 from sac.server import LocalCluster, ServerError
+from sac.server._files import HOME_HELP
 from sac.server._rabbitmq_config import METADATA_STORES, NETWORKS, PARTITION_HANDLING
 from sac.server._rootfs import DEFAULT_SERIES, SERIES
 
@@ -23,7 +26,7 @@ from sac.server._rootfs import DEFAULT_SERIES, SERIES
 def _add_name(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default="sac", help="cluster name (default: sac)")
     parser.add_argument(
-        "--home", type=Path, default=None, help="state directory root (default: $SAC_HOME or .sac)"
+        "--home", type=Path, default=None, help=HOME_HELP
     )
 
 
@@ -58,6 +61,11 @@ def _server_up(args: argparse.Namespace) -> int:
     if args.zookeeper:
         print(f"  zookeeper  {cluster.zookeeper().hosts}")
     print(f"credentials: {cluster.credentials_file} (mode 0600)")
+    named = "" if args.name == "sac" else f" --name {args.name}"
+    if args.home is not None:
+        named += f" --home {shlex.quote(str(args.home))}"
+    print(f"for your shell: eval \"$(sac server env{named} --show-password)\" sets "
+          "SAC_AMQP_URLS and SAC_MANAGEMENT_URLS")
     return 0
 
 
@@ -71,6 +79,35 @@ def _server_status(args: argparse.Namespace) -> int:
     status = cluster.status()
     print(json.dumps(status, indent=2))
     return 0 if status["running"] else 1
+
+
+def env_lines(variables: dict[str, str], secret: dict[str, str] | None) -> list[str]:
+    """Shell lines exporting ``variables``. With ``secret`` (the same names, passwords in
+    clear) the lines are ``export`` lines for ``eval``; without, each is a comment with the
+    password masked, so an ``eval`` of the masked output sets nothing that would then fail
+    to log in."""
+    if secret is None:
+        return [f"# export {name}={shlex.quote(value)}" for name, value in variables.items()]
+    return [f"export {name}={shlex.quote(secret[name])}" for name in variables]
+
+
+def _server_env(args: argparse.Namespace) -> int:
+    cluster = LocalCluster.attach(args.name, home=args.home)
+    if not cluster.status()["running"]:
+        raise ServerError(f"cluster {args.name!r} in {cluster.dir} is not running "
+                          f"(start it with `sac server up --name {args.name}`)")
+    masked = {"SAC_AMQP_URLS": ",".join(cluster.display_urls()),
+              "SAC_MANAGEMENT_URLS": ",".join(mask_url(u) for u in cluster.management_urls())}
+    clear = {"SAC_AMQP_URLS": ",".join(cluster.urls()),
+             "SAC_MANAGEMENT_URLS": ",".join(cluster.management_urls())}
+    if cluster.spec.zookeeper:
+        masked["SAC_ZOOKEEPER_HOSTS"] = clear["SAC_ZOOKEEPER_HOSTS"] = cluster.zookeeper().hosts
+    for line in env_lines(masked, clear if args.show_password else None):
+        print(line)
+    if not args.show_password:
+        print(f"sac: passwords masked; to set these in your shell: "
+              f"eval \"$(sac server env --name {args.name} --show-password)\"", file=sys.stderr)
+    return 0
 
 
 def _server_down(args: argparse.Namespace) -> int:
@@ -153,6 +190,17 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="print the cluster's state as JSON")
     _add_name(status)
     status.set_defaults(func=_server_status)
+
+    env = sub.add_parser(
+        "env", help="print the cluster's URLs as shell exports (passwords masked unless asked)",
+        description="Print SAC_AMQP_URLS and SAC_MANAGEMENT_URLS (and SAC_ZOOKEEPER_HOSTS when "
+        "the cluster has a ZooKeeper), which ConnectionSettings.from_env() and "
+        "ManagementSettings.from_env() read. Masked, the lines are comments; with "
+        "--show-password they are exports: eval \"$(sac server env --show-password)\".")
+    _add_name(env)
+    env.add_argument("--show-password", action="store_true",
+                     help="print the passwords in clear, as export lines for eval")
+    env.set_defaults(func=_server_env)
 
     down = sub.add_parser("down", help="stop every process of the cluster")
     _add_name(down)

@@ -94,21 +94,28 @@ class QueueNotFound(QueueError):
 class QueueMismatch(QueueError):
     """The queue exists with an argument that differs from the settings."""
 
-    def __init__(self, queue: str, argument: str, wanted: object, current: object) -> None:
-        super().__init__(queue, argument, wanted, current)
+    def __init__(self, queue: str, argument: str, wanted: object, current: object,
+                 hint: str | None = None) -> None:
+        super().__init__(queue, argument, wanted, current, hint)
         self.queue = queue
         self.argument = argument
         self.wanted = wanted
         self.current = current
+        self.hint = hint
+        """What the mismatch says beyond the argument (the queue's type), or None."""
 
     def __str__(self) -> str:
         text = (
             f"queue {self.queue!r} exists with {self.argument}={self.current!r} but the settings "
             f"ask for {self.argument}={self.wanted!r}; delete the queue or change the settings"
         )
-        if self.current is None and self.argument in _PARKING_ARGUMENTS:
+        if self.hint is not None:
+            text += f" ({self.hint})"
+        elif self.current is None and self.argument in _PARKING_ARGUMENTS:
             text += (" (a queue declared without a dead-letter target, e.g. by an SDK before "
-                     "parking queues: keep it as it is with QueueSettings(parking_queue=None))")
+                     "parking queues, or a queue of another type: RabbitMQ names the first "
+                     "argument that differs; keep a queue without a dead-letter target as it "
+                     "is with QueueSettings(parking_queue=None))")
         return text
 
 

@@ -37,7 +37,7 @@ from pika.channel import Channel
 
 from ._core.attempts import Attempts
 from ._core.outbox import BrokerClose
-from ._core.queues import BrokerVersion, parse_inequivalent
+from ._core.queues import BrokerVersion, parse_inequivalent, type_hint
 from ._core.retry import Retry
 from ._errors import (
     AuthenticationError,
@@ -324,7 +324,8 @@ class Link:
                     parsed = parse_inequivalent(cause.reply_text)
                     if parsed is not None:
                         raise QueueMismatch(
-                            queue.name, parsed.argument, parsed.received, parsed.current
+                            queue.name, parsed.argument, parsed.received, parsed.current,
+                            type_hint(parsed, queue.type),
                         ) from cause
             raise
         return int(frame.method.message_count)

@@ -153,8 +153,22 @@ class Management:
 
     def delete_queue(self, name: str, vhost: str = "/", *, if_empty: bool = True) -> None:
         """Delete a queue; by default only if it is empty (``ManagementError``, 400,
-        otherwise)."""
-        self._send(api.delete_queue(vhost, name, if_empty=if_empty))
+        otherwise).
+
+        RabbitMQ deletes only classic queues "if empty": a quorum queue (the SDK's default)
+        or a stream refuses the flag whatever it holds, and the error says so and what to do.
+        Why not check the count and then delete: the count the API shows lags, and a message
+        published in between would be deleted with the queue."""
+        try:
+            self._send(api.delete_queue(vhost, name, if_empty=if_empty))
+        except ManagementError as exc:
+            if not (if_empty and exc.status == 400 and "if-empty" in exc.answer):
+                raise
+            raise ManagementError(
+                exc.call, exc.method, exc.path, exc.node, exc.status,
+                f"{exc.answer}. RabbitMQ deletes only classic queues if empty: for a quorum "
+                f"queue or a stream, stop its publishers, let its consumers drain it, then "
+                f"delete_queue({name!r}, if_empty=False)") from None
 
     # ------------------------------------------------------------------ exchanges, bindings
 

@@ -1,6 +1,6 @@
 """Where a server set keeps its state, and how secrets are written.
 
-One directory per cluster (``$SAC_HOME/<name>/``, ``.sac/<name>/`` by default) holds config,
+One directory per cluster (``<home>/<name>/``, the home being ``default_home()``) holds config,
 data, logs, pid records and credentials, so ``rm -r`` of it is a complete reset and two
 clusters never share a file.
 """
@@ -19,9 +19,27 @@ import attrs
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
 
 
+ROOT_HOME = Path("/var/lib/sac")
+HOME_HELP = ("servers' state directory (default: $SAC_HOME; else /var/lib/sac as root, "
+             "$XDG_STATE_HOME/sac or ~/.local/state/sac otherwise)")
+
+
 def default_home() -> Path:
-    """``$SAC_HOME`` or ``./.sac``: state stays next to the project that started it."""
-    return Path(os.environ.get("SAC_HOME", ".sac")).resolve()
+    """Where servers keep their state when no ``home`` is given: ``$SAC_HOME``; else
+    ``/var/lib/sac`` for root; else ``$XDG_STATE_HOME/sac`` (``~/.local/state/sac``).
+
+    Why one place, whatever the working directory: ``sac server status`` run from anywhere
+    must find the cluster ``sac server up`` started. Why not under root's home: the servers
+    drop to their own users (PostgreSQL runs as ``postgres``) and ``/root`` is mode 0700, so
+    nothing under it could be theirs."""
+    env = os.environ.get("SAC_HOME")
+    if env:
+        return Path(env).expanduser().resolve()
+    if os.geteuid() == 0:
+        return ROOT_HOME
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
+    return (base / "sac").resolve()
 
 
 def check_name(value: object, what: str = "name") -> str:

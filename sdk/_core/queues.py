@@ -119,3 +119,32 @@ def consume_arguments(queue_type: str, broker: BrokerVersion | None,
     if priority is not None:
         arguments["x-priority"] = priority
     return arguments or None
+
+
+# ---------------------------------------------------------------------------- queue types
+
+_ONLY_TYPE = {
+    "x-dead-letter-strategy": "quorum", "x-delivery-limit": "quorum",
+    "x-quorum-initial-group-size": "quorum", "x-quorum-target-group-size": "quorum",
+    "x-max-priority": "classic", "x-queue-mode": "classic", "x-queue-version": "classic",
+    "x-max-age": "stream", "x-stream-max-segment-size-bytes": "stream",
+}
+"""Arguments only one queue type takes: a queue that has one is of that type."""
+
+
+def type_hint(mismatch: Inequivalent, wanted_type: str) -> str | None:
+    """What a mismatch says of the queue's type, when the broker named another argument.
+
+    Why: RabbitMQ names the first argument that differs, and checks ``x-queue-type`` last,
+    so asking for ``type="classic"`` on an existing quorum queue is reported as
+    ``x-dead-letter-strategy``. The type is the difference a user needs to read; when the
+    queue holds an argument only one type takes, that type is known; None otherwise."""
+    if mismatch.argument == "x-queue-type":
+        return None
+    if mismatch.current is not None:
+        current_type = _ONLY_TYPE.get(mismatch.argument)
+        if current_type is not None and current_type != wanted_type:
+            return (f"the queue is a {current_type} queue ({mismatch.argument} is an argument "
+                    f"only {current_type} queues take) and the settings ask for "
+                    f"type={wanted_type!r}")
+    return None

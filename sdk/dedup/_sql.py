@@ -126,6 +126,21 @@ class SqlStore(Store):
     def message_fault(self, exc: BaseException) -> bool:
         return isinstance(exc, self._data_errors()) and not self._outage(exc, self._conn)
 
+    def _schema_errors(self, exc: BaseException) -> bool:
+        """Whether the driver's ``exc`` says a table or column does not exist."""
+        return False
+
+    def setup_fault(self, exc: BaseException) -> bool:
+        return self._schema_errors(exc)
+
+    def missing_tables(self, names: Sequence[str]) -> list[str]:
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise ClosedError(f"dedup store {self.description} is not open")
+            missing = [name for name in names if not self._table_exists(conn, name)]
+        return missing
+
     def unavailable(self, exc: BaseException) -> StoreUnavailable:
         return StoreUnavailable(f"dedup store {self.description}: {exc}")
 

@@ -164,6 +164,23 @@ class Store(abc.ABC):
         of retrying the batch. False here: the memory store refuses nothing."""
         return False
 
+    def setup_fault(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by an effect, is the database's set-up (a table or column
+        the effect writes does not exist) rather than the message: every message would fail
+        the same way, so the batch is tried again under ``store_retry`` (a migration may be
+        running) and the consumer then stops with ``StoreUnavailable``, its messages unacked,
+        instead of parking the queue one message at a time. False here."""
+        return False
+
+    def missing_tables(self, names: Sequence[str]) -> list[str]:
+        """Those of ``names`` the store's database has no table for (the store is open).
+        The memory store has no tables: naming any is a mistake."""
+        if names:
+            raise ConfigurationError(
+                f"dedup store {self.description} has no tables: Inbox(tables=...) is for the "
+                "SQLite and PostgreSQL stores")
+        return []
+
     @abc.abstractmethod
     def claim_epoch(self, queue: str) -> int:
         """Atomically raise the queue's epoch by one, record this store's user as its

@@ -8,7 +8,7 @@ Give a consumer an ``Inbox`` instead of a plain handler::
                    (tx.message_id, delivery.body))
 
     store = SQLiteStore("/var/lib/app/dedup.db")
-    Consumer(settings, Inbox(store, effect)).run()
+    Consumer(settings, Inbox(store, effect, tables=["orders"])).run()
 
 Per message: maybe look the id up (``LookupPolicy``); run the effect inside the store's
 transaction; write the record and check the epoch in the same transaction; commit; only then
@@ -48,7 +48,7 @@ from .._core.backoff import Backoff
 from .._core.ids import id_key
 from .._core.retry import Interrupted, Retry, drive
 from .._delivery import Delivery
-from .._errors import MissingMessageId, StaleEpoch, StoreUnavailable
+from .._errors import MissingMessageId, StaleEpoch, StoreError, StoreUnavailable
 from .._history import HistoryRecorder
 from ._store import Batch, Duplicate, Retention, Store, Transaction
 
@@ -132,6 +132,7 @@ class Inbox:
         policy: LookupPolicy = LookupPolicy.DEFAULT,
         retention: Retention | None = None,
         epoch_source: Callable[[], int] | None = None,
+        tables: Sequence[str] = (),
         store_retry: Backoff = STORE_RETRY,
         clock: Callable[[], float] = time.monotonic,
         rng: Callable[[], float] = random.random,
@@ -144,6 +145,10 @@ class Inbox:
             raise TypeError(f"policy must be a LookupPolicy, got {policy!r}")
         if not isinstance(store_retry, Backoff):
             raise TypeError(f"store_retry must be a Backoff, got {store_retry!r}")
+        if isinstance(tables, str) or not all(isinstance(t, str) and t for t in tables):
+            raise TypeError(f"tables must be a sequence of table names, got {tables!r}")
+        self.tables = tuple(tables)
+        """The tables the effect writes: checked when the consumer starts."""
         self.store_retry = store_retry
         self._interrupted = threading.Event()
         # The wait between tries ends early on interrupt(): a stopping consumer does not sit
@@ -194,8 +199,18 @@ class Inbox:
         self.recorder = recorder
 
     def open(self) -> None:
-        """Open the store (raises ``StoreUnavailable``/``SchemaMismatch``) and start purging."""
+        """Open the store (raises ``StoreUnavailable``/``SchemaMismatch``), check the
+        effect's ``tables`` exist (``StoreError`` naming those missing: without them every
+        message would fail alike), and start purging."""
         self.store.open()
+        missing = self.store.missing_tables(self.tables)
+        if missing:
+            self.store.close()
+            raise StoreError(
+                f"dedup store {self.store.description} has no table "
+                f"{', '.join(repr(t) for t in missing)}, which the effect writes "
+                "(Inbox(tables=...)): create it in the store's database before the consumer "
+                "starts")
         self._closing.clear()
         if self._purger is None:
             self._purger = threading.Thread(target=self._purge_loop, name="sac-dedup-purge",
@@ -404,7 +419,9 @@ class Inbox:
             return Outcome.DUPLICATE
         except (StaleEpoch, StoreUnavailable):
             raise  # not this message's fault: the whole batch is refused or tried again
-        except Exception as exc:  # noqa: BLE001 - the consumer logs it and requeues
+        except Exception as exc:
+            if self.store.setup_fault(exc):
+                raise  # a missing table fails every message: the set-up's, tried again
             return exc
         seen.add(key)  # a second copy in this batch is a duplicate too
         return Outcome.COMMITTED

@@ -189,6 +189,11 @@ class PostgresStore(SqlStore):
 
         return (psycopg.DataError, psycopg.IntegrityError)
 
+    def _schema_errors(self, exc: BaseException) -> bool:
+        import psycopg.errors
+
+        return isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn)
+
     def _begin_schema(self, conn: Any) -> None:
         conn.execute("BEGIN")
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))

@@ -381,3 +381,10 @@ def test_exchanges_bindings_and_queue_deletion(
         management.delete_queue(queue_name, if_empty=False)
         with pytest.raises(ManagementNotFound):
             management.queue(queue_name)
+        # A quorum queue refuses "if empty" whatever it holds: the error says what to do.
+        channel.queue_declare(queue_name, durable=True, arguments={"x-queue-type": "quorum"})
+        with pytest.raises(ManagementError) as quorum:
+            management.delete_queue(queue_name)
+        assert "quorum queue" in str(quorum.value)
+        assert f"delete_queue({queue_name!r}, if_empty=False)" in str(quorum.value)
+        management.delete_queue(queue_name, if_empty=False)

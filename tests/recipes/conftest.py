@@ -1,12 +1,17 @@
-"""Run a recipe as its user does: ``python -m recipes.<name> ...`` from the checkout, in a
-process of its own, against the session's servers (``tests/conftest.py``)."""
+"""Run a recipe as its user does: the file copied alone into a project of theirs where sac is
+installed (no checkout, no ``recipes`` package), ``python NAME.py ...``, in a process of its
+own, against the session's servers (``tests/conftest.py``)."""
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,10 +25,29 @@ RECIPE_TIMEOUT = 240.0
 Recipe = Callable[..., subprocess.CompletedProcess[str]]
 
 
+@functools.cache
+def installed_sac() -> Path:
+    """A directory holding the package ``sac`` alone (a link to this checkout's): on
+    PYTHONPATH it stands for a project's site-packages, where ``recipes`` and ``tests`` are
+    not importable."""
+    site = Path(tempfile.mkdtemp(prefix="sac-site-"))
+    atexit.register(shutil.rmtree, site, True)
+    (site / "sac").symlink_to(ROOT / "sac", target_is_directory=True)
+    return site
+
+
 def run_recipe(name: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", f"recipes.{name}", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=RECIPE_TIMEOUT, check=False)
+    """``python NAME.py ARGS`` with the recipe's file copied alone into a fresh directory, and
+    run from there."""
+    project = Path(tempfile.mkdtemp(prefix=f"sac-project-{name}-"))
+    try:
+        shutil.copy(ROOT / "recipes" / f"{name}.py", project)
+        env = {**os.environ, "PYTHONPATH": str(installed_sac())}
+        return subprocess.run([sys.executable, f"{name}.py", *args], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=RECIPE_TIMEOUT,
+                              check=False)
+    finally:
+        shutil.rmtree(project, ignore_errors=True)
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
 """Recipes are what users copy: they use the SDK's public face (``sac.sdk`` and its public
-modules, such as ``sac.sdk.dedup``) and ``sac.server`` to find a local cluster; nothing private,
-nothing of the chaos suite."""
+modules, such as ``sac.sdk.dedup``), ``sac.server`` to find a local cluster, and the harness
+they share, ``sac.recipe_kit``, which is installed with sac; nothing private, nothing of the
+chaos suite, and nothing of the checkout (no relative import, no ``recipes``): a recipe runs
+copied alone."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import sys
 from tests.recipes.conftest import ROOT
 
 LIBRARIES = {"attrs", "psycopg"}
+KIT = "sac.recipe_kit"
 
 
 def allowed(module: str) -> bool:
@@ -17,7 +20,7 @@ def allowed(module: str) -> bool:
     if parts[0] in LIBRARIES:
         return True
     public = not any(part.startswith("_") for part in parts)
-    return public and (parts[:2] == ["sac", "sdk"] or module == "sac.server")
+    return public and (parts[:2] == ["sac", "sdk"] or module in ("sac.server", KIT))
 
 
 def imports(path: str) -> set[str]:
@@ -26,8 +29,8 @@ def imports(path: str) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            found.add("." * node.level + (node.module or ""))
     return found
 
 
@@ -37,6 +40,9 @@ def test_the_rule_refuses_what_it_should() -> None:
     assert not allowed("sac.chaos.actors")
     assert not allowed("sac.server._rabbitmq_config")
     assert not allowed("pika")
+    assert not allowed("._common")
+    assert not allowed("recipes.takeover")
+    assert allowed(KIT)
 
 
 def test_recipes_import_only_the_public_face() -> None:
@@ -50,3 +56,10 @@ def test_recipes_import_only_the_public_face() -> None:
         if refused := sorted(name for name in ours if not allowed(name)):
             offenders[path] = refused
     assert offenders == {}
+
+
+def test_the_kit_imports_only_the_public_face() -> None:
+    ours = {name for name in imports("sac/recipe_kit.py")
+            if name.split(".")[0] not in sys.stdlib_module_names and name != "__future__"}
+    assert ours
+    assert sorted(name for name in ours if not allowed(name)) == []

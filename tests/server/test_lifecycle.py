@@ -45,6 +45,8 @@ def test_cli_up_status_kill_start_down_leaves_no_process(
     up = sac(tmp_path, "server", "up", "--nodes", "1", "--zookeeper", "--name", name)
     assert up.returncode == 0, up.stderr
     assert "***" in up.stdout
+    assert f'eval "$(sac server env --name {name} --home {tmp_path} --show-password)"' \
+        in up.stdout
     local = LocalCluster.attach(name, home=tmp_path)
     assert local.credentials.password not in up.stdout + up.stderr
 
@@ -57,6 +59,30 @@ def test_cli_up_status_kill_start_down_leaves_no_process(
     # A second cluster runs beside the session's on ports of its own.
     session_ports = {n.amqp_port for n in cluster.nodes}
     assert node["amqp_port"] not in session_ports
+
+    # The URLs for an application's shell: masked by default (as comments, so an eval sets
+    # nothing that would fail to log in); with --show-password, exports that the SDK's
+    # from_env() reads and that connect.
+    masked = sac(tmp_path, "server", "env", "--name", name)
+    assert masked.returncode == 0, masked.stderr
+    assert local.credentials.password not in masked.stdout + masked.stderr
+    assert masked.stdout.splitlines()[0].startswith("# export SAC_AMQP_URLS='amqp://")
+    assert all(line.startswith("# export ") for line in masked.stdout.splitlines())
+    assert "--show-password" in masked.stderr
+    exe = Path(sys.executable).with_name("sac")
+    check = ("from sac.sdk import *; "
+             "p = Publisher(PublisherSettings(ConnectionSettings.from_env(), "
+             "queue=QueueSettings('env-probe'))); p.start(); p.publish(b'x'); p.close(); "
+             "m = Management(ManagementSettings.from_env()); print(m.queue('env-probe').name); "
+             "m.delete_queue('env-probe', if_empty=False); "
+             "import os; print(os.environ['SAC_ZOOKEEPER_HOSTS'])")
+    shell = subprocess.run(
+        ["bash", "-c", f'eval "$({exe} server env --name {name} --home {tmp_path} '
+                       f'--show-password)" && exec {sys.executable} -c "{check}"'],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert shell.returncode == 0, shell.stderr
+    assert shell.stdout.splitlines() == [
+        "env-probe", f"127.0.0.1:{status['zookeeper']['port']}"]
 
     killed = sac(tmp_path, "server", "kill", "1", "--name", name)
     assert killed.returncode == 0, killed.stderr

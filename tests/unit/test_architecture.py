@@ -1,4 +1,4 @@
-"""The arrows that must never exist (README, "Architecture"), checked on the source."""
+"""The arrows that must never exist (docs/architecture.md), checked on the source."""
 
 from __future__ import annotations
 

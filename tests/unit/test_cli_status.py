@@ -1,5 +1,5 @@
 """``sac server status`` for a cluster it cannot find says where it looked: state lives in a
-directory (``--home``, ``$SAC_HOME``, or ``.sac`` in the working directory), and the same
+directory (``--home``, ``$SAC_HOME``, or the default place: ``default_home()``), and the same
 command run from elsewhere finds nothing."""
 
 from __future__ import annotations

@@ -1,14 +1,22 @@
-"""What the recipes share around the SDK: finding the broker, saying a bad input in one line,
-and running a consumer in a process of its own.
+"""The harness the recipes share, installed with sac so that a recipe copied alone into a
+project runs there: finding the broker (a local cluster by name, or any broker by URL) and
+checking it answers, saying bad input in one line, running a consumer in a process of its
+own, a steady publisher, the recipes' effects database, and printing the verdict.
 
-A recipe is run from a checkout (``python -m recipes.<name> --help``) against a cluster started
-by ``sac server up`` (``--cluster NAME``, default ``sac``) or against any broker (``--url``,
-once per node). It exits 0 when it proved what it says, 1 when it did not, 2 on bad input.
+A recipe (``recipes/*.py`` in the repository) is the pattern it teaches, near its top, and a
+proof below that drives the pattern through this kit. It is run as ``python recipes/NAME.py``
+against a cluster started by ``sac server up`` (``--cluster NAME``, default ``sac``) or any
+broker (``--url``, once per node), and exits 0 when it proved what it says, 1 when it did not,
+2 on bad input (one line on stderr: no such cluster, a broker that refuses the password or
+does not answer, an option out of range).
 
 A consumer runs in a process of its own, as it would in production, so that stopping it is a
 real process's graceful stop (SIGTERM) and a crash is a real process dying. It reports what it
 does (role changes, its statistics) as small dicts through a pipe of its own, each with the
 host's monotonic clock, which every process of one machine shares.
+
+This module is for the recipes and for scripts written like them; applications use
+``sac.sdk`` alone.
 """
 
 from __future__ import annotations
@@ -16,17 +24,61 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import multiprocessing.connection
+import sqlite3
 import sys
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any, NoReturn
 
 import attrs
 
-from sac.sdk import ConfigurationError, ConnectionSettings, QueueSettings, SacError
+from sac.sdk import (
+    AuthenticationError,
+    ConfigurationError,
+    ConnectError,
+    ConnectionSettings,
+    Management,
+    ManagementSettings,
+    PostgresStore,
+    Publisher,
+    PublisherSettings,
+    QueueNotFound,
+    QueueSettings,
+    SacError,
+    SQLiteStore,
+    Store,
+)
 from sac.server import LocalCluster, LocalZooKeeper, ServerError
+
+__all__ = [
+    "BAD_INPUT",
+    "EXIT_STATUSES",
+    "NOT_PROVED",
+    "PROVED",
+    "BadInput",
+    "Broker",
+    "ConsumerProcess",
+    "Database",
+    "Parser",
+    "Reporter",
+    "Side",
+    "SteadyPublisher",
+    "add_broker_arguments",
+    "add_two_cluster_arguments",
+    "attach",
+    "attempt",
+    "find_broker",
+    "find_sides",
+    "find_zookeeper",
+    "poll",
+    "positive",
+    "run",
+    "sample",
+    "verdict",
+]
 
 PROVED, NOT_PROVED, BAD_INPUT = 0, 1, 2
 """The exit statuses of every recipe."""
@@ -38,8 +90,17 @@ class BadInput(Exception):
     """An input the recipe cannot use: printed as one line, exit status 2."""
 
 
+EXIT_STATUSES = "exit status: 0 proved, 1 not proved, 2 bad input (one line on stderr)"
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse, with a refused argument said in one line (not the usage block), status 2."""
+    """argparse, with a refused argument said in one line (not the usage block), status 2,
+    and the exit statuses under ``--help``. ``--help`` prints and exits 0 before a recipe
+    touches any server."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("epilog", EXIT_STATUSES)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(BAD_INPUT, f"{self.prog}: error: {message}\n")
@@ -62,6 +123,8 @@ def positive(kind: Callable[[str], int | float]) -> Callable[[str], Any]:
 
 
 def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--cluster NAME`` and ``--home DIR`` (a local cluster), or ``--url`` once per node
+    (any broker): what ``find_broker`` reads."""
     where = parser.add_argument_group("broker (one of)")
     where.add_argument("--cluster", default="sac", metavar="NAME",
                        help="a cluster started by `sac server up --name NAME` (default: sac)")
@@ -93,12 +156,37 @@ class Broker:
         urls = self.urls[first % len(self.urls):] + self.urls[:first % len(self.urls)]
         return ConnectionSettings(urls=urls, name=name)
 
+    def check(self) -> None:
+        """Connect once, before anything is declared: a password the broker refuses or a
+        broker that does not answer is bad input (``BadInput``), said before the run
+        starts rather than as a failed proof with queues to tidy up."""
+        try:
+            with Publisher(PublisherSettings(self.connection("sac-recipe-check"))):
+                pass
+        except AuthenticationError as exc:
+            raise BadInput(f"the broker refused the login: {exc}") from None
+        except ConnectError as exc:
+            raise BadInput(f"no broker answers: {exc}") from None
+
+    def exists(self, name: str) -> bool:
+        """Whether queue ``name`` is on the broker (a passive declare: nothing is made)."""
+        probe = QueueSettings(name, declare=False, parking_queue=None)
+        try:
+            with Publisher(PublisherSettings(self.connection("sac-recipe-tidy"), queue=probe)):
+                return True
+        except QueueNotFound:
+            return False
+
     def remove(self, queue: QueueSettings) -> str:
-        """Delete the recipe's queue and its parking queue through the local cluster's
-        management API; what was done, in words (with ``--url`` they are left)."""
+        """Delete the recipe's queue and its parking queue (through the local cluster's
+        management API); what was done, in words. With ``--url`` no management API is
+        known: those of them that exist are named as left on the broker, and only those."""
         names = [queue.name] + ([queue.parking_queue] if queue.parking_queue else [])
         if self.cluster is None:
-            return f"left on the broker: queue(s) {', '.join(names)} (delete them when done)"
+            left = [name for name in names if self.exists(name)]
+            if not left:
+                return "no queue to delete"
+            return f"left on the broker: queue(s) {', '.join(left)} (delete them when done)"
         existing = {q["name"] for q in self.cluster.management_api("queues/%2F?columns=name")}
         names = [name for name in names if name in existing]
         for name in names:
@@ -108,18 +196,59 @@ class Broker:
 
 
 def find_broker(args: argparse.Namespace) -> Broker:
-    """The broker named on the command line; ``BadInput`` when there is none to use."""
+    """The broker ``add_broker_arguments`` named, checked to answer; ``BadInput`` when there
+    is none to use."""
     if args.url:
         try:
             ConnectionSettings(urls=args.url)
         except ConfigurationError as exc:
             raise BadInput(f"--url: {exc}") from None
-        return Broker(tuple(args.url), None)
+        broker = Broker(tuple(args.url), None)
+    else:
+        cluster = attach(args.cluster, args.home)
+        broker = Broker(tuple(cluster.urls()), cluster)
+    broker.check()
+    return broker
+
+
+def attach(name: str, home: str | None) -> LocalCluster:
+    """The local cluster ``name`` (from ``sac server up --name NAME``); ``BadInput`` when it
+    is not running."""
     try:
-        cluster = LocalCluster.attach(args.cluster, home=args.home)
-        return Broker(tuple(cluster.urls()), cluster)
+        return LocalCluster.attach(name, home=home)
     except ServerError as exc:
         raise BadInput(str(exc)) from None
+
+
+@attrs.frozen
+class Side:
+    """One of the two local clusters of a recipe that spans two: its clients' broker and its
+    management API."""
+
+    label: str
+    cluster: LocalCluster
+
+    @property
+    def broker(self) -> Broker:
+        return Broker(tuple(self.cluster.urls()), self.cluster)
+
+    def management(self) -> Management:
+        return Management(ManagementSettings(urls=self.cluster.management_urls()))
+
+    def api(self, path: str, method: str = "GET", body: Any = None) -> Any:
+        """One call of the management API (a ``ServerError`` when refused)."""
+        return self.cluster.management_api(path, method=method, body=body)
+
+
+def find_sides(args: argparse.Namespace, first: tuple[str, str],
+               second: tuple[str, str]) -> tuple[Side, Side]:
+    """The two clusters ``add_two_cluster_arguments`` named, as (label, option attribute)
+    pairs; each checked to answer (``BadInput`` otherwise)."""
+    sides = tuple(Side(label, attach(getattr(args, option), args.home))
+                  for label, option in (first, second))
+    for side in sides:
+        side.broker.check()
+    return sides[0], sides[1]
 
 
 def add_two_cluster_arguments(parser: argparse.ArgumentParser, first: tuple[str, str, str],
@@ -176,7 +305,7 @@ def attempt(broker: Broker, queue: QueueSettings, body: Callable[[], int]) -> in
         try:
             print(broker.remove(queue))
         except Exception as exc:  # noqa: BLE001 - tidying up must not hide the verdict
-            print(f"could not delete the queue: {exc}")
+            print(f"could not tidy up queue {queue.name}: {' '.join(str(exc).split())}")
 
 
 def verdict(checks: dict[str, bool], proved: str) -> int:
@@ -188,6 +317,11 @@ def verdict(checks: dict[str, bool], proved: str) -> int:
         print(f"PROVED: {proved}")
         return PROVED
     return NOT_PROVED
+
+
+def sample(ids: Sequence[str]) -> str:
+    """A few of ``ids``, to print after their count."""
+    return f" (e.g. {', '.join(ids[:5])})" if ids else ""
 
 
 def poll(condition: Callable[[], bool], timeout: float, every: float = 0.05) -> bool:
@@ -302,3 +436,131 @@ class ConsumerProcess:
     @property
     def exitcode(self) -> int | None:
         return self.process.exitcode
+
+
+# --------------------------------------------------------------------------- the publisher
+
+
+class SteadyPublisher:
+    """Publishes ``count`` messages at ``rate`` a second from a thread of its own (ids
+    ``<prefix>000001``...), each confirmed by the broker before it counts. With
+    ``hold_at=N`` it stops after N messages until ``release()``: what comes after a step
+    of the run (a consumer stopped) is then published after it, whatever the timing."""
+
+    def __init__(self, settings: PublisherSettings, rate: float, count: int,
+                 prefix: str = "m", hold_at: int | None = None) -> None:
+        self.rate = rate
+        self.count = count
+        self.prefix = prefix
+        self.hold_at = hold_at
+        self.confirmed: list[str] = []
+        self.failed: list[str] = []
+        self._publisher = Publisher(settings)
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._released = threading.Event()
+        self._thread = threading.Thread(target=self._publish, name="recipe-publisher",
+                                        daemon=True)
+
+    def connect(self) -> None:
+        """Connect and declare the queue, without publishing yet."""
+        self._publisher.start()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _publish(self) -> None:
+        began = time.monotonic()
+        for seq in range(1, self.count + 1):
+            if self.hold_at is not None and seq - 1 == self.hold_at:
+                self._released.wait()
+                began = time.monotonic() - self.hold_at / self.rate
+            if self._stop.wait(max(0.0, began + seq / self.rate - time.monotonic())):
+                return
+            future = self._publisher.send(f"message {seq}".encode(),
+                                          message_id=f"{self.prefix}{seq:06d}")
+            future.add_done_callback(self._settled)
+
+    def _settled(self, future: Future[str]) -> None:
+        with self._cond:
+            if future.exception() is None:
+                self.confirmed.append(future.result())
+            else:
+                self.failed.append(repr(future.exception()))
+            self._cond.notify_all()
+
+    def wait_confirmed(self, n: int, timeout: float) -> bool:
+        with self._cond:
+            self._cond.wait_for(lambda: len(self.confirmed) >= n or bool(self.failed),
+                                timeout)
+            return len(self.confirmed) >= n and not self.failed
+
+    def release(self) -> None:
+        """Publish the rest, after ``hold_at``."""
+        self._released.set()
+
+    def finish(self, timeout: float) -> None:
+        """Until the last message is sent and every confirm is in (or ``timeout``)."""
+        self._thread.join(timeout)
+        self.close(timeout)
+
+    def close(self, timeout: float) -> None:
+        """Stop sending; wait up to ``timeout`` for the confirms of what was sent."""
+        self._stop.set()
+        self._released.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        self._publisher.close(timeout=timeout)
+
+
+# --------------------------------------------------------------------------- the database
+
+
+@attrs.frozen
+class Database:
+    """The dedup store's database, which also holds a recipe's effects: a SQLite file or a
+    PostgreSQL DSN. An effects table has no unique key, so that an effect made twice shows
+    as two rows."""
+
+    dsn: str | None = None
+    path: str | None = None
+
+    def store(self) -> Store:
+        return PostgresStore(self.dsn) if self.dsn else SQLiteStore(str(self.path))
+
+    def describe(self) -> str:
+        if not self.dsn:
+            return f"SQLite file {self.path}"
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            info = conninfo_to_dict(self.dsn)
+        except Exception:  # noqa: BLE001 - create() says what is wrong with it
+            return "PostgreSQL (--dsn)"
+        return (f"PostgreSQL database {info.get('dbname', '?')} on "
+                f"{info.get('host', 'localhost')}:{info.get('port', 5432)}")
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One statement (``?`` placeholders) in a transaction of its own."""
+        if self.dsn:
+            import psycopg
+
+            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as pg:
+                cursor = pg.execute(sql.replace("?", "%s"), params)
+                return cursor.fetchall() if cursor.description else []
+        db = sqlite3.connect(str(self.path), timeout=30.0)
+        try:
+            with db:
+                return db.execute(sql, params).fetchall()
+        finally:
+            db.close()
+
+    def create(self, table: str, columns: str) -> None:
+        """The effects table (``columns`` as SQL, the same for both databases); ``BadInput``
+        when the database cannot be used."""
+        try:
+            self.query(f"CREATE TABLE IF NOT EXISTS {table} ({columns})")
+        except ImportError:
+            raise BadInput("--dsn needs psycopg: pip install 'sac[postgres]'") from None
+        except Exception as exc:  # noqa: BLE001 - any driver's refusal, said in one line
+            raise BadInput(f"cannot use {self.describe()}: {exc}".strip()) from None
