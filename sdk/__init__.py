@@ -9,6 +9,10 @@ Example::
     conn = ConnectionSettings.from_env()      # SAC_AMQP_URLS=amqp://...,amqp://...
     with Publisher(PublisherSettings(conn, queue=QueueSettings("orders"))) as pub:
         pub.publish(b"order 1")
+
+Bodies other than bytes: ``Publisher(settings, serializer=JSON)`` publishes any JSON value as
+``application/json``; ``Consumer(settings, handle, serializers=JSON)`` hands the handler the
+decoded value in ``Delivery.value`` (``Serializer`` makes any other codec).
 """
 
 if __name__ != "sac.sdk":  # one name per module: a second would load a second copy
@@ -17,6 +21,7 @@ if __name__ != "sac.sdk":  # one name per module: a second would load a second c
     )
 
 from ._core.backoff import Backoff
+from ._core.codecs import BYTES, JSON, Serializer
 from ._core.consuming import Handover
 from ._core.guarding import GuardStatus, LeaderRecord, Leadership, SessionState
 from ._core.ids import new_message_id
@@ -88,6 +93,8 @@ from .parking import (
 from .publisher import AsyncPublisher, Publisher, PublisherStats, PublishOptions
 
 __all__ = [
+    "BYTES",
+    "JSON",
     "RETRANSMIT_HEADER",
     "AsyncConsumer",
     "AsyncPublisher",
@@ -147,6 +154,7 @@ __all__ = [
     "SQLiteStore",
     "SacError",
     "SchemaMismatch",
+    "Serializer",
     "SessionState",
     "StaleEpoch",
     "Store",

@@ -36,6 +36,7 @@ from pika.spec import Basic, BasicProperties
 
 from ._consumer_workers import Tally, Worker
 from ._core.acks import Ack, Reject
+from ._core.codecs import BYTES, Codecs, Serializer, Undecodable
 from ._core.consuming import (
     RUNNING,
     Action,
@@ -130,8 +131,10 @@ class ConsumerEngine(Recovering):
         *,
         recorder: HistoryRecorder | None = None,
         on_role_change: RoleCallback | None = None,
+        serializers: Serializer[Any] | Sequence[Serializer[Any]] = BYTES,
     ) -> None:
         inbox = handler if isinstance(handler, Inbox) else None
+        codecs = Codecs(serializers)  # a wrong one fails here, before anything connects
         if inbox is None and not callable(handler):
             raise TypeError(f"handler must be callable or an Inbox, got {type(handler).__name__}")
         connection = settings.connection
@@ -164,6 +167,9 @@ class ConsumerEngine(Recovering):
         self._ids_by_tag: dict[int, str | None] = {}
         self._acked = self._rejected = 0
         self._id_from = settings.message_id_from
+        self.codecs = codecs
+        self._decoding = None if codecs.decodes_nothing else codecs
+        """None by default: every value is its body, nothing to do per message."""
         self._forwarder: Forwarder | None = None
         self._parking: asyncio.Task[None] | None = None
         self._log_budget = LogBudget()
@@ -652,10 +658,19 @@ class ConsumerEngine(Recovering):
             if not message_id and self._id_from is not None:
                 message_id = self._id_from.derive(body, headers)
                 derived = message_id is not None
+            value: Any = body
+            decoding = self._decoding
+            if decoding is not None and unfit is None:
+                # Here, once, as it arrives: a retry does not decode again, and a body that
+                # does not decode is parked in its turn, never seen by the handler.
+                try:
+                    value = decoding.decode(content_type, body)
+                except Undecodable as undecodable:
+                    unfit = undecodable.reason
             delivery = Delivery(
                 body, message_id, headers or _NO_HEADERS, bool(redelivered),
                 delivery_count(headers), self._queue_name, routing_key, exchange,
-                content_type, correlation_id, timestamp, tag, derived, properties,
+                content_type, correlation_id, timestamp, tag, derived, properties, value,
             )
             if self._recorder is not None:
                 self._ids_by_tag[tag] = message_id

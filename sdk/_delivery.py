@@ -40,7 +40,10 @@ def delivery_count(headers: Mapping[str, Any] | None) -> int | None:
 class Delivery:
     """One message handed to a handler. Acknowledging is the consumer's job, not the
     handler's: return normally to ack it; raise to have it retried in place and then parked
-    (``Poison``: parked at once)."""
+    (``Poison``: parked at once).
+
+    ``body`` is the bytes as they arrived; ``value`` is what the consumer's serializers made
+    of them (the same bytes by default)."""
 
     body: bytes = attrs.field(repr=lambda b: f"<{len(b)} bytes>")
     message_id: str | bytes | None
@@ -66,6 +69,11 @@ class Delivery:
     ``app_id``, ``cluster_id``. A parked message keeps them (except ``expiration``: it must not
     expire while a person has not looked at it, and ``user_id``, which the broker checks
     against the parking connection's user)."""
+    value: Any = attrs.field(
+        default=attrs.Factory(lambda self: self.body, takes_self=True), repr=False)
+    """The body decoded by the consumer's serializer for its content type (``JSON``: a dict,
+    list, str...): what the handler works with. The body itself when the consumer decodes
+    nothing (``BYTES``, the default) or hands this content type over raw."""
 
     @property
     def retransmitted(self) -> bool:

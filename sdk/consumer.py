@@ -9,6 +9,9 @@ What they do for you:
   passively; a queue that exists with other arguments raises ``QueueMismatch`` naming it;
 - manual acks, sent only after the handler returned (batched as ``multiple`` acks, flushed
   whenever no further delivery waits);
+- ``serializers=JSON`` (or any ``Serializer``) decodes each body by its content type into
+  ``Delivery.value``, for a handler and an inbox effect alike; a body that does not decode
+  (or a content type the consumer does not read) is parked at once, in its turn, with why;
 - a handler (or inbox effect) that raises is run again for the same message, in place and
   unacked, under ``ConsumerSettings.retry``; then (or at once for ``Poison`` and a message
   without an id for the inbox) the message is parked: copied, with the reason in its
@@ -37,9 +40,10 @@ thread that calls ``run()``.
 Example::
 
     async def handle(delivery: Delivery) -> None:
-        await save(delivery.body)
+        await save(delivery.value["order"])       # the decoded JSON; delivery.body: bytes
 
-    async with AsyncConsumer(ConsumerSettings(conn, QueueSettings("orders")), handle) as c:
+    settings = ConsumerSettings(conn, QueueSettings("orders"))
+    async with AsyncConsumer(settings, handle, serializers=JSON) as c:
         await c.wait()
 """
 
@@ -50,14 +54,15 @@ import inspect
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import attrs
 
 from ._consumer_engine import ConsumerEngine, Handler, RoleCallback
 from ._consumer_workers import AsyncWorker, ThreadWorker
+from ._core.codecs import BYTES, Serializer
 from ._core.guarding import GuardStatus
 from ._core.lifecycle import Phase
 from ._core.roles import Role
@@ -86,7 +91,16 @@ class ConsumerStats:
 
 
 class AsyncConsumer:
-    """Consumes one queue, one message at a time, until ``stop()``."""
+    """Consumes one queue, one message at a time, until ``stop()``.
+
+    ``serializers`` (one ``Serializer`` or several; default ``BYTES``: the body as it came)
+    make ``Delivery.value`` from the body, by the message's content type (its media type,
+    parameters aside): the serializer of that content type decodes it; a message without one
+    is decoded by the first serializer; any other content type is handed over raw when
+    ``BYTES`` is among them, else parked at once. A body its serializer cannot decode (not
+    JSON, not UTF-8) is parked at once, in its turn, the reason naming the content type and
+    the error; the consumer goes on with the next message. So ``serializers=JSON`` reads
+    JSON only, ``[JSON, BYTES]`` JSON and anything else raw."""
 
     def __init__(
         self,
@@ -95,10 +109,11 @@ class AsyncConsumer:
         *,
         recorder: HistoryRecorder | None = None,
         on_role_change: RoleCallback | None = None,
+        serializers: Serializer[Any] | Sequence[Serializer[Any]] = BYTES,
     ) -> None:
         self.settings = settings
         self._engine = ConsumerEngine(settings, handler, AsyncWorker(), recorder=recorder,
-                                      on_role_change=on_role_change)
+                                      on_role_change=on_role_change, serializers=serializers)
 
     @property
     def role(self) -> Role:
@@ -164,6 +179,7 @@ class Consumer:
         *,
         recorder: HistoryRecorder | None = None,
         on_role_change: RoleCallback | None = None,
+        serializers: Serializer[Any] | Sequence[Serializer[Any]] = BYTES,
     ) -> None:
         if inspect.iscoroutinefunction(handler):
             raise TypeError("the blocking Consumer takes a plain function; use AsyncConsumer")
@@ -171,7 +187,7 @@ class Consumer:
         self._thread = LoopThread(name="sac-consumer")
         self._worker = ThreadWorker()
         self._engine = ConsumerEngine(settings, handler, self._worker, recorder=recorder,
-                                      on_role_change=on_role_change)
+                                      on_role_change=on_role_change, serializers=serializers)
         self._lock = threading.Lock()
         self._closed = threading.Event()
 

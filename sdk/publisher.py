@@ -13,6 +13,12 @@ Example::
 A message sent again after a lost confirm carries the header ``x-sac-retransmit`` (it arrives
 with ``redelivered`` false, so the consumer's dedup must look it up).
 
+Bodies are bytes by default; ``serializer=JSON`` (or any ``Serializer``) publishes other
+values, encoded before they are handed over, with the serializer's content type::
+
+    async with AsyncPublisher(settings, serializer=JSON) as pub:
+        await pub.publish({"order": 1, "lines": [{"sku": "A-1", "qty": 2}]})
+
 A message over the broker's ``max_message_size`` fails alone with ``MessageTooLarge``: the
 broker closes the channel over it, the outbox reads the size and the limit from that reply,
 fails every message it holds over the limit, keeps the limit to refuse later ones before
@@ -30,13 +36,14 @@ import asyncio
 import collections
 import concurrent.futures
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Generic, Self, TypedDict, Unpack, cast, overload
 
 import attrs
 from pika.spec import Basic, BasicProperties
 
+from ._core.codecs import BYTES, Serializer, checked, encode_body
 from ._core.ids import new_message_id
 from ._core.lifecycle import Lifecycle, Phase
 from ._core.outbox import (
@@ -66,6 +73,18 @@ from ._settings import PublisherSettings
 from ._transport import Link, LinkLost, broker_close
 from ._wire.frames import encode_header, encode_id, encode_publish
 
+if TYPE_CHECKING:
+    # A default for the body's type (PEP 696): a publisher made without a serializer, and the
+    # bare annotation ``Publisher``, take bytes, as before serializers existed. The checker
+    # reads it from typing_extensions; at run time a plain TypeVar does (no dependency).
+    from typing_extensions import TypeVar
+
+    Body = TypeVar("Body", default=bytes)
+else:
+    from typing import TypeVar
+
+    Body = TypeVar("Body")
+
 _Extra = tuple[dict[str, Any] | None, str | None, str | None]
 """headers, content type, correlation id: kept to encode a retransmission's properties."""
 _Frames = tuple[bytes, bytes, bytes, _Extra | None]
@@ -79,7 +98,8 @@ class PublishOptions(TypedDict, total=False):
     """What ``Publisher.publish``, ``send`` and ``publish_many`` take besides the body, as
     ``AsyncPublisher``'s do: ``routing_key`` (default: the settings' queue), ``exchange``
     (default: the default exchange), ``message_id`` (default: a new one; the inbox's key),
-    ``headers``, ``content_type``, ``correlation_id``."""
+    ``headers``, ``content_type`` (a publisher with a serializer sets its own: one given too
+    must name the same media type, and may add parameters), ``correlation_id``."""
 
     routing_key: str | None
     exchange: str
@@ -142,6 +162,24 @@ def _body_bytes(body: Any) -> bytes:
     raise ConfigurationError(f"message body must be bytes, got {type(body).__name__}")
 
 
+def _where(face: str, method: str, exchange: str, routing_key: str) -> str:
+    """Who failed, for an error: the face, its method and where the message was going."""
+    to = f"exchange {exchange!r}, routing key {routing_key!r}" if exchange else repr(routing_key)
+    return f"{face}.{method}() to {to}"
+
+
+def _encode_all(
+    serializer: Serializer[Any], bodies: Sequence[Any], content_type: str | None, where: str
+) -> tuple[list[bytes], str | None]:
+    """Every body encoded, and the content type they go with, or the first one's error."""
+    encoded: list[bytes] = []
+    sent_as = content_type
+    for body in bodies:
+        data, sent_as = encode_body(serializer, body, content_type, where)
+        encoded.append(data)
+    return encoded, sent_as if encoded else content_type
+
+
 def _retransmit_header(entry: _Entry) -> bytes:
     """The properties of a message going out again: the header ``x-sac-retransmit`` says how
     many times it went out before."""
@@ -166,8 +204,15 @@ class PublisherStats:
     reconnects: int
 
 
-class AsyncPublisher(Recovering):
+class AsyncPublisher(Recovering, Generic[Body]):
     """Publishes with confirms, at most ``settings.window`` messages unconfirmed.
+
+    ``serializer`` (default ``BYTES``: bodies are bytes, the content type the caller's)
+    encodes every body and sets its content type: ``AsyncPublisher(settings,
+    serializer=JSON)`` publishes any JSON value as ``application/json``. A body it cannot
+    encode raises ``ConfigurationError`` (naming the publisher, the value's type and why)
+    before anything is sent, and so does a ``content_type=`` of another media type than the
+    serializer's.
 
     A shell around ``sac.sdk._core.outbox.Outbox``, which decides everything: this class turns
     pika's callbacks into the outbox's events and carries out the actions it returns (frames
@@ -176,12 +221,26 @@ class AsyncPublisher(Recovering):
 
     _role = "publisher"
 
+    @overload
+    def __init__(
+        self: AsyncPublisher[bytes], settings: PublisherSettings, *,
+        recorder: HistoryRecorder | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self, settings: PublisherSettings, *, serializer: Serializer[Body],
+        recorder: HistoryRecorder | None = None,
+    ) -> None: ...
+
     def __init__(
         self,
         settings: PublisherSettings,
         *,
+        serializer: Serializer[Any] = BYTES,
         recorder: HistoryRecorder | None = None,
     ) -> None:
+        self.serializer: Serializer[Body] = checked(serializer, "AsyncPublisher")
         super().__init__(settings.connection, recorder)
         self.settings = settings
         self._box: Outbox[_Frames, _Waiter] = Outbox(settings.outbox_policy())
@@ -258,7 +317,7 @@ class AsyncPublisher(Recovering):
 
     async def publish(
         self,
-        body: bytes,
+        body: Body,
         *,
         routing_key: str | None = None,
         exchange: str = "",
@@ -270,14 +329,15 @@ class AsyncPublisher(Recovering):
         """Publish one message and return its id once the broker confirmed it (or raise
         ``ConfirmTimeout`` after ``confirm_timeout``: the message stays tracked)."""
         entry = self._prepare(
-            body, routing_key, exchange, message_id, headers, content_type, correlation_id)
+            "publish", body, routing_key, exchange, message_id, headers, content_type,
+            correlation_id)
         if self._box.room <= 0:
             await self._room()
         return await asyncio.shield(self._hand_over(entry, timed=True))
 
     async def send(
         self,
-        body: bytes,
+        body: Body,
         *,
         routing_key: str | None = None,
         exchange: str = "",
@@ -290,14 +350,16 @@ class AsyncPublisher(Recovering):
         resolves to its id when confirmed (pipelined publishing). ``publish_many`` does the
         same for many messages without a future each."""
         entry = self._prepare(
-            body, routing_key, exchange, message_id, headers, content_type, correlation_id)
+            "send", body, routing_key, exchange, message_id, headers, content_type,
+            correlation_id)
         if self._box.room <= 0:
             await self._room()
         return self._hand_over(entry, timed=False)
 
     def _prepare(
         self,
-        body: bytes,
+        method: str,
+        body: Body,
         routing_key: str | None,
         exchange: str,
         message_id: str | None,
@@ -309,10 +371,15 @@ class AsyncPublisher(Recovering):
         if self._life.phase is not Phase.RUNNING:
             self._check_usable()
         key = routing_key if routing_key is not None else self._routing_key(None)
-        if type(body) is not bytes:
-            body = _body_bytes(body)
+        serializer = self.serializer
+        data: bytes
+        if serializer is BYTES:
+            data = cast(bytes, body) if type(body) is bytes else _body_bytes(body)
+        else:
+            data, content_type = encode_body(serializer, body, content_type,
+                                             _where("AsyncPublisher", method, exchange, key))
         mid = message_id or new_message_id()
-        return self._entry(body, exchange, key, mid,
+        return self._entry(data, exchange, key, mid,
                            self._extra(headers, content_type, correlation_id))
 
     def _hand_over(self, entry: _Entry, timed: bool) -> asyncio.Future[str]:
@@ -326,7 +393,7 @@ class AsyncPublisher(Recovering):
 
     async def publish_many(
         self,
-        bodies: Iterable[bytes],
+        bodies: Iterable[Body],
         *,
         routing_key: str | None = None,
         exchange: str = "",
@@ -349,10 +416,16 @@ class AsyncPublisher(Recovering):
         loop = self._loop
         assert loop is not None
         key = routing_key if routing_key is not None else self._routing_key(None)
+        items: Sequence[Any] = bodies if isinstance(bodies, list | tuple) else list(bodies)
+        if self.serializer is not BYTES:
+            # All encoded first: a value that cannot be encoded fails the call before any
+            # message of it is sent.
+            items, content_type = _encode_all(
+                self.serializer, items, content_type,
+                _where("AsyncPublisher", "publish_many", exchange, key))
         extra = self._extra(headers, content_type, correlation_id)
         method = self._method(exchange, key)
         max_size = self.settings.max_message_size
-        items = bodies if isinstance(bodies, list | tuple) else list(bodies)
         total = len(items)
         batch = _Batch(loop.create_future(), total)
         ids: list[str] = []
@@ -618,23 +691,46 @@ class AsyncPublisher(Recovering):
         self._run(self._box.give_up(exc))
 
 
-class Publisher:
+class Publisher(Generic[Body]):
     """The blocking face: the same publisher, run on a private event loop thread.
+
+    ``serializer`` as for ``AsyncPublisher``; bodies are encoded in the calling thread.
 
     Example::
 
         with Publisher(PublisherSettings(conn, queue=QueueSettings("orders"))) as pub:
             pub.publish(b"order 1")                  # returns the id once confirmed
             ids = pub.publish_many([b"a", b"b"])     # pipelined, all confirmed
+
+        with Publisher(settings, serializer=JSON) as pub:
+            pub.publish({"order": 1, "items": ["Äpfel"]})   # application/json
     """
 
+    @overload
     def __init__(
-        self, settings: PublisherSettings, *, recorder: HistoryRecorder | None = None
+        self: Publisher[bytes], settings: PublisherSettings, *,
+        recorder: HistoryRecorder | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self, settings: PublisherSettings, *, serializer: Serializer[Body],
+        recorder: HistoryRecorder | None = None,
+    ) -> None: ...
+
+    def __init__(
+        self,
+        settings: PublisherSettings,
+        *,
+        serializer: Serializer[Any] = BYTES,
+        recorder: HistoryRecorder | None = None,
     ) -> None:
+        self.serializer: Serializer[Body] = checked(serializer, "Publisher")
         self.settings = settings
         self._life = Lifecycle("publisher")
         self._thread = LoopThread(name="sac-publisher")
-        self._inner = AsyncPublisher(settings, recorder=recorder)
+        # Raw bytes inside: this face encodes, so an error names it and is raised here.
+        self._inner: AsyncPublisher[bytes] = AsyncPublisher(settings, recorder=recorder)
 
     def start(self) -> Self:
         self._life.start()
@@ -661,31 +757,51 @@ class Publisher:
     def stats(self) -> PublisherStats:
         return self._inner.stats
 
-    def publish(self, body: bytes, **options: Unpack[PublishOptions]) -> str:
+    def publish(self, body: Body, **options: Unpack[PublishOptions]) -> str:
         """Publish one message; its id once confirmed. Options: ``PublishOptions``."""
         _check_options("publish", options)
         self._check_usable()
-        return self._thread.run(self._inner.publish(body, **options))
+        data, options = self._encoded("publish", [body], options)
+        return self._thread.run(self._inner.publish(data[0], **options))
 
-    def send(self, body: bytes, **options: Unpack[PublishOptions]
+    def send(self, body: Body, **options: Unpack[PublishOptions]
              ) -> concurrent.futures.Future[str]:
         """Pipelined: returns once there is room in the window; the future gives the id."""
         _check_options("send", options)
         self._check_usable()
-        return self._thread.run(self._send(body, options))
+        data, options = self._encoded("send", [body], options)
+        return self._thread.run(self._send(data[0], options))
 
     async def _send(
         self, body: bytes, options: PublishOptions
     ) -> concurrent.futures.Future[str]:
         return to_concurrent(await self._inner.send(body, **options))
 
-    def publish_many(self, bodies: Iterable[bytes], **options: Unpack[PublishOptions]
+    def publish_many(self, bodies: Iterable[Body], **options: Unpack[PublishOptions]
                      ) -> list[str]:
         """Publish all, keeping the window full; their ids once every one is confirmed.
-        The first failure is raised after all have settled."""
+        The first failure is raised after all have settled; a body that cannot be encoded
+        fails the call before any is sent."""
         _check_options("publish_many", options)
         self._check_usable()
-        return self._thread.run(self._publish_many(list(bodies), options))
+        data, options = self._encoded("publish_many", list(bodies), options)
+        return self._thread.run(self._publish_many(data, options))
+
+    def _encoded(
+        self, method: str, bodies: list[Any], options: PublishOptions
+    ) -> tuple[list[bytes], PublishOptions]:
+        """The bodies as bytes and the options with the serializer's content type, encoded
+        here, in the caller's thread; or the error naming this face."""
+        serializer = self.serializer
+        if serializer is BYTES:
+            return bodies, options  # the inner publisher checks they are bytes, as ever
+        exchange = options.get("exchange", "")
+        key = self._inner._routing_key(options.get("routing_key"))
+        data, content_type = _encode_all(serializer, bodies, options.get("content_type"),
+                                         _where("Publisher", method, exchange, key))
+        options = options.copy()
+        options["content_type"] = content_type
+        return data, options
 
     async def _publish_many(self, bodies: list[bytes], options: PublishOptions) -> list[str]:
         return await self._inner.publish_many(bodies, **options)

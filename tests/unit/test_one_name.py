@@ -14,7 +14,8 @@ ROOT = Path(__file__).parents[2]
 
 # The face, pinned: a name added or dropped is a decision, made here as well.
 FACE = [
-    "RETRANSMIT_HEADER", "AsyncConsumer", "AsyncPublisher", "AuthenticationError", "Backoff",
+    "BYTES", "JSON", "RETRANSMIT_HEADER", "AsyncConsumer", "AsyncPublisher",
+    "AuthenticationError", "Backoff",
     "BlockedTimeout", "ClosedError", "ConfigurationError", "ConfirmTimeout", "ConnectError",
     "ConnectionSettings", "Consumer", "ConsumerError", "ConsumerSettings", "ConsumerStats",
     "Delivery", "GuardSettings", "GuardStatus", "Handover", "HistoryRecorder", "Inbox",
@@ -28,7 +29,8 @@ FACE = [
     "Publisher",
     "PublisherSettings", "PublisherStats", "QueueError", "QueueMismatch", "QueueNotFound",
     "QueueSettings", "ReplayError", "Retention", "Role", "SQLiteStore", "SacError",
-    "SchemaMismatch", "SessionState", "StaleEpoch", "Store", "StoreError", "StoreUnavailable",
+    "SchemaMismatch", "Serializer", "SessionState", "StaleEpoch", "Store", "StoreError",
+    "StoreUnavailable",
     "Transaction", "Unconfirmed", "UnfitMessage", "move_messages", "move_messages_async",
     "new_message_id",
     "parked_messages", "parked_messages_async",

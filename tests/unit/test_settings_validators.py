@@ -15,6 +15,7 @@ import pytest
 from sac import sdk
 from sac.sdk import ConfigurationError, ConnectionSettings, QueueSettings
 from sac.sdk._core.backoff import Backoff
+from sac.sdk._core.codecs import Serializer
 from sac.sdk._core.outbox import OutboxPolicy
 from sac.sdk._core.poison import MessageIdFrom
 from sac.sdk._settings import (
@@ -38,6 +39,8 @@ MAKE: dict[type, Callable[..., object]] = {
     Retention: Retention,
     GuardSettings: lambda **kw: GuardSettings(**{"hosts": "zk:2181", "group": "/g", **kw}),
     OutboxPolicy: lambda **kw: OutboxPolicy(**{"window": 10, "nack_backoff": Backoff(), **kw}),
+    Serializer: lambda **kw: Serializer(**{"content_type": "text/plain", "encode": bytes,
+                                          "decode": bytes, **kw}),
 }
 
 BAD: dict[tuple[type, str], Any] = {
@@ -92,6 +95,9 @@ BAD: dict[tuple[type, str], Any] = {
     (Retention, "max_records"): 2.5,
     (Retention, "interval"): -1,
     (Retention, "batch"): 0,
+    (Serializer, "content_type"): "json",
+    (Serializer, "encode"): b"not a function",
+    (Serializer, "decode"): None,
 }
 """A bad value for each validated field (the others stay valid)."""
 
