@@ -5,8 +5,9 @@ in order, and when that one is stopped (a deploy, a scale-down) the next must ca
 no message lost or done twice. RabbitMQ's single active consumer on a quorum queue does it,
 and the SDK's defaults ask for it (``QueueSettings(name)``). The pattern is ``consume()``
 below: run it in every instance; stop an instance with SIGTERM (``run()`` turns it into a
-graceful stop: the running handler finishes and is acked, the prefetched messages go back to
-the queue, the subscription is cancelled) and the broker makes a standby the active one.
+graceful stop: the running handler finishes and is acked, then the channel closes and the
+prefetched messages go back to the head of the queue) and the broker makes a standby the
+active one.
 
 The proof (below the pattern): consumers ``a`` then ``b``, each in a process of its own (``a``
 subscribed first is the active one, ``b`` waits); a steady publish (``--rate``, ``--messages``);

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import queue as thread_queue
 import threading
 from typing import TYPE_CHECKING, Protocol
@@ -43,6 +44,10 @@ class Worker(Protocol):
         """No more runs: returns once those submitted are done (or no one runs them)."""
 
 
+_SERVING: contextvars.ContextVar[AsyncWorker] = contextvars.ContextVar("sac_serving")
+"""The asyncio worker whose handler the current task runs (or was started from)."""
+
+
 class AsyncWorker:
     """Runs on the loop, one run at a time, in delivery order (the asyncio face)."""
 
@@ -54,6 +59,12 @@ class AsyncWorker:
 
     def begin(self, engine: ConsumerEngine) -> None:
         self._task = asyncio.get_running_loop().create_task(self._work(engine))
+
+    @property
+    def in_worker(self) -> bool:
+        """The caller runs in the worker's task, or in a task started from it: a handler,
+        or what a handler awaits (``asyncio.wait_for`` runs its awaitable as a task)."""
+        return _SERVING.get(None) is self
 
     def submit(self, run: Run[Delivery]) -> None:
         self._runs.append(run)
@@ -71,6 +82,7 @@ class AsyncWorker:
         await asyncio.shield(self._task)
 
     async def _work(self, engine: ConsumerEngine) -> None:
+        _SERVING.set(self)  # this task's own context, and that of the tasks it starts
         runs = self._runs
         admission = Admission()
         loop = asyncio.get_running_loop()
@@ -86,6 +98,11 @@ class AsyncWorker:
                 outcome = await engine.execute_async(run)
                 admission.ran(run, outcome[0])
                 engine.report(run, outcome)
+                if engine.stop_requested:
+                    # A stop asked for on this loop (a handler's own stop(), a signal) runs
+                    # as a task: let it, or runs cut short and handed back at once would
+                    # keep this loop busy without ever yielding to it.
+                    await asyncio.sleep(0)
 
 
 class ThreadWorker:
@@ -96,11 +113,17 @@ class ThreadWorker:
         self._runs: thread_queue.SimpleQueue[Run[Delivery] | None] = thread_queue.SimpleQueue()
         self._idle = threading.Event()
         self._idle.set()
+        self._server: int | None = None
 
     @property
     def serving(self) -> bool:
         """A thread is in ``serve``."""
         return not self._idle.is_set()
+
+    @property
+    def in_serving_thread(self) -> bool:
+        """The caller is the thread in ``serve``: a handler."""
+        return self.serving and self._server == threading.get_ident()
 
     def begin(self, engine: ConsumerEngine) -> None:
         pass
@@ -120,6 +143,7 @@ class ThreadWorker:
 
         Reports go back in one hop for several runs: when no run waits (the worker would
         block), when an ack batch is done, or when a run ended early."""
+        self._server = threading.get_ident()
         self._idle.clear()
         runs = self._runs
         batch = engine.settings.ack_batch

@@ -23,8 +23,8 @@ What they do for you:
   reconnect to the next node and a new subscription;
 - the consumer knows whether it is the active one: from its first delivery on, or, with
   ``ConsumerSettings.management``, as soon as the management API names it (empty queue too);
-- ``stop()`` hands over gracefully: cancel, let the running handler finish and ack, then
-  close, so the broker requeues what was prefetched but not started, for the next consumer;
+- ``stop()`` hands over gracefully: let the running handler finish and ack, then close, so
+  the broker requeues what was prefetched but not started, for the next consumer;
 - given an ``sac.sdk.dedup.Inbox`` instead of a handler, each message's effect commits once, with
   its dedup record, before the ack; a consumer that was replaced (fenced by a newer epoch)
   stops without acking, and ``wait()``/``run()`` raise ``StaleEpoch``;
@@ -112,7 +112,8 @@ class AsyncConsumer:
         serializers: Serializer[Any] | Sequence[Serializer[Any]] = BYTES,
     ) -> None:
         self.settings = settings
-        self._engine = ConsumerEngine(settings, handler, AsyncWorker(), recorder=recorder,
+        self._worker = AsyncWorker()
+        self._engine = ConsumerEngine(settings, handler, self._worker, recorder=recorder,
                                       on_role_change=on_role_change, serializers=serializers)
 
     @property
@@ -143,8 +144,17 @@ class AsyncConsumer:
         await self._engine.wait()
 
     async def stop(self, timeout: float | None = None) -> None:
-        """Graceful handover: cancel the subscription, let the running handler finish and
-        ack, then close; what was prefetched but not started goes back to the queue."""
+        """Graceful handover: let the running handler finish and ack, then close the
+        channel; what was prefetched but not started goes back to the queue. The channel is
+        closed rather than the subscription cancelled first: a cancel would let the broker
+        activate the next consumer while this one still holds messages (``Handover``).
+
+        Awaited in the handler itself, it returns at once: the stop goes on once the handler
+        returns (its message acked), and ``wait()`` then returns. Why not wait there: the
+        stop waits for the very handler that would be waiting for it."""
+        if self._worker.in_worker:
+            self._engine.request_stop(timeout)
+            return
         await self._engine.stop(timeout)
 
     async def __aenter__(self) -> Self:
@@ -258,8 +268,14 @@ class Consumer:
 
     def stop(self, timeout: float | None = None) -> None:
         """Graceful handover (see ``AsyncConsumer.stop``); safe from any thread. While
-        ``run()`` is active it finishes the running handler first and returns."""
+        ``run()`` is active it finishes the running handler first and returns. Called from
+        the handler itself, it returns at once: the stop goes on once the handler returns
+        (its message acked), and ``run()`` then returns. Why not wait there: the stop waits
+        for the very handler that would be waiting for it."""
         if not self._thread.running:
+            return
+        if self._worker.in_serving_thread:
+            self._engine.request_stop(timeout)
             return
         if self._worker.serving:
             # run() owns the handler thread: start the stop on the loop and let run()

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pika
 import pytest
 
@@ -388,3 +389,61 @@ def test_misuse_of_either_consumer_face_is_a_precise_error(
             await twin.start()
 
     asyncio.run(scenario())
+
+
+def test_stop_from_inside_the_handler_returns_at_once_and_acks_what_ran(
+    consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
+    conn: ConnectionSettings, queue: QueueSettings,
+) -> None:
+    """"Stop after the third order", written in the handler: stop() must not wait for the
+    handler that calls it (it did, for stop_timeout + 10 s, and the stop then gave up on the
+    handler: its message unacked and handled again by the next consumer)."""
+    ids = publish(publishers, "blocking", conn, queue, 10)
+    seen: list[str] = []
+    returned = threading.Event()
+
+    def handle(delivery: Delivery) -> None:
+        seen.append(str(delivery.message_id))
+        if len(seen) == 3:
+            consumer.stop()
+            returned.set()
+
+    settings = attrs.evolve(ConsumerSettings(conn, queue), stop_timeout=20.0)
+    consumer = Consumer(settings, handle)
+    runner = threading.Thread(target=consumer.run, kwargs={"handle_signals": False})
+    runner.start()
+    assert returned.wait(10), "stop() in the handler did not return"
+    runner.join(10)
+    assert not runner.is_alive(), "run() did not return once the handler had"
+    assert seen == ids[:3]
+    rest = consumers("blocking", ConsumerSettings(conn, queue)).start()
+    wait_until(lambda: rest.count() >= 7, 30, "the next consumer to handle the rest")
+    assert rest.handled == ids[3:]  # the three were acked: none delivered again
+
+
+def test_stop_awaited_inside_an_async_handler_returns_at_once_and_acks_what_ran(
+    consumers: Callable[..., ConsumerFace], publishers: MakePublisher,
+    conn: ConnectionSettings, queue: QueueSettings,
+) -> None:
+    """The same on the asyncio face, where the handler runs on the loop: the awaited stop
+    waited stop_timeout for the handler awaiting it (and, before that, the loop could spin on
+    the runs the stop cut short without ever running the stop)."""
+    ids = publish(publishers, "asyncio", conn, queue, 10)
+    seen: list[str] = []
+
+    async def main() -> None:
+        async def handle(delivery: Delivery) -> None:
+            seen.append(str(delivery.message_id))
+            if len(seen) == 3:
+                await asyncio.wait_for(consumer.stop(), 5)
+
+        settings = attrs.evolve(ConsumerSettings(conn, queue), stop_timeout=20.0)
+        consumer = AsyncConsumer(settings, handle)
+        await consumer.start()
+        await asyncio.wait_for(consumer.wait(), 10)
+
+    asyncio.run(main())
+    assert seen == ids[:3]
+    rest = consumers("asyncio", ConsumerSettings(conn, queue)).start()
+    wait_until(lambda: rest.count() >= 7, 30, "the next consumer to handle the rest")
+    assert rest.handled == ids[3:]  # the three were acked: none delivered again
