@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -232,7 +233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], Any] = args.func
     try:
-        return int(func(args))
+        code = int(func(args))
+        sys.stdout.flush()  # a closed pipe is found here, not at the interpreter's exit
+        return code
     except ImportError as exc:
         line = missing_extra(exc)
         if line is None:
@@ -245,6 +248,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"sac: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`sac server status | head`): not an error of the command.
+        # Python would report the pipe again when it flushes stdout at exit; point stdout
+        # at /dev/null so that it does not.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a command a closed pipe ended
 
 
 if __name__ == "__main__":
