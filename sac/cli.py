@@ -100,6 +100,9 @@ def _server_env(args: argparse.Namespace) -> int:
               "SAC_MANAGEMENT_URLS": ",".join(mask_url(u) for u in cluster.management_urls())}
     clear = {"SAC_AMQP_URLS": ",".join(cluster.urls()),
              "SAC_MANAGEMENT_URLS": ",".join(cluster.management_urls())}
+    interval = f"{cluster.spec.statistics_interval_ms / 1000:g}"
+    masked["SAC_MANAGEMENT_STATISTICS_INTERVAL"] = interval
+    clear["SAC_MANAGEMENT_STATISTICS_INTERVAL"] = interval
     if cluster.spec.zookeeper:
         masked["SAC_ZOOKEEPER_HOSTS"] = clear["SAC_ZOOKEEPER_HOSTS"] = cluster.zookeeper().hosts
     for line in env_lines(masked, clear if args.show_password else None):
@@ -193,8 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     env = sub.add_parser(
         "env", help="print the cluster's URLs as shell exports (passwords masked unless asked)",
-        description="Print SAC_AMQP_URLS and SAC_MANAGEMENT_URLS (and SAC_ZOOKEEPER_HOSTS when "
-        "the cluster has a ZooKeeper), which ConnectionSettings.from_env() and "
+        description="Print SAC_AMQP_URLS, SAC_MANAGEMENT_URLS and "
+        "SAC_MANAGEMENT_STATISTICS_INTERVAL (and SAC_ZOOKEEPER_HOSTS when the cluster has a "
+        "ZooKeeper), which ConnectionSettings.from_env() and "
         "ManagementSettings.from_env() read. Masked, the lines are comments; with "
         "--show-password they are exports: eval \"$(sac server env --show-password)\".")
     _add_name(env)
