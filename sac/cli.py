@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -99,6 +100,9 @@ def _server_env(args: argparse.Namespace) -> int:
               "SAC_MANAGEMENT_URLS": ",".join(mask_url(u) for u in cluster.management_urls())}
     clear = {"SAC_AMQP_URLS": ",".join(cluster.urls()),
              "SAC_MANAGEMENT_URLS": ",".join(cluster.management_urls())}
+    interval = f"{cluster.spec.statistics_interval_ms / 1000:g}"
+    masked["SAC_MANAGEMENT_STATISTICS_INTERVAL"] = interval
+    clear["SAC_MANAGEMENT_STATISTICS_INTERVAL"] = interval
     if cluster.spec.zookeeper:
         masked["SAC_ZOOKEEPER_HOSTS"] = clear["SAC_ZOOKEEPER_HOSTS"] = cluster.zookeeper().hosts
     for line in env_lines(masked, clear if args.show_password else None):
@@ -192,8 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     env = sub.add_parser(
         "env", help="print the cluster's URLs as shell exports (passwords masked unless asked)",
-        description="Print SAC_AMQP_URLS and SAC_MANAGEMENT_URLS (and SAC_ZOOKEEPER_HOSTS when "
-        "the cluster has a ZooKeeper), which ConnectionSettings.from_env() and "
+        description="Print SAC_AMQP_URLS, SAC_MANAGEMENT_URLS and "
+        "SAC_MANAGEMENT_STATISTICS_INTERVAL (and SAC_ZOOKEEPER_HOSTS when the cluster has a "
+        "ZooKeeper), which ConnectionSettings.from_env() and "
         "ManagementSettings.from_env() read. Masked, the lines are comments; with "
         "--show-password they are exports: eval \"$(sac server env --show-password)\".")
     _add_name(env)
@@ -232,7 +237,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], Any] = args.func
     try:
-        return int(func(args))
+        code = int(func(args))
+        sys.stdout.flush()  # a closed pipe is found here, not at the interpreter's exit
+        return code
     except ImportError as exc:
         line = missing_extra(exc)
         if line is None:
@@ -245,6 +252,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"sac: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`sac server status | head`): not an error of the command.
+        # Python would report the pipe again when it flushes stdout at exit; point stdout
+        # at /dev/null so that it does not.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a command a closed pipe ended
 
 
 if __name__ == "__main__":

@@ -389,13 +389,24 @@ class ManagementSettings:
     def from_env(cls, prefix: str = "SAC_",
                  environ: Mapping[str, str] | None = None) -> ManagementSettings:
         """From ``SAC_MANAGEMENT_URLS`` (comma-separated) and optional
-        ``SAC_MANAGEMENT_CA_FILE``."""
+        ``SAC_MANAGEMENT_CA_FILE`` and ``SAC_MANAGEMENT_STATISTICS_INTERVAL`` (seconds: the
+        broker's statistics interval, which ``sac server env`` prints for its clusters)."""
         env = os.environ if environ is None else environ
         urls = env.get(f"{prefix}MANAGEMENT_URLS")
         if not urls:
             raise ConfigurationError(f"{prefix}MANAGEMENT_URLS is not set")
+        kwargs: dict[str, Any] = {}
+        raw = env.get(f"{prefix}MANAGEMENT_STATISTICS_INTERVAL")
+        if raw is not None:
+            try:
+                kwargs["statistics_interval"] = float(raw)
+            except ValueError:
+                raise ConfigurationError(
+                    f"{prefix}MANAGEMENT_STATISTICS_INTERVAL={raw!r} is not a number of "
+                    "seconds") from None
         try:
-            return cls(urls=urls, ca_file=env.get(f"{prefix}MANAGEMENT_CA_FILE") or None)
+            return cls(urls=urls, ca_file=env.get(f"{prefix}MANAGEMENT_CA_FILE") or None,
+                       **kwargs)
         except ConfigurationError as exc:
             raise ConfigurationError(f"{prefix}MANAGEMENT_URLS: {exc}") from None
 

@@ -210,8 +210,9 @@ def test_isolated_node_pauses_its_clients_move_and_heal_makes_the_cluster_whole(
 
 
 ONE_WAY_PAUSED = {"3.10": 2, "4.0": 1}
-"""How many ends of a one-way cut pause, by series (measured): both on 3.10.8; one on 4.0.5,
-node 3 (whose packets are dropped) in one run, node 1 in another."""
+"""How many ends of a one-way cut pause at least, by series (measured): both on 3.10.8; on
+4.0.5 one (node 3, whose packets are dropped, in one run, node 1 in another) or both (150 ms
+apart, in a full run of the suite)."""
 ONE_WAY_DETECT = 2 * DETECT
 """Measured from the cut to the pause: 6-7 s on 3.10.8, up to 13 s on 4.0.5."""
 
@@ -239,11 +240,20 @@ def test_one_way_cut_pauses_the_partial_partitions_ends_and_the_third_node_serve
 
         wait_until(ends_paused, ONE_WAY_DETECT, "the ends of the cut paused")
         paused_after = since(cut)
-        running = {1, 2, 3} - set(paused)
-        wait_until(lambda: running_seen_by(cluster3, n2) == running, ONE_WAY_DETECT,
-                   f"node 2 to see {sorted(running)} running")
-        assert all(amqp_ready(cluster3.node(i).amqp_port, host=cluster3.node(i).host)
-                   for i in running)
+        # The third node serves, and sees as running exactly the nodes that answer. On 4.0.5
+        # the other end may pause a moment after the first: what serves is read again until
+        # the two views agree.
+        running: set[int] = set()
+
+        def settled() -> bool:
+            running.clear()
+            running.update(n.index for n in cluster3.nodes
+                           if amqp_ready(n.amqp_port, host=n.host))
+            paused[:] = sorted({1, 3} - running)
+            return 2 in running and len(paused) >= ONE_WAY_PAUSED[cluster3.spec.rabbitmq] \
+                and running_seen_by(cluster3, n2) == running
+
+        wait_until(settled, ONE_WAY_DETECT, "node 2 serving and seeing the others' state")
         for index in paused:
             # Its AMQP port can stop answering a moment before the node's logger has
             # written why: wait for the lines, do not read the log once.

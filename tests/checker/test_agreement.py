@@ -2,8 +2,8 @@
 
 Clean runs of several shapes and runs with each injected anomaly are checked by both engines;
 the verdicts must be the same JSON once ``engine`` and the malformed lines' ``error`` texts
-(free wording, SPEC.md) are dropped. All runs go through one ``check_runs`` call, which is
-also how the CLI checks many runs.
+(free wording, SPEC.md) are dropped. All runs, the hand-made edge cases too, go through one
+``check_runs`` call, which is also how the CLI checks many runs.
 """
 
 from __future__ import annotations
@@ -72,49 +72,9 @@ def comparable(verdict: dict[str, Any]) -> str:
     return json.dumps(spec.comparable(verdict), sort_keys=True, indent=1)
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    root = tmp_path_factory.mktemp("generated")
-    paths = []
-    for name, shape in SHAPES.items():
-        mangle_seed = shape.get("mangle")
-        generate_run(root / name, events=2000, **{k: v for k, v in shape.items() if k != "mangle"})
-        if mangle_seed is not None:
-            mangle(root / name, mangle_seed)
-        paths.append(root / name)
-    return paths
-
-
-@pytest.fixture(scope="module")
-def spark_verdicts(spark: SparkSession, runs: list[Path]) -> list[dict[str, Any]]:
-    return spark_engine.check_runs(spark, runs)
-
-
-@pytest.mark.parametrize("index", range(len(SHAPES)), ids=list(SHAPES))
-def test_engines_agree(runs: list[Path], spark_verdicts: list[dict[str, Any]], index: int) -> None:
-    expected = python_engine.check_run(runs[index])
-    got = spark_verdicts[index]
-    assert got["engine"] == "spark"
-    assert comparable(got) == comparable(expected)
-
-
-def test_injected_anomalies_are_found(spark_verdicts: list[dict[str, Any]]) -> None:
-    """Not only agreement: the anomalies the generator injected are in the verdict."""
-    by_name = {v["run"]: v for v in spark_verdicts}
-    for name in ("lost", "duplicated", "unexpected", "concurrent", "reordered"):
-        assert by_name[f"inject-{name}"][name]["count"] >= 1, name
-        assert not by_name[f"inject-{name}"]["valid"]
-    assert by_name["inject-malformed"]["malformed"]["count"] == 1
-    assert by_name["inject-no_effects"]["effects_source"] == "events"
-    assert all(by_name[name]["valid"] for name in SHAPES if name.startswith("clean"))
-    assert all(by_name[f"mangled-{i}"]["malformed"]["count"] > 50 for i in (1, 2, 3))
-
-
-def test_the_engines_agree_on_surrogates_negative_zero_and_duplicate_keys(
-    spark: SparkSession, tmp_path: Path,
-) -> None:
+def surrogates_negative_zero_and_duplicate_keys(root: Path) -> Path:
     """The three cases the SPEC decided after the engines first disagreed on them."""
-    run = tmp_path / "edge"
+    run = root / "edge"
     (run / "events").mkdir(parents=True)
     lines = [
         '{"ts": -0.0, "actor": "p", "type": "publish", "msg": "a", "queue": "q"}',
@@ -126,19 +86,13 @@ def test_the_engines_agree_on_surrogates_negative_zero_and_duplicate_keys(
     (run / "events" / "p.jsonl").write_text("\n".join(lines) + "\n")
     (run / "run.json").write_text("{}")
     (run / "effects.jsonl").write_text('{"msg": "a", "actor": "c1", "ts": 5.0, "epoch": 1}\n')
-    [reference] = python_engine.check_runs([run])
-    [verdict] = spark_engine.check_runs(spark, [run])
-    assert spec.comparable(verdict) == spec.comparable(reference)
-    assert [m["line"] for m in reference["malformed"]["lines"]] == [3]
-    assert reference["published"] == 3  # a, the emoji, c (the last "msg" wins)
+    return run
 
 
-def test_the_engines_agree_on_byte_order_marks_and_long_lines(
-    spark: SparkSession, tmp_path: Path,
-) -> None:
-    """A UTF-8 byte order mark opening a file (Windows editors write one) is skipped, as
-    Hadoop's line reader skips it; one anywhere else is not JSON. A 5 MB line is one line."""
-    run = tmp_path / "bom"
+def byte_order_marks_and_long_lines(root: Path) -> Path:
+    """A UTF-8 byte order mark opening a file (Windows editors write one), one opening a later
+    line, and a 5 MB line."""
+    run = root / "bom"
     (run / "events").mkdir(parents=True)
     (run / "run.json").write_text("{}")
     bom = "\ufeff"
@@ -149,25 +103,18 @@ def test_the_engines_agree_on_byte_order_marks_and_long_lines(
         + "x" * 5_000_000 + '"}\n', encoding="utf-8")
     (run / "effects.jsonl").write_text(bom + '{"msg": "a", "actor": "c", "ts": 4.0}\n',
                                        encoding="utf-8")
-    [reference] = python_engine.check_runs([run])
-    [verdict] = spark_engine.check_runs(spark, [run])
-    assert spec.comparable(verdict) == spec.comparable(reference)
-    assert [(m["file"], m["line"]) for m in reference["malformed"]["lines"]] == \
-        [("events/p.jsonl", 2)]
-    assert (reference["published"], reference["confirmed"], reference["effects"]) == (1, 1, 1)
+    return run
 
 
-def test_the_engines_agree_on_order_and_its_exceptions(
-    spark: SparkSession, tmp_path: Path,
-) -> None:
-    """``reordered`` on hand-made runs whose every exception is in play: a graceful hand-back
-    (checked), a crash and a server cancel (not), parked and requeued rejects, re-sent ids,
-    two publishers, a duplicate, ties in time, and ``seq``, ``by`` and ``requeue`` of every
-    odd type (only an integer, the string "client" and JSON true count)."""
+ORDER_RUNS = [f"order-{n}" for n in range(6)]
+
+
+def order_and_its_exceptions(root: Path) -> dict[str, Path]:
+    """Runs whose every exception to ``reordered`` is in play (see the test)."""
     rng = random.Random(7)
-    runs = []
-    for n in range(6):
-        run = tmp_path / f"order-{n}"
+    runs = {}
+    for n, name in enumerate(ORDER_RUNS):
+        run = root / name
         (run / "events").mkdir(parents=True)
         settings: dict[str, Any] = {"single_active_queues": ["q", "r"]}
         if n % 2:
@@ -207,9 +154,90 @@ def test_the_engines_agree_on_order_and_its_exceptions(
         for actor in ("p", "s", "a", "b", "c"):
             mine = [json.dumps(e) for e in lines if e["actor"] == actor]
             (run / "events" / f"{actor}.jsonl").write_text("\n".join(mine) + "\n")
-        runs.append(run)
-    references = python_engine.check_runs(runs)
-    verdicts = spark_engine.check_runs(spark, runs)
-    for reference, verdict in zip(references, verdicts, strict=True):
-        assert comparable(verdict) == comparable(reference)
+        runs[name] = run
+    return runs
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every run of the module by name: the generated ``SHAPES`` and the hand-made ones."""
+    root = tmp_path_factory.mktemp("generated")
+    paths = {}
+    for name, shape in SHAPES.items():
+        mangle_seed = shape.get("mangle")
+        generate_run(root / name, events=2000, **{k: v for k, v in shape.items() if k != "mangle"})
+        if mangle_seed is not None:
+            mangle(root / name, mangle_seed)
+        paths[name] = root / name
+    hand_made = root / "hand-made"
+    paths["edge"] = surrogates_negative_zero_and_duplicate_keys(hand_made)
+    paths["bom"] = byte_order_marks_and_long_lines(hand_made)
+    paths.update(order_and_its_exceptions(hand_made))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def spark_verdicts(spark: SparkSession, runs: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    """The Spark engine's verdict of every run, by name, from one ``check_runs`` call (a
+    Spark job costs seconds, a run in it almost nothing more)."""
+    found = spark_engine.check_runs(spark, list(runs.values()))
+    return dict(zip(runs, found, strict=True))
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_engines_agree(
+    runs: dict[str, Path], spark_verdicts: dict[str, dict[str, Any]], name: str,
+) -> None:
+    expected = python_engine.check_run(runs[name])
+    got = spark_verdicts[name]
+    assert got["engine"] == "spark"
+    assert comparable(got) == comparable(expected)
+
+
+def test_injected_anomalies_are_found(spark_verdicts: dict[str, dict[str, Any]]) -> None:
+    """Not only agreement: the anomalies the generator injected are in the verdict."""
+    by_name = {v["run"]: v for v in spark_verdicts.values()}
+    for name in ("lost", "duplicated", "unexpected", "concurrent", "reordered"):
+        assert by_name[f"inject-{name}"][name]["count"] >= 1, name
+        assert not by_name[f"inject-{name}"]["valid"]
+    assert by_name["inject-malformed"]["malformed"]["count"] == 1
+    assert by_name["inject-no_effects"]["effects_source"] == "events"
+    assert all(by_name[name]["valid"] for name in SHAPES if name.startswith("clean"))
+    assert all(by_name[f"mangled-{i}"]["malformed"]["count"] > 50 for i in (1, 2, 3))
+
+
+def test_the_engines_agree_on_surrogates_negative_zero_and_duplicate_keys(
+    runs: dict[str, Path], spark_verdicts: dict[str, dict[str, Any]],
+) -> None:
+    """The three cases the SPEC decided after the engines first disagreed on them."""
+    [reference] = python_engine.check_runs([runs["edge"]])
+    verdict = spark_verdicts["edge"]
+    assert spec.comparable(verdict) == spec.comparable(reference)
+    assert [m["line"] for m in reference["malformed"]["lines"]] == [3]
+    assert reference["published"] == 3  # a, the emoji, c (the last "msg" wins)
+
+
+def test_the_engines_agree_on_byte_order_marks_and_long_lines(
+    runs: dict[str, Path], spark_verdicts: dict[str, dict[str, Any]],
+) -> None:
+    """A UTF-8 byte order mark opening a file (Windows editors write one) is skipped, as
+    Hadoop's line reader skips it; one anywhere else is not JSON. A 5 MB line is one line."""
+    [reference] = python_engine.check_runs([runs["bom"]])
+    verdict = spark_verdicts["bom"]
+    assert spec.comparable(verdict) == spec.comparable(reference)
+    assert [(m["file"], m["line"]) for m in reference["malformed"]["lines"]] == \
+        [("events/p.jsonl", 2)]
+    assert (reference["published"], reference["confirmed"], reference["effects"]) == (1, 1, 1)
+
+
+def test_the_engines_agree_on_order_and_its_exceptions(
+    runs: dict[str, Path], spark_verdicts: dict[str, dict[str, Any]],
+) -> None:
+    """``reordered`` on hand-made runs whose every exception is in play: a graceful hand-back
+    (checked), a crash and a server cancel (not), parked and requeued rejects, re-sent ids,
+    two publishers, a duplicate, ties in time, and ``seq``, ``by`` and ``requeue`` of every
+    odd type (only an integer, the string "client" and JSON true count)."""
+    references = python_engine.check_runs([runs[name] for name in ORDER_RUNS])
+    for name, reference in zip(ORDER_RUNS, references, strict=True):
+        assert comparable(spark_verdicts[name]) == comparable(reference)
     assert all(r["reordered"]["count"] > 5 for r in references)

@@ -10,6 +10,7 @@ and the events, or taken from the reference engine (``checker/python_engine.py``
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -197,9 +198,48 @@ def messy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+CLAIMED_QUEUES = ("serial", "late")
+
+
+def claims(path: Path) -> Path:
+    """A ledger for ``test_an_old_commit_before_the_new_consumers_claim_is_not_concurrent``:
+    on each queue of ``CLAIMED_QUEUES`` the old consumer commits its last message at +3 s, the
+    new one is delivered its first at +2 s and claims the queue (``active``) at +4 s on
+    ``serial``, at +2.5 s on ``late``."""
+    t0 = MIDNIGHT + 100.0
+
+    def ev(ts: float, actor: str, kind: str, **fields: Any) -> str:
+        return json.dumps({"ts": t0 + ts, "actor": actor, "type": kind, **fields})
+
+    lines = []
+    for queue, claimed in zip(CLAIMED_QUEUES, (4.0, 2.5), strict=True):
+        a, b = f"{queue}-a", f"{queue}-b"
+        lines += [ev(0, "p", "publish", msg=m, queue=queue) for m in (a, b)]
+        lines += [ev(0.5, "p", "confirm", msg=m) for m in (a, b)]
+        lines += [ev(0, "old", "active", queue=queue, epoch=1), ev(1, "old", "deliver", msg=a),
+                  ev(3, "old", "commit", msg=a, epoch=1), ev(2, "new", "deliver", msg=b),
+                  ev(claimed, "new", "active", queue=queue, epoch=2),
+                  ev(5, "new", "commit", msg=b, epoch=2)]
+    path.mkdir(parents=True)
+    (path / "fleet.jsonl").write_text("\n".join(lines) + "\n")
+    return path
+
+
 @pytest.fixture(scope="module")
-def messy_audit(spark: SparkSession, messy: Path) -> AuditResult:
-    return audit(spark, [str(messy / "events")], settle_s=0.0)
+def events_only(spark: SparkSession, messy: Path,
+                tmp_path_factory: pytest.TempPathFactory) -> AuditResult:
+    """One events-only audit (a Spark call costs seconds) of ``messy`` and ``claims``: their
+    queues differ, and with a settle window of 0 the later end changes nothing of ``messy``."""
+    ledger = claims(tmp_path_factory.mktemp("audit") / "claims")
+    return audit(spark, [str(messy / "events"), str(ledger)], settle_s=0.0)
+
+
+@pytest.fixture(scope="module")
+def messy_audit(events_only: AuditResult) -> AuditResult:
+    """The audit's rows of ``messy``'s queues."""
+    rows = [row for row in events_only.rows if row["queue"] not in CLAIMED_QUEUES]
+    assert rows
+    return dataclasses.replace(events_only, rows=rows)
 
 
 # ------------------------------------------------------------------ the inbox table
@@ -369,30 +409,15 @@ def test_a_malformed_line_is_counted_and_named_and_the_rest_is_audited(
 
 
 def test_an_old_commit_before_the_new_consumers_claim_is_not_concurrent(
-    spark: SparkSession, tmp_path: Path,
+    events_only: AuditResult,
 ) -> None:
     """The verdict's intervals: on ``serial`` the new consumer is delivered its first message
     before the old one's last commit but claims the queue (``active``) after it; on ``late``
-    it claims before that commit: a pair."""
-    t0 = MIDNIGHT + 100.0
-
-    def ev(ts: float, actor: str, kind: str, **fields: Any) -> str:
-        return json.dumps({"ts": t0 + ts, "actor": actor, "type": kind, **fields})
-
-    lines = []
-    for queue, claimed in (("serial", 4.0), ("late", 2.5)):
-        a, b = f"{queue}-a", f"{queue}-b"
-        lines += [ev(0, "p", "publish", msg=m, queue=queue) for m in (a, b)]
-        lines += [ev(0.5, "p", "confirm", msg=m) for m in (a, b)]
-        lines += [ev(0, "old", "active", queue=queue, epoch=1), ev(1, "old", "deliver", msg=a),
-                  ev(3, "old", "commit", msg=a, epoch=1), ev(2, "new", "deliver", msg=b),
-                  ev(claimed, "new", "active", queue=queue, epoch=2),
-                  ev(5, "new", "commit", msg=b, epoch=2)]
-    (tmp_path / "fleet.jsonl").write_text("\n".join(lines) + "\n")
-    result = audit(spark, [str(tmp_path)], settle_s=0.0)
-    assert {row["queue"]: row["concurrent"]["ids"] for row in result.rows} == {
+    it claims before that commit: a pair (the ``claims`` ledger)."""
+    rows = [row for row in events_only.rows if row["queue"] in CLAIMED_QUEUES]
+    assert {row["queue"]: row["concurrent"]["ids"] for row in rows} == {
         "serial": [], "late": ["late-a", "late-b"]}
-    assert [row["anomalies"] for row in result.rows] == [["concurrent"], []]  # late, serial
+    assert [row["anomalies"] for row in rows] == [["concurrent"], []]  # late, serial
 
 
 def test_the_settle_window_makes_a_recent_confirm_pending(spark: SparkSession) -> None:
@@ -492,18 +517,27 @@ def test_the_command_exits_0_on_a_clean_inbox(
 
 
 def test_a_wrong_password_is_one_line_and_exit_2(
-    fleet: Path, jdbc: dict[str, str], tmp_path: Path,
+    spark: SparkSession, fleet: Path, jdbc: dict[str, str], tmp_path: Path,
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Only the database can tell a wrong password, once Spark reads the table: in this
+    process (``sac.cli.main``) on the session the tests share. What this process's file
+    descriptors 1 and 2 receive meanwhile, the command's and the JVM's output alike, is the
+    one line, without the password."""
     wrong = "wrong-8d2b-password"
-    done = sac("audit", fleet / "events", "--inbox-jdbc", jdbc["url"], "--inbox-user",
-               jdbc["user"], "--inbox-password-env", PASSWORD_ENV, "--out", tmp_path,
-               env={PASSWORD_ENV: wrong})
-    assert done.returncode == 2
-    assert done.stdout == ""
-    assert len(done.stderr.splitlines()) == 1, done.stderr
-    assert "password authentication failed" in done.stderr
-    assert wrong not in done.stderr + (tmp_path / "audit-spark.log").read_text()
+    monkeypatch.setenv(PASSWORD_ENV, wrong)
+    status = cli.main(["audit", str(fleet / "events"), "--inbox-jdbc", jdbc["url"],
+                       "--inbox-user", jdbc["user"], "--inbox-password-env", PASSWORD_ENV,
+                       "--out", str(tmp_path)])
+    out, err = capfd.readouterr()
+    assert status == 2
+    assert out == ""
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("sac audit: ")
+    assert "password authentication failed" in err
+    assert wrong not in err
     assert not (tmp_path / "audit.json").exists()
+    assert spark.range(1).count() == 1  # still running
 
 
 @pytest.mark.parametrize(

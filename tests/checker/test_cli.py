@@ -1,5 +1,9 @@
 """``sac check`` as a user runs it: a separate process, its exit status, what it prints, the
-files it writes, on both engines, locally and on the local Spark standalone cluster."""
+files it writes, on both engines, locally and on the local Spark standalone cluster.
+
+A process with Spark starts a JVM of its own (15-30 s): one test shows that as a user sees
+it (on the standalone cluster); the others that need Spark's verdicts call ``sac.cli.main``
+in this process, on the session the tests share, which the command then uses."""
 
 from __future__ import annotations
 
@@ -9,7 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
+from sac import cli
+from sac.checker import python_engine
 from sac.checker.generate import generate_run
 from sac.server import LocalSpark
 from sac.server.spark import master_json
@@ -55,28 +62,55 @@ def test_the_python_engine_writes_verdicts_summary_and_report(
 
 
 def test_the_spark_engine_locally_gives_the_same_verdicts(
-    runs: dict[str, Path], tmp_path: Path,
+    runs: dict[str, Path], tmp_path: Path, spark: SparkSession,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    sac("check", runs["clean"], runs["lost"], "--engine", "python", "--out", tmp_path)
+    """The default engine, local Spark, in this process (``sac.cli.main``) on the session the
+    tests share, which the command uses and leaves running: the reference engine's verdicts
+    and the same lines printed (a JVM of its own: the standalone test below)."""
+    checked = [str(runs["clean"]), str(runs["lost"])]
+    assert cli.main(["check", *checked, "--engine", "python",
+                     "--out", str(tmp_path / "python")]) == 1
+    printed = capsys.readouterr().out.splitlines()
     expected = {name: json.loads((runs[name] / "verdict.json").read_text())
                 for name in ("clean", "lost")}
-    done = sac("check", runs["clean"], runs["lost"], "--out", tmp_path)
-    assert done.returncode == 1, done.stderr
-    assert done.stderr == "", "the JVM's banner and warnings belong in check-spark.log"
-    assert (tmp_path / "check-spark.log").exists()
+    status = cli.main(["check", *checked, "--out", str(tmp_path / "spark")])
+    captured = capsys.readouterr()
+    assert status == 1, captured.err
+    assert captured.err == ""
     for name, reference in expected.items():
         verdict = json.loads((runs[name] / "verdict.json").read_text())
         assert verdict["engine"] == "spark"
         assert {**verdict, "engine": ""} == {**reference, "engine": ""}
+    lines = captured.out.splitlines()
+    assert lines[:-1] == printed[:-1]  # each run's line
+    assert lines[-1] == f"1 of 2 run(s) valid; report: {tmp_path / 'spark' / 'report.html'}"
+    summary = json.loads((tmp_path / "spark" / "summary.json").read_text())
+    assert (summary["engine"], summary["invalid"]) == ("spark", ["lost"])
+    assert spark.range(1).count() == 1  # still running
 
 
 def test_the_spark_engine_runs_on_a_standalone_cluster(
     runs: dict[str, Path], tmp_path: Path, spark_standalone: LocalSpark,
 ) -> None:
+    """``sac check --master spark://...`` as a user runs it: a process and a JVM of its own,
+    the jobs on the cluster's worker, the reference engine's verdict, the exit status, the
+    lines printed, and nothing else on the terminal: the JVM's banner and warnings belong in
+    check-spark.log."""
+    [reference] = [json.loads(json.dumps(verdict))
+                   for verdict in python_engine.check_runs([runs["lost"]])]
     done = sac("check", runs["lost"], "--master", spark_standalone.url, "--out", tmp_path)
     assert done.returncode == 1, done.stderr
+    assert done.stderr == "", "the JVM's banner and warnings belong in check-spark.log"
+    assert (tmp_path / "check-spark.log").exists()
+    lost_id = injected_lost(runs["lost"])[0]
+    assert done.stdout.splitlines() == [
+        f"{runs['lost']}: INVALID: lost 1 ({lost_id})",
+        f"0 of 1 run(s) valid; report: {tmp_path / 'report.html'}",
+    ]
     verdict = json.loads((runs["lost"] / "verdict.json").read_text())
-    assert verdict["lost"]["ids"] == injected_lost(runs["lost"])
+    assert verdict["engine"] == "spark"
+    assert {**verdict, "engine": ""} == {**reference, "engine": ""}
     state = master_json(spark_standalone.port("master_ui"))
     assert state is not None
     apps = [*state.get("activeapps", []), *state.get("completedapps", [])]
@@ -165,6 +199,7 @@ NOT_RUNS = {
     "no-run-json": ("not a run: no run.json", True),
     "no-events": ("not a run: no history events (events/*.jsonl: none)", True),
     "empty-events": ("not a run: no history events (events/*.jsonl: empty)", True),
+    # Only reading every line tells these: the Spark engine's first job does.
     "only-malformed": ("no history events (no well-formed event line)", False),
     "no-queue": ("no event names a queue", False),
 }
@@ -173,19 +208,31 @@ NOT_RUNS = {
 @pytest.mark.parametrize("engine", ["python", "spark"])
 @pytest.mark.parametrize("kind", list(NOT_RUNS))
 def test_a_directory_that_is_not_a_run_is_refused_and_nothing_is_written(
-    tmp_path: Path, kind: str, engine: str,
+    tmp_path: Path, kind: str, engine: str, request: pytest.FixtureRequest,
 ) -> None:
     """An empty directory, scratch space, a run without run.json, without events or whose
     events name no queue could not be checked: exit 2, one line naming what is missing, no
-    verdict.json, summary or report; what the listing shows is refused before Spark."""
+    verdict.json, summary or report. What the listing shows is refused before Spark starts:
+    ``sac`` in a process of its own, which starts no JVM (no check-spark.log). What only the
+    Spark engine's jobs find is refused by them, in this process (``sac.cli.main``) on the
+    session the tests share: a JVM of its own would add nothing but its start."""
     path = not_a_run(tmp_path, kind)
     out = tmp_path / "out"
-    done = sac("check", path, "--engine", engine, "--out", out)
     missing, before_spark = NOT_RUNS[kind]
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert done.stderr.startswith(f"sac check: {path}: {missing}"), done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert "valid" not in done.stdout
+    args = ["check", str(path), "--engine", engine, "--out", str(out)]
+    if before_spark or engine == "python":
+        done = sac(*args)
+        status, stdout, stderr = done.returncode, done.stdout, done.stderr
+    else:
+        spark: SparkSession = request.getfixturevalue("spark")
+        capsys: pytest.CaptureFixture[str] = request.getfixturevalue("capsys")
+        status = cli.main(args)
+        stdout, stderr = capsys.readouterr()
+        assert spark.range(1).count() == 1  # the command left the shared session running
+    assert status == 2, stdout + stderr
+    assert stderr.startswith(f"sac check: {path}: {missing}"), stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
+    assert "valid" not in stdout
     assert not (path / "verdict.json").exists()
     assert not (out / "summary.json").exists()
     assert not (out / "report.html").exists()

@@ -1,7 +1,8 @@
 """The Spark engine on tiny hand-built runs, one per rule of ``checker/SPEC.md``.
 
 Every run is checked in one ``check_runs`` call (a Spark job costs seconds, a run almost
-nothing more); each test then reads the verdict fields a user would look at.
+nothing more), its files read in small splits; each test then reads the verdict fields a
+user would look at.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
@@ -320,7 +321,16 @@ def build_runs(root: Path) -> list[Path]:
             },
         )
     )
+    runs.append(split_run(root))
     return runs
+
+
+def split_run(root: Path) -> Path:
+    """A run whose event files the module's check reads in many splits: a malformed line
+    every 97 lines of a.jsonl (3000 lines) and of b.jsonl (its first 500)."""
+    lines: list[Line] = ["oops" if i % 97 == 0 else ev(i, "p", "connected") for i in range(1, 3001)]
+    return write_run(root, "split", {"a.jsonl": lines, "b.jsonl": lines[:500],
+                                     "p.jsonl": published("m1")})
 
 
 CLAIMS = {
@@ -441,9 +451,48 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return build_runs(tmp_path_factory.mktemp("runs"))
 
 
+class Checked(NamedTuple):
+    verdicts: list[dict[str, Any]]
+    plans: list[str]
+    """The physical plan of each job the call ran."""
+    splits: int
+    """How many splits the ``split`` run's a.jsonl is read in."""
+
+
+TINY_SPLITS = {"spark.sql.files.maxPartitionBytes": "16384", "spark.sql.files.openCostInBytes": "0"}
+"""Files read in splits of 16 KiB: the ``split`` run's a.jsonl in many, so line numbers
+must hold across splits (every other rule then does too)."""
+
+
 @pytest.fixture(scope="module")
-def verdicts(spark: SparkSession, runs: list[Path]) -> dict[str, Any]:
-    found = check_runs(spark, runs)
+def checked(spark: SparkSession, runs: list[Path]) -> Checked:
+    """Every run checked in one ``check_runs`` call (a Spark job costs seconds, a run in it
+    almost nothing more), read in ``TINY_SPLITS``, recording the plan of each job on the way."""
+    recorded: list[str] = []
+    classic = type(spark.range(1))  # the class that runs jobs (pyspark.sql.classic)
+    collect = classic.collect
+
+    def recording(frame: DataFrame) -> list[Any]:
+        recorded.append(frame._jdf.queryExecution().executedPlan().toString())
+        return collect(frame)
+
+    for key, value in TINY_SPLITS.items():
+        spark.conf.set(key, value)
+    try:
+        [split] = [run for run in runs if run.name == "split"]
+        splits = spark.read.text(str(split / "events" / "a.jsonl")).rdd.getNumPartitions()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(classic, "collect", recording)
+            found = check_runs(spark, runs)
+    finally:
+        for key in TINY_SPLITS:
+            spark.conf.unset(key)
+    return Checked(found, recorded, splits)
+
+
+@pytest.fixture(scope="module")
+def verdicts(runs: list[Path], checked: Checked) -> dict[str, Any]:
+    found = checked.verdicts
     assert [v["run"] for v in found] == [path.name for path in runs]
     # The same run given twice is checked twice, each copy whole.
     twice = [v for path, v in zip(runs, found, strict=True) if runs.count(path) == 2]
@@ -722,20 +771,10 @@ def test_queue_of_a_message_is_its_earliest_named_publish(verdicts: dict[str, An
     assert v["latency_ms"]["max"] == 30000.0  # m3 from its first publish, which has no queue
 
 
-def test_line_numbers_across_splits(spark: SparkSession, tmp_path: Path) -> None:
+def test_line_numbers_across_splits(verdicts: dict[str, Any], checked: Checked) -> None:
     """A file read in many splits (tiny maxPartitionBytes) still numbers its lines exactly."""
-    lines: list[Line] = ["oops" if i % 97 == 0 else ev(i, "p", "connected") for i in range(1, 3001)]
-    files = {"a.jsonl": lines, "b.jsonl": lines[:500], "p.jsonl": published("m1")}
-    run = write_run(tmp_path, "split", files)
-    spark.conf.set("spark.sql.files.maxPartitionBytes", "16384")
-    spark.conf.set("spark.sql.files.openCostInBytes", "0")
-    try:
-        splits = spark.read.text(str(run / "events" / "a.jsonl")).rdd.getNumPartitions()
-        (verdict,) = check_runs(spark, [run])
-    finally:
-        spark.conf.unset("spark.sql.files.maxPartitionBytes")
-        spark.conf.unset("spark.sql.files.openCostInBytes")
-    assert splits > 5
+    verdict = verdicts["split"]
+    assert checked.splits > 5
     expected = [("events/a.jsonl", i) for i in range(97, 3001, 97)]
     expected += [("events/b.jsonl", i) for i in range(97, 501, 97)]
     assert [(m["file"], m["line"]) for m in verdict["malformed"]["lines"]] == expected
@@ -784,22 +823,11 @@ def test_percentile_ranks_are_exact_across_partitions(spark: SparkSession) -> No
             assert found[(run, k)] == xs[k - 1], (run, pct)
 
 
-def test_no_cross_join_in_any_job(
-    spark: SparkSession, runs: list[Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_no_cross_join_in_any_job(checked: Checked) -> None:
     """Every job the engine runs is planned without a cartesian product or a nested-loop
-    join: overlaps, ranks and recovery are sorts and equi-joins, so cost stays near-linear."""
-    plans: list[str] = []
-    classic = type(spark.range(1))  # the class that runs jobs (pyspark.sql.classic)
-    collect = classic.collect
-
-    def recording(frame: DataFrame) -> list[Any]:
-        plans.append(frame._jdf.queryExecution().executedPlan().toString())
-        return collect(frame)
-
-    monkeypatch.setattr(classic, "collect", recording)
-    check_runs(spark, runs[:3])
-    assert len(plans) >= 10
-    for plan in plans:
+    join: overlaps, ranks and recovery are sorts and equi-joins, so cost stays near-linear.
+    (The jobs of the module's one ``check_runs`` call over every run above.)"""
+    assert len(checked.plans) >= 10
+    for plan in checked.plans:
         assert "CartesianProduct" not in plan
         assert "NestedLoopJoin" not in plan

@@ -75,6 +75,7 @@ def test_cli_up_status_kill_start_down_leaves_no_process(
              "queue=QueueSettings('env-probe'))); p.start(); p.publish(b'x'); p.close(); "
              "m = Management(ManagementSettings.from_env()); print(m.queue('env-probe').name); "
              "m.delete_queue('env-probe', if_empty=False); "
+             "print(ManagementSettings.from_env().statistics_interval); "
              "import os; print(os.environ['SAC_ZOOKEEPER_HOSTS'])")
     shell = subprocess.run(
         ["bash", "-c", f'eval "$({exe} server env --name {name} --home {tmp_path} '
@@ -82,7 +83,7 @@ def test_cli_up_status_kill_start_down_leaves_no_process(
         capture_output=True, text=True, timeout=60, check=False)
     assert shell.returncode == 0, shell.stderr
     assert shell.stdout.splitlines() == [
-        "env-probe", f"127.0.0.1:{status['zookeeper']['port']}"]
+        "env-probe", "1.0", f"127.0.0.1:{status['zookeeper']['port']}"]
 
     killed = sac(tmp_path, "server", "kill", "1", "--name", name)
     assert killed.returncode == 0, killed.stderr

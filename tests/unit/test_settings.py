@@ -15,6 +15,7 @@ from sac.sdk._errors import ConfigurationError
 from sac.sdk._settings import (
     ConnectionSettings,
     ConsumerSettings,
+    ManagementSettings,
     PublisherSettings,
     QueueSettings,
     mask_url,
@@ -464,3 +465,12 @@ def test_the_outbox_policy_carries_the_publisher_settings() -> None:
     assert attrs.asdict(policy, recurse=False) == {
         "window": 17, "nack_backoff": nacks, "throttle_on_nack": False,
         "nack_stall_timeout": 3.0, "blocked_timeout": 7.0, "confirm_timeout": 9.0}
+
+
+def test_management_from_env_reads_the_statistics_interval() -> None:
+    env = {"SAC_MANAGEMENT_URLS": "http://u:p@h:15672",
+           "SAC_MANAGEMENT_STATISTICS_INTERVAL": "1"}
+    assert ManagementSettings.from_env(environ=env).statistics_interval == 1.0
+    env["SAC_MANAGEMENT_STATISTICS_INTERVAL"] = "soon"
+    with pytest.raises(ConfigurationError, match="SAC_MANAGEMENT_STATISTICS_INTERVAL='soon'"):
+        ManagementSettings.from_env(environ=env)
