@@ -1,5 +1,6 @@
-"""A fault proxy that speaks the Toxiproxy 2.x HTTP API (``TOXIPROXY_API.md``): one asyncio
-process on loopback, driven by any Toxiproxy client (``toxiproxy-python``).
+"""A fault proxy that speaks the Toxiproxy 2.x HTTP API (docs/guides/chaos.md, "The fault
+proxy"): one asyncio process on loopback, driven by any Toxiproxy client
+(``toxiproxy-python``).
 
 >>> with ProxyThread() as proxy:  # doctest: +SKIP
 ...     Toxiproxy().update_api_consumer("127.0.0.1", proxy.port)

@@ -90,6 +90,7 @@ async def _session(api: Api, limits: ApiLimits, reader: asyncio.StreamReader,
                     raise error
             except HttpError as exc:
                 await _answer(writer, render_error(exc), limits)
+                await _linger(reader, writer, limits)
                 return
             try:
                 status, payload = await api.handle(request.method, request.path, request.body)
@@ -124,6 +125,24 @@ async def _turn_away(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                            "at once; try again when one has closed")
     try:
         await _answer(writer, render_error(error), limits)
+    except TimeoutError:
+        writer.transport.abort()
+    except OSError:
+        pass
+    else:
+        await _linger(reader, writer, limits)
+    with contextlib.suppress(OSError):
+        writer.close()
+        await writer.wait_closed()
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                  limits: ApiLimits) -> None:
+    """After an error answer, end our side and read what the client still sends (for at
+    most ``LINGER`` s): closing with unread bytes would reset the connection, and a reset
+    can discard the answer before the client has read why (a client trickling a request
+    byte by byte is still sending when its 408 goes out)."""
+    try:
         writer.write_eof()
         async with asyncio.timeout(min(LINGER, limits.request_timeout)):
             while await reader.read(65536):
@@ -132,9 +151,6 @@ async def _turn_away(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         writer.transport.abort()
     except OSError:
         pass
-    with contextlib.suppress(OSError):
-        writer.close()
-        await writer.wait_closed()
 
 
 async def start(host: str = "127.0.0.1", port: int = 8474,

@@ -1,4 +1,4 @@
-"""The synthetic runs: the layout of HISTORY.md, realistic stories, determinism, and each
+"""The synthetic runs: the layout of docs/history.md, realistic stories, determinism, and each
 injection found by the reference engine and nothing else with it."""
 
 from __future__ import annotations
