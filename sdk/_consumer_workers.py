@@ -43,6 +43,11 @@ class Worker(Protocol):
     async def finish(self) -> None:
         """No more runs: returns once those submitted are done (or no one runs them)."""
 
+    @property
+    def in_handler(self) -> bool:
+        """The caller runs one of this worker's handlers: a stop asked for from there must
+        not wait for the handler to end."""
+
 
 _SERVING: contextvars.ContextVar[AsyncWorker] = contextvars.ContextVar("sac_serving")
 """The asyncio worker whose handler the current task runs (or was started from)."""
@@ -61,7 +66,7 @@ class AsyncWorker:
         self._task = asyncio.get_running_loop().create_task(self._work(engine))
 
     @property
-    def in_worker(self) -> bool:
+    def in_handler(self) -> bool:
         """The caller runs in the worker's task, or in a task started from it: a handler,
         or what a handler awaits (``asyncio.wait_for`` runs its awaitable as a task)."""
         return _SERVING.get(None) is self
@@ -121,7 +126,7 @@ class ThreadWorker:
         return not self._idle.is_set()
 
     @property
-    def in_serving_thread(self) -> bool:
+    def in_handler(self) -> bool:
         """The caller is the thread in ``serve``: a handler."""
         return self.serving and self._server == threading.get_ident()
 

@@ -152,7 +152,7 @@ class AsyncConsumer:
         Awaited in the handler itself, it returns at once: the stop goes on once the handler
         returns (its message acked), and ``wait()`` then returns. Why not wait there: the
         stop waits for the very handler that would be waiting for it."""
-        if self._worker.in_worker:
+        if self._worker.in_handler:
             self._engine.request_stop(timeout)
             return
         await self._engine.stop(timeout)
@@ -274,7 +274,7 @@ class Consumer:
         for the very handler that would be waiting for it."""
         if not self._thread.running:
             return
-        if self._worker.in_serving_thread:
+        if self._worker.in_handler:
             self._engine.request_stop(timeout)
             return
         if self._worker.serving:

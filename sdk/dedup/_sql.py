@@ -126,13 +126,6 @@ class SqlStore(Store):
     def message_fault(self, exc: BaseException) -> bool:
         return isinstance(exc, self._data_errors()) and not self._outage(exc, self._conn)
 
-    def _schema_errors(self, exc: BaseException) -> bool:
-        """Whether the driver's ``exc`` says a table or column does not exist."""
-        return False
-
-    def setup_fault(self, exc: BaseException) -> bool:
-        return self._schema_errors(exc)
-
     def missing_tables(self, names: Sequence[str]) -> list[str]:
         with self._lock:
             conn = self._conn

@@ -189,7 +189,7 @@ class PostgresStore(SqlStore):
 
         return (psycopg.DataError, psycopg.IntegrityError)
 
-    def _schema_errors(self, exc: BaseException) -> bool:
+    def setup_fault(self, exc: BaseException) -> bool:
         import psycopg.errors
 
         return isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn)

@@ -186,7 +186,7 @@ class SQLiteStore(SqlStore):
     def _data_errors(self) -> tuple[type[BaseException], ...]:
         return (sqlite3.DataError, sqlite3.IntegrityError)
 
-    def _schema_errors(self, exc: BaseException) -> bool:
+    def setup_fault(self, exc: BaseException) -> bool:
         text = str(exc)
         return isinstance(exc, sqlite3.OperationalError) and (
             text.startswith(("no such table", "no such column")) or " has no column named "

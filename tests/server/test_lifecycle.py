@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,10 +40,22 @@ def sac(home: Path, *args: str, timeout: float = 240) -> subprocess.CompletedPro
     )
 
 
-def test_cli_up_status_kill_start_down_leaves_no_process(
-    tmp_path: Path, cluster: LocalCluster
-) -> None:
+@pytest.fixture
+def cli_name(tmp_path: Path) -> Iterator[str]:
+    """The name of a cluster the test starts through the CLI; whatever the test leaves
+    running when it fails is stopped (a failed assertion had left a node and a ZooKeeper
+    running after the run)."""
     name = f"cli-{os.getpid()}"
+    yield name
+    if _proc.find_marked(tmp_path / name):
+        with contextlib.suppress(NotRunningError):
+            LocalCluster.attach(name, home=tmp_path).down()
+
+
+def test_cli_up_status_kill_start_down_leaves_no_process(
+    tmp_path: Path, cluster: LocalCluster, cli_name: str
+) -> None:
+    name = cli_name
     up = sac(tmp_path, "server", "up", "--nodes", "1", "--zookeeper", "--name", name)
     assert up.returncode == 0, up.stderr
     assert "***" in up.stdout
