@@ -310,8 +310,8 @@ class PublisherSettings:
     """On a nack, halve how many messages may be in flight (down to one probe, the next probe
     paced by ``nack_backoff``'s caps with jitter), growing back by one per ack to ``window``:
     a quorum queue electing a leader then sees a probe at a time instead of the whole window,
-    each one nacked and sent again. The window still bounds what ``send`` accepts. False keeps
-    every slot refilled at once (the behaviour before): only worth it when one publisher feeds
+    each one nacked and sent again. The window still bounds what ``send`` accepts. False refills
+    every freed slot at once: only worth it when one publisher feeds
     several queues, since a nacking queue slows the publishes to every queue."""
     confirm_timeout: float = attrs.field(default=60.0, validator=_positive)
     """Longest wait for one message's confirm, reconnects included."""

@@ -1,8 +1,8 @@
 """Where a client is in its life, as one explicit state instead of a handful of flags.
 
-Publishers and consumers used to carry ``_started``, ``_closed``, ``_stopping`` and
-``_failure`` side by side, and each method checked its own combination of them. One phase per
-client makes every misuse a precise error (start twice, publish before start or after close)
+Flags side by side (started, closed, stopping, failed) let each method check its own
+combination of them, and two methods could disagree on what a client may do now. One phase
+per client makes every misuse a precise error (start twice, publish before start or after close)
 and makes "what may happen now" a question with one answer.
 
 ::
