@@ -769,6 +769,11 @@ class Publisher(Generic[Body]):
     def stats(self) -> PublisherStats:
         return self._inner.stats
 
+    @property
+    def outstanding(self) -> int:
+        """Accepted but not yet confirmed (in flight, waiting to be sent, or parked)."""
+        return self._inner.outstanding
+
     def publish(
         self,
         body: Body,
