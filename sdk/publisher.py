@@ -76,8 +76,8 @@ from ._wire.frames import encode_header, encode_id, encode_publish
 
 if TYPE_CHECKING:
     # A default for the body's type (PEP 696): a publisher made without a serializer, and the
-    # bare annotation ``Publisher``, take bytes, as before serializers existed. The checker
-    # reads it from typing_extensions; at run time a plain TypeVar does (no dependency).
+    # bare annotation ``Publisher``, take bytes, the SDK's default body. The checker reads it
+    # from typing_extensions; at run time a plain TypeVar does (no dependency).
     from typing_extensions import TypeVar
 
     Body = TypeVar("Body", default=bytes)
