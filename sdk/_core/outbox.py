@@ -121,13 +121,6 @@ _RECHECK = 0.05
 """Blocked-timeout checks come at least this far apart (seconds)."""
 
 
-def _same_length(handover: HandOver[Any, Any], _attribute: Any, sizes: Sequence[int]) -> None:
-    ids, messages = len(handover.message_ids), len(handover.messages)
-    if not ids == messages == len(sizes):
-        raise ValueError(f"a hand-over needs as many message_ids, messages and sizes; got "
-                         f"{ids}, {messages} and {len(sizes)}")
-
-
 @attrs.frozen(kw_only=True)
 class HandOver(Generic[P, W]):
     """Messages one caller hands over at once, to one exchange and routing key: the value a
@@ -141,10 +134,18 @@ class HandOver(Generic[P, W]):
 
     message_ids: Sequence[str]
     messages: Sequence[P]
-    sizes: Sequence[int] = attrs.field(validator=_same_length)
+    sizes: Sequence[int]
     exchange: str = ""
     routing_key: str = ""
     waiter: W | None = None
+
+    def __attrs_post_init__(self) -> None:
+        """A driver's mistake, not a setting: said at once rather than as a ``zip`` error
+        in the middle of ``accept``."""
+        ids, messages, sizes = len(self.message_ids), len(self.messages), len(self.sizes)
+        if not ids == messages == sizes:
+            raise ValueError(f"a hand-over needs as many message_ids, messages and sizes; "
+                             f"got {ids}, {messages} and {sizes}")
 
 
 @attrs.define(eq=False, kw_only=True)
