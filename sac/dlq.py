@@ -17,10 +17,9 @@ from sac._oneline import one_line
 from sac.sdk import (
     ConnectionSettings,
     ParkedMessage,
+    Parking,
     QueueSettings,
     SacError,
-    parked_messages,
-    replay_parked,
 )
 
 PREVIEW = 60
@@ -141,7 +140,7 @@ def _line(message: ParkedMessage) -> str:
 
 @one_line("sac dlq", SacError, 1)  # the broker or a queue said no
 def _list(args: argparse.Namespace) -> int:
-    messages = parked_messages(_connection(args), _queue(args), limit=args.limit)
+    messages = Parking(_connection(args)).messages(_queue(args), limit=args.limit)
     for message in messages:
         if args.json:  # ASCII only: JSON escapes C1 controls and the like only then
             print(json.dumps(_row(message)))
@@ -155,6 +154,6 @@ def _list(args: argparse.Namespace) -> int:
 
 @one_line("sac dlq", SacError, 1)  # the broker or a queue said no
 def _replay(args: argparse.Namespace) -> int:
-    count = replay_parked(_connection(args), _queue(args), limit=args.limit)
+    count = Parking(_connection(args)).replay(_queue(args), limit=args.limit)
     print(f"replayed {count} message(s) to {args.queue!r}")
     return 0

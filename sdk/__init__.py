@@ -10,6 +10,11 @@ Example::
     with Publisher(PublisherSettings(conn, queue=QueueSettings("orders"))) as pub:
         pub.publish(b"order 1")
 
+Every client has two faces with the same methods and the same typed parameters: ``X``
+blocks, ``AsyncX`` is awaited (``Publisher``/``AsyncPublisher``, ``Consumer``/
+``AsyncConsumer``, ``Management``/``AsyncManagement``, ``Parking``/``AsyncParking``,
+``Mover``/``AsyncMover``).
+
 Bodies other than bytes: ``Publisher(settings, serializer=JSON)`` publishes any JSON value as
 ``application/json``; ``Consumer(settings, handle, serializers=JSON)`` hands the handler the
 decoded value in ``Delivery.value`` (``Serializer`` makes any other codec).
@@ -80,16 +85,9 @@ from .dedup import (
     Store,
     Transaction,
 )
-from .management import Management
-from .moving import Moved, MoveError, move_messages, move_messages_async
-from .parking import (
-    ParkedMessage,
-    ReplayError,
-    parked_messages,
-    parked_messages_async,
-    replay_parked,
-    replay_parked_async,
-)
+from .management import AsyncManagement, Management
+from .moving import AsyncMover, Moved, MoveError, Mover
+from .parking import AsyncParking, ParkedMessage, Parking, ReplayError
 from .publisher import AsyncPublisher, Publisher, PublisherStats, PublishOptions
 
 __all__ = [
@@ -97,6 +95,9 @@ __all__ = [
     "JSON",
     "RETRANSMIT_HEADER",
     "AsyncConsumer",
+    "AsyncManagement",
+    "AsyncMover",
+    "AsyncParking",
     "AsyncPublisher",
     "AuthenticationError",
     "Backoff",
@@ -135,7 +136,9 @@ __all__ = [
     "MissingMessageId",
     "MoveError",
     "Moved",
+    "Mover",
     "ParkedMessage",
+    "Parking",
     "ParkingFailed",
     "Poison",
     "PostgresStore",
@@ -163,13 +166,7 @@ __all__ = [
     "Transaction",
     "Unconfirmed",
     "UnfitMessage",
-    "move_messages",
-    "move_messages_async",
     "new_message_id",
-    "parked_messages",
-    "parked_messages_async",
-    "replay_parked",
-    "replay_parked_async",
 ]
 
 

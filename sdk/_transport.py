@@ -83,7 +83,7 @@ def broker_close(reason: LinkLost) -> BrokerClose | None:
     cause = reason.__cause__
     if not isinstance(cause, pika.exceptions.ChannelClosedByBroker):
         return None
-    return BrokerClose(int(cause.reply_code), str(cause.reply_text))
+    return BrokerClose(code=int(cause.reply_code), text=str(cause.reply_text))
 
 
 def node_of(url: str) -> str:

@@ -2,8 +2,10 @@
 connections and channels.
 
 A thin shell over the standard library (``urllib``): what to ask and how to read the answer
-is pure code in ``_core/management_api.py``. Every call blocks; each has an ``a``-prefixed
-twin for asyncio (``queue``/``aqueue``) that runs it in a thread.
+is pure code in ``_core/management_api.py``. Two faces, as for every client of the SDK:
+``Management`` blocks; ``AsyncManagement`` has the same methods with the same parameters,
+awaited (each runs the blocking call in a worker thread, so the event loop never waits on
+HTTP).
 
 - Reads (GET) that get no answer, or a 5xx, are tried on the next node and again under
   ``ManagementSettings.retry`` (bounded, full jitter); writes (PUT, DELETE) move on to the
@@ -28,6 +30,9 @@ Example::
     queue = api.queue("orders")
     print(queue.type, queue.single_active_consumer_tag, queue.effective_policy)
     api.close_connections("orders-consumer-7", reason="replaced by a newer leader")
+
+    async_api = AsyncManagement(ManagementSettings.from_url("http://admin:secret@10.0.0.1:15672"))
+    queue = await async_api.queue("orders")
 """
 
 from __future__ import annotations
@@ -238,65 +243,6 @@ class Management:
         """Every channel, with its prefetch and global prefetch (a global QoS)."""
         return self._parse(api.list_channels(), api.parse_channels)
 
-    # ------------------------------------------------------------------ asyncio twins
-
-    async def aqueue(self, name: str, vhost: str = "/") -> QueueInfo:
-        return await asyncio.to_thread(self.queue, name, vhost)
-
-    async def aqueues(self, vhost: str | None = None) -> list[QueueInfo]:
-        return await asyncio.to_thread(self.queues, vhost)
-
-    async def aqueue_bindings(self, name: str, vhost: str = "/") -> list[BindingInfo]:
-        return await asyncio.to_thread(self.queue_bindings, name, vhost)
-
-    async def adelete_queue(self, name: str, vhost: str = "/", *,
-                            if_empty: bool = True) -> None:
-        await asyncio.to_thread(lambda: self.delete_queue(name, vhost, if_empty=if_empty))
-
-    async def aput_exchange(self, name: str, kind: str = "direct", vhost: str = "/", *,
-                            durable: bool = True) -> None:
-        await asyncio.to_thread(lambda: self.put_exchange(name, kind, vhost, durable=durable))
-
-    async def adelete_exchange(self, name: str, vhost: str = "/") -> None:
-        await asyncio.to_thread(self.delete_exchange, name, vhost)
-
-    async def abind_queue(self, queue: str, exchange: str, routing_key: str,
-                          arguments: Mapping[str, Any] | None = None, vhost: str = "/") -> None:
-        await asyncio.to_thread(self.bind_queue, queue, exchange, routing_key, arguments, vhost)
-
-    async def aunbind_queue(self, queue: str, binding: BindingInfo, vhost: str = "/") -> None:
-        await asyncio.to_thread(self.unbind_queue, queue, binding, vhost)
-
-    async def apolicies(self, vhost: str | None = None) -> list[PolicyInfo]:
-        return await asyncio.to_thread(self.policies, vhost)
-
-    async def aput_policy(self, name: str, pattern: str, definition: Mapping[str, Any], *,
-                          vhost: str = "/", priority: int = 0, apply_to: str = "queues") -> None:
-        await asyncio.to_thread(lambda: self.put_policy(
-            name, pattern, definition, vhost=vhost, priority=priority, apply_to=apply_to))
-
-    async def adelete_policy(self, name: str, vhost: str = "/") -> None:
-        await asyncio.to_thread(self.delete_policy, name, vhost)
-
-    async def aput_parameter(self, component: str, name: str, value: Any,
-                             vhost: str = "/") -> None:
-        await asyncio.to_thread(self.put_parameter, component, name, value, vhost)
-
-    async def adelete_parameter(self, component: str, name: str, vhost: str = "/") -> None:
-        await asyncio.to_thread(self.delete_parameter, component, name, vhost)
-
-    async def aconnections(self) -> list[ConnectionInfo]:
-        return await asyncio.to_thread(self.connections)
-
-    async def aclose_connections(self, client_name: str, reason: str) -> ConnectionsClosed:
-        return await asyncio.to_thread(self.close_connections, client_name, reason)
-
-    async def aclose_connection(self, name: str, reason: str) -> bool:
-        return await asyncio.to_thread(self.close_connection, name, reason)
-
-    async def achannels(self) -> list[ChannelInfo]:
-        return await asyncio.to_thread(self.channels)
-
     # ------------------------------------------------------------------ I/O
 
     def _parse(self, request: Request, parse: Callable[[Any], T]) -> T:
@@ -386,6 +332,103 @@ class Management:
             raise _NoAnswer(_why(exc)) from None
 
 
+class AsyncManagement:
+    """The asyncio face of ``Management``: the same methods with the same parameters,
+    awaited. Each call runs the blocking one in a worker thread (``asyncio.to_thread``): the
+    API is a few HTTP requests, and urllib's are the ones the blocking face already retries,
+    times out and keeps the credentials of, so both faces behave alike. Safe to share
+    between tasks."""
+
+    def __init__(
+        self,
+        settings: ManagementSettings,
+        *,
+        sleep: Callable[[float], Any] = time.sleep,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self._blocking = Management(settings, sleep=sleep, rng=rng)
+        self.settings = settings
+
+    def __repr__(self) -> str:
+        return f"Async{self._blocking!r}"
+
+    # ------------------------------------------------------------------ queues
+
+    async def queue(self, name: str, vhost: str = "/") -> QueueInfo:
+        """One queue, with its consumers and which one the broker made active."""
+        return await asyncio.to_thread(self._blocking.queue, name, vhost)
+
+    async def queues(self, vhost: str | None = None) -> list[QueueInfo]:
+        """Every queue (of ``vhost``, or of all vhosts), without their consumers' details."""
+        return await asyncio.to_thread(self._blocking.queues, vhost)
+
+    async def queue_bindings(self, name: str, vhost: str = "/") -> list[BindingInfo]:
+        """The bindings of a queue (the default exchange's included, with source ``""``)."""
+        return await asyncio.to_thread(self._blocking.queue_bindings, name, vhost)
+
+    async def delete_queue(self, name: str, vhost: str = "/", *, if_empty: bool = True) -> None:
+        """As ``Management.delete_queue``: by default only if it is empty."""
+        await asyncio.to_thread(self._blocking.delete_queue, name, vhost, if_empty=if_empty)
+
+    # ------------------------------------------------------------------ exchanges, bindings
+
+    async def put_exchange(self, name: str, kind: str = "direct", vhost: str = "/", *,
+                           durable: bool = True) -> None:
+        await asyncio.to_thread(self._blocking.put_exchange, name, kind, vhost, durable=durable)
+
+    async def delete_exchange(self, name: str, vhost: str = "/") -> None:
+        await asyncio.to_thread(self._blocking.delete_exchange, name, vhost)
+
+    async def bind_queue(self, queue: str, exchange: str, routing_key: str,
+                         arguments: Mapping[str, Any] | None = None, vhost: str = "/") -> None:
+        """Bind ``queue`` to ``exchange`` (binding the same twice is one binding)."""
+        await asyncio.to_thread(self._blocking.bind_queue, queue, exchange, routing_key,
+                                arguments, vhost)
+
+    async def unbind_queue(self, queue: str, binding: BindingInfo, vhost: str = "/") -> None:
+        """Remove one of the bindings ``queue_bindings`` listed."""
+        await asyncio.to_thread(self._blocking.unbind_queue, queue, binding, vhost)
+
+    # ------------------------------------------------------------------ policies, parameters
+
+    async def policies(self, vhost: str | None = None) -> list[PolicyInfo]:
+        return await asyncio.to_thread(self._blocking.policies, vhost)
+
+    async def put_policy(self, name: str, pattern: str, definition: Mapping[str, Any], *,
+                         vhost: str = "/", priority: int = 0, apply_to: str = "queues") -> None:
+        """Create or replace a policy."""
+        await asyncio.to_thread(self._blocking.put_policy, name, pattern, definition,
+                                vhost=vhost, priority=priority, apply_to=apply_to)
+
+    async def delete_policy(self, name: str, vhost: str = "/") -> None:
+        await asyncio.to_thread(self._blocking.delete_policy, name, vhost)
+
+    async def put_parameter(self, component: str, name: str, value: Any,
+                            vhost: str = "/") -> None:
+        """Create or replace a runtime parameter (``federation-upstream``, ``shovel``...)."""
+        await asyncio.to_thread(self._blocking.put_parameter, component, name, value, vhost)
+
+    async def delete_parameter(self, component: str, name: str, vhost: str = "/") -> None:
+        await asyncio.to_thread(self._blocking.delete_parameter, component, name, vhost)
+
+    # ------------------------------------------------------------------ connections, channels
+
+    async def connections(self) -> list[ConnectionInfo]:
+        return await asyncio.to_thread(self._blocking.connections)
+
+    async def close_connections(self, client_name: str, reason: str) -> ConnectionsClosed:
+        """As ``Management.close_connections``: every connection of that client name."""
+        return await asyncio.to_thread(self._blocking.close_connections, client_name, reason)
+
+    async def close_connection(self, name: str, reason: str) -> bool:
+        """As ``Management.close_connection``; False when it was gone already."""
+        return await asyncio.to_thread(self._blocking.close_connection, name, reason)
+
+    async def channels(self) -> list[ChannelInfo]:
+        """Every channel, with its prefetch and global prefetch (a global QoS)."""
+        return await asyncio.to_thread(self._blocking.channels)
+
+
 def _gave_up(failures: int, elapsed: float, last: BaseException) -> BaseException:
     assert isinstance(last, ManagementUnreachable)
     return ManagementUnreachable(
@@ -394,6 +437,7 @@ def _gave_up(failures: int, elapsed: float, last: BaseException) -> BaseExceptio
 
 
 __all__ = [
+    "AsyncManagement",
     "BindingInfo",
     "ChannelInfo",
     "ConnectionInfo",

@@ -11,11 +11,14 @@ the target, with the same id, which an inbox deduplicates); never in neither.
 Not carried over: ``user_id`` (the broker checks it against the moving connection's user) and
 the message's age (a per-message ``expiration`` starts again in the target).
 
+Two faces, as for every client of the SDK: ``Mover`` blocks, ``AsyncMover`` has the same
+method, awaited.
+
 Example::
 
-    from sac.sdk import ConnectionSettings, move_messages
+    from sac.sdk import ConnectionSettings, Mover
 
-    moved = move_messages(ConnectionSettings.from_env(), "orders", "orders-quorum")
+    moved = Mover(ConnectionSettings.from_env()).move("orders", "orders-quorum")
     print(moved.moved, moved.source_after, moved.target_after)
 """
 
@@ -32,7 +35,7 @@ from ._errors import ConfigurationError, ConnectError, QueueError
 from ._forward import Refused
 from ._settings import ConnectionSettings
 from ._transport import LinkLost, node_of
-from .parking import _connect, _move, _passive
+from .parking import _checked, _connect, _move, _passive
 
 MOVED_PROPERTIES = frozenset(OTHER_PROPERTIES) - {"user_id"}
 """The properties a moved copy keeps besides its id, headers, content type, correlation id and
@@ -59,17 +62,10 @@ class Moved:
     target_after: int
 
 
-async def move_messages_async(
-    connection: ConnectionSettings, source: str, target: str, limit: int | None = None
+async def _move_all(
+    connection: ConnectionSettings, source: str, target: str, limit: int | None
 ) -> Moved:
-    """Move what ``source`` holds when the move begins (up to ``limit``) to ``target``, in
-    order, each confirmed in ``target`` before it is acked in ``source``. Both queues must
-    exist. Messages that arrive in ``source`` meanwhile stay there: move again for them.
-    Consumers of ``source`` would take messages from under the move: stop them first. A
-    quorum queue with single active consumer cannot be a source (RabbitMQ 3.10 refuses
-    ``basic.get`` on it: ``MoveError``). A message whose headers cannot be decoded stays in
-    ``source``, headers and all (a copy would lose them), and the others are moved: then
-    ``MoveError`` says how many were, and names those left."""
+    """What ``AsyncMover.move`` does (and ``Mover.move``, on a loop of its own)."""
     if limit is not None and limit < 1:
         raise ConfigurationError(f"limit must be >= 1, got {limit}")
     if source == target:
@@ -103,11 +99,35 @@ async def move_messages_async(
         await link.close()
 
 
-def move_messages(
-    connection: ConnectionSettings, source: str, target: str, limit: int | None = None
-) -> Moved:
-    """The blocking face of ``move_messages_async`` (not from a running event loop)."""
-    return asyncio.run(move_messages_async(connection, source, target, limit))
+class AsyncMover:
+    """Moves messages between the queues of a cluster, from asyncio."""
+
+    def __init__(self, connection: ConnectionSettings) -> None:
+        self.connection = _checked(connection)
+
+    async def move(self, source: str, target: str, limit: int | None = None) -> Moved:
+        """Move what ``source`` holds when the move begins (up to ``limit``) to ``target``, in
+        order, each confirmed in ``target`` before it is acked in ``source``. Both queues must
+        exist. Messages that arrive in ``source`` meanwhile stay there: move again for them.
+        Consumers of ``source`` would take messages from under the move: stop them first. A
+        quorum queue with single active consumer cannot be a source (RabbitMQ 3.10 refuses
+        ``basic.get`` on it: ``MoveError``). A message whose headers cannot be decoded stays in
+        ``source``, headers and all (a copy would lose them), and the others are moved: then
+        ``MoveError`` says how many were, and names those left."""
+        return await _move_all(self.connection, source, target, limit)
 
 
-__all__ = ["MoveError", "Moved", "move_messages", "move_messages_async"]
+class Mover:
+    """The blocking face of ``AsyncMover``: the same method, run to completion on its own
+    event loop (so not from a running one: use ``AsyncMover`` there)."""
+
+    def __init__(self, connection: ConnectionSettings) -> None:
+        self.connection = _checked(connection)
+
+    def move(self, source: str, target: str, limit: int | None = None) -> Moved:
+        """What ``source`` holds (up to ``limit``) into ``target``, each confirmed there
+        before it is acked in ``source``."""
+        return asyncio.run(_move_all(self.connection, source, target, limit))
+
+
+__all__ = ["AsyncMover", "MoveError", "Moved", "Mover"]

@@ -3,20 +3,24 @@
 A consumer parks a message its handler could not handle (``ConsumerSettings.retry`` spent,
 or ``Poison``) in the queue's parking queue, ``<queue>.parked`` by default, with the reason in
 its headers; the broker dead-letters there too what reached the delivery limit (a crash
-loop). ``parked_messages`` shows them and gives them back (in their order; what that costs
-on RabbitMQ 3.10 is in its docstring); ``replay_parked`` moves them
-back to their queue, each confirmed there before it leaves the parking queue, keeping its
-message id and marked as a replay, so that an inbox looks each one up and a message whose
-effect was committed after all is not done twice.
+loop). ``Parking.messages`` shows them and gives them back (in their order; what that costs
+on RabbitMQ 3.10 is in its docstring); ``Parking.replay`` moves them back to their queue,
+each confirmed there before it leaves the parking queue, keeping its message id and marked as
+a replay, so that an inbox looks each one up and a message whose effect was committed after
+all is not done twice.
+
+Two faces, as for every client of the SDK: ``Parking`` blocks, ``AsyncParking`` has the same
+methods, awaited. Each call opens its own connection (to the first node that answers) and
+closes it: the tools are for an operator's occasional look, not a hot path.
 
 Example::
 
-    from sac.sdk import ConnectionSettings, parked_messages, replay_parked
+    from sac.sdk import ConnectionSettings, Parking
 
-    conn = ConnectionSettings.from_env()
-    for message in parked_messages(conn, "orders"):
+    parking = Parking(ConnectionSettings.from_env())
+    for message in parking.messages("orders"):
         print(message.message_id, message.reason)
-    replay_parked(conn, "orders")      # after the fix is deployed
+    parking.replay("orders")      # after the fix is deployed
 
 ``sac dlq list|replay QUEUE`` is the same from the command line.
 """
@@ -240,18 +244,10 @@ async def _give_back(link: Link, queue: str, last_tag: int, count: int) -> None:
         await asyncio.sleep(0.01)  # nothing tells when the broker has put them back: poll
 
 
-async def parked_messages_async(
-    connection: ConnectionSettings, queue: str | QueueSettings, limit: int = 100
+async def _list(
+    connection: ConnectionSettings, queue: str | QueueSettings, limit: int
 ) -> list[ParkedMessage]:
-    """Up to ``limit`` messages of the queue's parking queue, oldest first, left in place.
-
-    RabbitMQ cannot show a quorum queue's message without taking it: each is taken
-    unacked and given back, which marks it redelivered and adds one to its
-    ``x-delivery-count`` (a replay drops that header). To keep their order, every message of
-    a parking queue holding up to ``ORDER_WINDOW`` (1 000) is taken, shown or not; past
-    that only the first ``limit`` are, and those go back behind the rest. A message whose
-    ``x-sac-parked-*`` headers are forged is listed, those fields None and named in its
-    ``invalid``."""
+    """What ``AsyncParking.messages`` does (and ``Parking.messages``, on a loop of its own)."""
     if limit < 1:
         raise ConfigurationError(f"limit must be >= 1, got {limit}")
     name, parking = _parking_name(queue)
@@ -275,15 +271,10 @@ async def parked_messages_async(
         await link.close()
 
 
-async def replay_parked_async(
-    connection: ConnectionSettings, queue: str | QueueSettings, limit: int | None = None
+async def _replay(
+    connection: ConnectionSettings, queue: str | QueueSettings, limit: int | None
 ) -> int:
-    """Move the messages parked now (up to ``limit``) back to ``queue``, oldest first; how
-    many. Each is confirmed in the queue before it is acked in the parking queue, so a
-    failure half-way loses nothing (at worst one message is in both, with one id). Messages
-    parked again while this runs are not replayed a second time. A message whose headers
-    cannot be decoded stays parked, headers and all, and the others are replayed: then
-    ``ReplayError`` says how many were, and names those left."""
+    """What ``AsyncParking.replay`` does (and ``Parking.replay``, on a loop of its own)."""
     if limit is not None and limit < 1:
         raise ConfigurationError(f"limit must be >= 1, got {limit}")
     name, parking = _parking_name(queue)
@@ -314,25 +305,62 @@ async def replay_parked_async(
         await link.close()
 
 
-def parked_messages(
-    connection: ConnectionSettings, queue: str | QueueSettings, limit: int = 100
-) -> list[ParkedMessage]:
-    """The blocking face of ``parked_messages_async`` (not from a running event loop)."""
-    return asyncio.run(parked_messages_async(connection, queue, limit))
+def _checked(connection: ConnectionSettings) -> ConnectionSettings:
+    if not isinstance(connection, ConnectionSettings):
+        raise TypeError(
+            f"connection must be ConnectionSettings, got {type(connection).__name__}")
+    return connection
 
 
-def replay_parked(
-    connection: ConnectionSettings, queue: str | QueueSettings, limit: int | None = None
-) -> int:
-    """The blocking face of ``replay_parked_async`` (not from a running event loop)."""
-    return asyncio.run(replay_parked_async(connection, queue, limit))
+class AsyncParking:
+    """The parking queues of a cluster, from asyncio: list and replay what is parked."""
+
+    def __init__(self, connection: ConnectionSettings) -> None:
+        self.connection = _checked(connection)
+
+    async def messages(
+        self, queue: str | QueueSettings, limit: int = 100
+    ) -> list[ParkedMessage]:
+        """Up to ``limit`` messages of the queue's parking queue, oldest first, left in place.
+
+        RabbitMQ cannot show a quorum queue's message without taking it: each is taken
+        unacked and given back, which marks it redelivered and adds one to its
+        ``x-delivery-count`` (a replay drops that header). To keep their order, every message of
+        a parking queue holding up to ``ORDER_WINDOW`` (1 000) is taken, shown or not; past
+        that only the first ``limit`` are, and those go back behind the rest. A message whose
+        ``x-sac-parked-*`` headers are forged is listed, those fields None and named in its
+        ``invalid``."""
+        return await _list(self.connection, queue, limit)
+
+    async def replay(self, queue: str | QueueSettings, limit: int | None = None) -> int:
+        """Move the messages parked now (up to ``limit``) back to ``queue``, oldest first; how
+        many. Each is confirmed in the queue before it is acked in the parking queue, so a
+        failure half-way loses nothing (at worst one message is in both, with one id). Messages
+        parked again while this runs are not replayed a second time. A message whose headers
+        cannot be decoded stays parked, headers and all, and the others are replayed: then
+        ``ReplayError`` says how many were, and names those left."""
+        return await _replay(self.connection, queue, limit)
+
+
+class Parking:
+    """The blocking face of ``AsyncParking``: the same methods, each run to completion on
+    its own event loop (so not from a running one: use ``AsyncParking`` there)."""
+
+    def __init__(self, connection: ConnectionSettings) -> None:
+        self.connection = _checked(connection)
+
+    def messages(self, queue: str | QueueSettings, limit: int = 100) -> list[ParkedMessage]:
+        """Up to ``limit`` messages parked for ``queue``, oldest first, left in place."""
+        return asyncio.run(_list(self.connection, queue, limit))
+
+    def replay(self, queue: str | QueueSettings, limit: int | None = None) -> int:
+        """Send the messages parked now (up to ``limit``) back to ``queue``; how many."""
+        return asyncio.run(_replay(self.connection, queue, limit))
 
 
 __all__ = [
+    "AsyncParking",
     "ParkedMessage",
+    "Parking",
     "ReplayError",
-    "parked_messages",
-    "parked_messages_async",
-    "replay_parked",
-    "replay_parked_async",
 ]

@@ -38,7 +38,7 @@ import concurrent.futures
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Self, TypedDict, Unpack, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, Self, TypedDict, assert_never, cast, overload
 
 import attrs
 from pika.spec import Basic, BasicProperties
@@ -50,8 +50,9 @@ from ._core.outbox import (
     Action,
     Closed,
     Confirmed,
-    Entry,
     Failed,
+    HandOver,
+    Held,
     Nacked,
     Outbox,
     Recycle,
@@ -75,8 +76,8 @@ from ._wire.frames import encode_header, encode_id, encode_publish
 
 if TYPE_CHECKING:
     # A default for the body's type (PEP 696): a publisher made without a serializer, and the
-    # bare annotation ``Publisher``, take bytes, as before serializers existed. The checker
-    # reads it from typing_extensions; at run time a plain TypeVar does (no dependency).
+    # bare annotation ``Publisher``, take bytes, the SDK's default body. The checker reads it
+    # from typing_extensions; at run time a plain TypeVar does (no dependency).
     from typing_extensions import TypeVar
 
     Body = TypeVar("Body", default=bytes)
@@ -95,11 +96,12 @@ _METHOD_CACHE = 1024  # encoded Basic.Publish methods kept, one per exchange and
 
 
 class PublishOptions(TypedDict, total=False):
-    """What ``Publisher.publish``, ``send`` and ``publish_many`` take besides the body, as
-    ``AsyncPublisher``'s do: ``routing_key`` (default: the settings' queue), ``exchange``
-    (default: the default exchange), ``message_id`` (default: a new one; the inbox's key),
-    ``headers``, ``content_type`` (a publisher with a serializer sets its own: one given too
-    must name the same media type, and may add parameters), ``correlation_id``."""
+    """What ``publish``, ``send`` and ``publish_many`` take besides the body, on both faces
+    (a dict of them passes as ``**options``, checked by a type checker): ``routing_key``
+    (default: the settings' queue), ``exchange`` (default: the default exchange),
+    ``message_id`` (default: a new one; the inbox's key), ``headers``, ``content_type`` (a
+    publisher with a serializer sets its own: one given too must name the same media type,
+    and may add parameters), ``correlation_id``."""
 
     routing_key: str | None
     exchange: str
@@ -108,15 +110,6 @@ class PublishOptions(TypedDict, total=False):
     content_type: str | None
     correlation_id: str | None
 
-
-def _check_options(method: str, options: Mapping[str, object]) -> None:
-    """A wrong keyword is named with the method the caller called (the blocking face hands
-    its options to ``AsyncPublisher``, whose name would otherwise be in the error)."""
-    unknown = sorted(set(options) - PublishOptions.__annotations__.keys())
-    if unknown:
-        raise TypeError(f"Publisher.{method}() got an unexpected keyword argument "
-                        f"{unknown[0]!r}; it takes "
-                        f"{', '.join(PublishOptions.__annotations__)}")
 
 log = logging.getLogger("sac.publisher")
 
@@ -141,19 +134,17 @@ class _Batch:
 
 
 _Waiter = asyncio.Future[str] | _Batch
-_Entry = Entry[_Frames, _Waiter]
+_HandOver = HandOver[_Frames, _Waiter]
+_Held = Held[_Frames, _Waiter]
 
 
-def _tell(entry: _Entry, error: BaseException | None) -> None:
-    """Give the caller of ``entry`` its outcome: the id, or ``error``."""
-    waiter = entry.waiter
+def _tell(held: _Held, error: BaseException) -> None:
+    """Give the caller of ``held`` its failure."""
+    waiter = held.handover.waiter
     if isinstance(waiter, _Batch):
-        waiter.settle(entry.seq, error)
+        waiter.settle(held.seq, error)
     elif waiter is not None and not waiter.done():
-        if error is None:
-            waiter.set_result(entry.message_id)
-        else:
-            waiter.set_exception(error)
+        waiter.set_exception(error)
 
 
 def _body_bytes(body: Any) -> bytes:
@@ -180,22 +171,25 @@ def _encode_all(
     return encoded, sent_as if encoded else content_type
 
 
-def _retransmit_header(entry: _Entry) -> bytes:
+def _retransmit_header(held: _Held) -> bytes:
     """The properties of a message going out again: the header ``x-sac-retransmit`` says how
     many times it went out before."""
-    _method, _header, body, extra = entry.message
+    _method, _header, body, extra = held.message
     headers, content_type, correlation_id = extra or (None, None, None)
     return encode_header(
         len(body),
-        encode_id(entry.message_id),
-        {**(headers or {}), RETRANSMIT_HEADER: entry.sends - 1},
+        encode_id(held.message_id),
+        {**(headers or {}), RETRANSMIT_HEADER: held.sends - 1},
         content_type,
         correlation_id,
     )
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class PublisherStats:
+    """What a publisher did so far (``stats``): messages published (first sends), confirmed,
+    sent again after a loss or a nack, nacked and returned by the broker, and reconnects."""
+
     published: int
     confirmed: int
     retransmitted: int
@@ -281,8 +275,9 @@ class AsyncPublisher(Recovering, Generic[Body]):
     def stats(self) -> PublisherStats:
         counts = self._box.stats()
         return PublisherStats(
-            counts.published, counts.confirmed, counts.retransmitted,
-            counts.nacked, counts.returned, self._reconnects,
+            published=counts.published, confirmed=counts.confirmed,
+            retransmitted=counts.retransmitted, nacked=counts.nacked,
+            returned=counts.returned, reconnects=self._reconnects,
         )
 
     @property
@@ -328,12 +323,13 @@ class AsyncPublisher(Recovering, Generic[Body]):
     ) -> str:
         """Publish one message and return its id once the broker confirmed it (or raise
         ``ConfirmTimeout`` after ``confirm_timeout``: the message stays tracked)."""
-        entry = self._prepare(
+        handover, confirmed = self._prepare(
             "publish", body, routing_key, exchange, message_id, headers, content_type,
             correlation_id)
         if self._box.room <= 0:
             await self._room()
-        return await asyncio.shield(self._hand_over(entry, timed=True))
+        self._hand_over(handover, timed=True)
+        return await asyncio.shield(confirmed)
 
     async def send(
         self,
@@ -349,12 +345,13 @@ class AsyncPublisher(Recovering, Generic[Body]):
         """Hand one message over, waiting only for room in the window; a future that
         resolves to its id when confirmed (pipelined publishing). ``publish_many`` does the
         same for many messages without a future each."""
-        entry = self._prepare(
+        handover, confirmed = self._prepare(
             "send", body, routing_key, exchange, message_id, headers, content_type,
             correlation_id)
         if self._box.room <= 0:
             await self._room()
-        return self._hand_over(entry, timed=False)
+        self._hand_over(handover, timed=False)
+        return confirmed
 
     def _prepare(
         self,
@@ -366,10 +363,13 @@ class AsyncPublisher(Recovering, Generic[Body]):
         headers: Mapping[str, Any] | None,
         content_type: str | None,
         correlation_id: str | None,
-    ) -> _Entry:
-        """One message checked and encoded, or the error, before any wait for room."""
+    ) -> tuple[_HandOver, asyncio.Future[str]]:
+        """One message checked and encoded, or the error, before any wait for room; and the
+        future its caller waits on."""
         if self._life.phase is not Phase.RUNNING:
             self._check_usable()
+        loop = self._loop
+        assert loop is not None
         key = routing_key if routing_key is not None else self._routing_key(None)
         serializer = self.serializer
         data: bytes
@@ -379,17 +379,16 @@ class AsyncPublisher(Recovering, Generic[Body]):
             data, content_type = encode_body(serializer, body, content_type,
                                              _where("AsyncPublisher", method, exchange, key))
         mid = message_id or new_message_id()
-        return self._entry(data, exchange, key, mid,
-                           self._extra(headers, content_type, correlation_id))
+        confirmed: asyncio.Future[str] = loop.create_future()
+        handover = self._one(data, exchange, key, mid,
+                             self._extra(headers, content_type, correlation_id), confirmed)
+        return handover, confirmed
 
-    def _hand_over(self, entry: _Entry, timed: bool) -> asyncio.Future[str]:
+    def _hand_over(self, handover: _HandOver, timed: bool) -> None:
         loop = self._loop
         assert loop is not None
-        fut: asyncio.Future[str] = loop.create_future()
-        entry.waiter = fut
-        self._box.accept((entry,), loop.time(), timed)
+        self._box.accept(handover, loop.time(), timed)
         self._handed_over(loop)
-        return fut
 
     async def publish_many(
         self,
@@ -440,7 +439,8 @@ class AsyncPublisher(Recovering, Generic[Body]):
             end = min(total, done + box.room)
             chunk = new_message_id.many(end - done) if message_id is None else (
                 [message_id] * (end - done))
-            entries: list[_Entry] = []
+            frames: list[_Frames] = []
+            sizes: list[int] = []
             learnt = box.broker_max_size  # fixed while this chunk is built (no await)
             fits = max_size if learnt is None else min(max_size, learnt)
             try:
@@ -454,13 +454,19 @@ class AsyncPublisher(Recovering, Generic[Body]):
                         raise too_large
                     header = encode_header(size, encode_id(mid), *extra) if extra else (
                         encode_header(size, encode_id(mid)))
-                    entries.append(Entry(0, mid, (method, header, body, extra), 0, 0, None,
-                                         exchange, key, batch, size=size))
-                    ids.append(mid)
-                    done += 1
+                    frames.append((method, header, body, extra))
+                    sizes.append(size)
             finally:
-                if entries:
-                    box.accept(entries, loop.time())
+                if frames:
+                    # One hand-over for the chunk: the outbox builds the only per-message
+                    # object (its record), so a message costs no value of its own here.
+                    count = len(frames)
+                    taken = chunk if count == len(chunk) else chunk[:count]
+                    box.accept(HandOver(message_ids=taken, messages=frames, sizes=sizes,
+                                        exchange=exchange, routing_key=key, waiter=batch),
+                               loop.time())
+                    ids.extend(taken)
+                    done += count
                     self._handed_over(loop)
         if not ids:
             return ids
@@ -479,9 +485,10 @@ class AsyncPublisher(Recovering, Generic[Body]):
             return None
         return (dict(headers) if headers else None), content_type, correlation_id
 
-    def _entry(
-        self, body: bytes, exchange: str, key: str, mid: str, extra: _Extra | None
-    ) -> _Entry:
+    def _one(
+        self, body: bytes, exchange: str, key: str, mid: str, extra: _Extra | None,
+        waiter: asyncio.Future[str],
+    ) -> _HandOver:
         """Check one message and encode what goes on the wire (``ConfigurationError`` for
         what AMQP cannot carry, before anything is sent)."""
         size = len(body)
@@ -493,8 +500,8 @@ class AsyncPublisher(Recovering, Generic[Body]):
             header = encode_header(size, encode_id(mid))
         else:
             header = encode_header(size, encode_id(mid), *extra)
-        return Entry(0, mid, (method, header, body, extra), 0, 0, None, exchange, key,
-                     size=size)
+        return HandOver(message_ids=(mid,), messages=((method, header, body, extra),),
+                        sizes=(size,), exchange=exchange, routing_key=key, waiter=waiter)
 
     def _method(self, exchange: str, key: str) -> bytes:
         method = self._methods.get((exchange, key))
@@ -539,68 +546,73 @@ class AsyncPublisher(Recovering, Generic[Body]):
     # ------------------------------------------------------------------ carrying out actions
 
     def _run(self, actions: list[Action]) -> None:
-        """Carry out what the outbox decided, in its order."""
+        """Carry out what the outbox decided, in its order. Exhaustive: an action added to
+        the outbox and not carried out here is a type error (``assert_never``)."""
         for action in actions:
-            if type(action) is Send:
-                self._write(action.entries)
-            elif type(action) is Confirmed:
-                self._confirmed(action.entries)
-            elif type(action) is Failed:
-                if type(action.error) is MessageTooLarge:
-                    # The broker refused it (a check before sending raises to the caller):
-                    # said once, here, since nothing else would show why a channel closed.
-                    log.warning("publisher: %s", action.error)
-                _tell(action.entry, action.error)
-            elif type(action) is Nacked:
-                if self._recorder is not None:
-                    for entry in action.entries:
-                        self._recorder.record("nack", msg=entry.message_id)
-            elif type(action) is Returned:
-                if self._recorder is not None:
-                    self._recorder.record("return", msg=action.message_id)
-            elif type(action) is SetTimer:
-                self._set_timer(action.at)
-            elif type(action) is Recycle:
-                link = self._link
-                if link is not None:
-                    link.abandon(action.why)  # reported as lost like any other loss
-            elif type(action) is Closed:
-                closing = self._closing
-                if closing is not None and not closing.done():
-                    closing.set_result(action.unconfirmed)
+            match action:
+                case Send(held=held):
+                    self._write(held)
+                case Confirmed(held=held):
+                    self._confirmed(held)
+                case Failed(held=failed, error=error):
+                    if type(error) is MessageTooLarge:
+                        # The broker refused it (a check before sending raises to the
+                        # caller): said once, here, since nothing else would show why a
+                        # channel closed.
+                        log.warning("publisher: %s", error)
+                    _tell(failed, error)
+                case Nacked(held=held):
+                    if self._recorder is not None:
+                        for record in held:
+                            self._recorder.record("nack", msg=record.message_id)
+                case Returned(message_id=message_id):
+                    if self._recorder is not None:
+                        self._recorder.record("return", msg=message_id)
+                case SetTimer(at=at):
+                    self._set_timer(at)
+                case Recycle(why=why):
+                    link = self._link
+                    if link is not None:
+                        link.abandon(why)  # reported as lost like any other loss
+                case Closed(unconfirmed=unconfirmed):
+                    closing = self._closing
+                    if closing is not None and not closing.done():
+                        closing.set_result(unconfirmed)
+                case _:
+                    assert_never(action)
         if self._room_waiters:
             self._wake_room()
 
-    def _write(self, entries: list[_Entry]) -> None:
+    def _write(self, held: list[_Held]) -> None:
         link = self._link
         frames = link.frames if link is not None else None
         if frames is None:
             return  # gone meanwhile: counted as sent, they go out again after the loss
         write = frames.write
         rec = self._recorder
-        for entry in entries:
-            method, header, body, _extra = entry.message
-            if entry.sends > 1:
-                write(method, _retransmit_header(entry), body)
+        for record in held:
+            method, header, body, _extra = record.message
+            if record.sends > 1:
+                write(method, _retransmit_header(record), body)
                 if rec is not None:
-                    rec.record("retransmit", msg=entry.message_id, seq=entry.seq)
+                    rec.record("retransmit", msg=record.message_id, seq=record.seq)
             else:
                 write(method, header, body)
                 if rec is not None:
-                    rec.record("publish", msg=entry.message_id, seq=entry.seq,
-                               queue=entry.routing_key)
+                    rec.record("publish", msg=record.message_id, seq=record.seq,
+                               queue=record.handover.routing_key)
 
-    def _confirmed(self, entries: list[_Entry]) -> None:
+    def _confirmed(self, held: list[_Held]) -> None:
         rec = self._recorder
-        for entry in entries:
+        for record in held:
             if rec is not None:
-                rec.record("confirm", msg=entry.message_id)
-            if not entry.told:
-                waiter = entry.waiter
+                rec.record("confirm", msg=record.message_id)
+            if not record.told:
+                waiter = record.handover.waiter
                 if isinstance(waiter, _Batch):
-                    waiter.settle(entry.seq, None)
+                    waiter.settle(record.seq, None)
                 elif waiter is not None and not waiter.done():
-                    waiter.set_result(entry.message_id)
+                    waiter.set_result(record.message_id)
 
     def _set_timer(self, at: float | None) -> None:
         if self._timer is not None:
@@ -757,54 +769,87 @@ class Publisher(Generic[Body]):
     def stats(self) -> PublisherStats:
         return self._inner.stats
 
-    def publish(self, body: Body, **options: Unpack[PublishOptions]) -> str:
-        """Publish one message; its id once confirmed. Options: ``PublishOptions``."""
-        _check_options("publish", options)
-        self._check_usable()
-        data, options = self._encoded("publish", [body], options)
-        return self._thread.run(self._inner.publish(data[0], **options))
+    @property
+    def outstanding(self) -> int:
+        """Accepted but not yet confirmed (in flight, waiting to be sent, or parked)."""
+        return self._inner.outstanding
 
-    def send(self, body: Body, **options: Unpack[PublishOptions]
-             ) -> concurrent.futures.Future[str]:
-        """Pipelined: returns once there is room in the window; the future gives the id."""
-        _check_options("send", options)
+    def publish(
+        self,
+        body: Body,
+        *,
+        routing_key: str | None = None,
+        exchange: str = "",
+        message_id: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        content_type: str | None = None,
+        correlation_id: str | None = None,
+    ) -> str:
+        """Publish one message; its id once confirmed (as ``AsyncPublisher.publish``)."""
         self._check_usable()
-        data, options = self._encoded("send", [body], options)
-        return self._thread.run(self._send(data[0], options))
+        [data], content_type = self._encoded("publish", [body], routing_key, exchange,
+                                             content_type)
+        return self._thread.run(self._inner.publish(
+            data, routing_key=routing_key, exchange=exchange, message_id=message_id,
+            headers=headers, content_type=content_type, correlation_id=correlation_id))
+
+    def send(
+        self,
+        body: Body,
+        *,
+        routing_key: str | None = None,
+        exchange: str = "",
+        message_id: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        content_type: str | None = None,
+        correlation_id: str | None = None,
+    ) -> concurrent.futures.Future[str]:
+        """Pipelined: returns once there is room in the window; the future gives the id."""
+        self._check_usable()
+        [data], content_type = self._encoded("send", [body], routing_key, exchange,
+                                             content_type)
+        return self._thread.run(self._send(data, PublishOptions(
+            routing_key=routing_key, exchange=exchange, message_id=message_id,
+            headers=headers, content_type=content_type, correlation_id=correlation_id)))
 
     async def _send(
         self, body: bytes, options: PublishOptions
     ) -> concurrent.futures.Future[str]:
         return to_concurrent(await self._inner.send(body, **options))
 
-    def publish_many(self, bodies: Iterable[Body], **options: Unpack[PublishOptions]
-                     ) -> list[str]:
+    def publish_many(
+        self,
+        bodies: Iterable[Body],
+        *,
+        routing_key: str | None = None,
+        exchange: str = "",
+        message_id: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        content_type: str | None = None,
+        correlation_id: str | None = None,
+    ) -> list[str]:
         """Publish all, keeping the window full; their ids once every one is confirmed.
         The first failure is raised after all have settled; a body that cannot be encoded
         fails the call before any is sent."""
-        _check_options("publish_many", options)
         self._check_usable()
-        data, options = self._encoded("publish_many", list(bodies), options)
-        return self._thread.run(self._publish_many(data, options))
+        data, content_type = self._encoded("publish_many", list(bodies), routing_key,
+                                           exchange, content_type)
+        return self._thread.run(self._inner.publish_many(
+            data, routing_key=routing_key, exchange=exchange, message_id=message_id,
+            headers=headers, content_type=content_type, correlation_id=correlation_id))
 
     def _encoded(
-        self, method: str, bodies: list[Any], options: PublishOptions
-    ) -> tuple[list[bytes], PublishOptions]:
-        """The bodies as bytes and the options with the serializer's content type, encoded
-        here, in the caller's thread; or the error naming this face."""
+        self, method: str, bodies: list[Any], routing_key: str | None, exchange: str,
+        content_type: str | None,
+    ) -> tuple[list[bytes], str | None]:
+        """The bodies as bytes and the content type they go with, encoded here, in the
+        caller's thread; or the error naming this face."""
         serializer = self.serializer
         if serializer is BYTES:
-            return bodies, options  # the inner publisher checks they are bytes, as ever
-        exchange = options.get("exchange", "")
-        key = self._inner._routing_key(options.get("routing_key"))
-        data, content_type = _encode_all(serializer, bodies, options.get("content_type"),
-                                         _where("Publisher", method, exchange, key))
-        options = options.copy()
-        options["content_type"] = content_type
-        return data, options
-
-    async def _publish_many(self, bodies: list[bytes], options: PublishOptions) -> list[str]:
-        return await self._inner.publish_many(bodies, **options)
+            return bodies, content_type  # the inner publisher checks they are bytes
+        key = self._inner._routing_key(routing_key)
+        return _encode_all(serializer, bodies, content_type,
+                           _where("Publisher", method, exchange, key))
 
     def _check_usable(self) -> None:
         if not self._life.running:

@@ -16,16 +16,21 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, assert_never
 
 from sac.sdk._core.lifecycle import Phase
 from sac.sdk._core.outbox import (
     Action,
     Closed,
-    Entry,
+    Confirmed,
+    Failed,
+    HandOver,
+    Held,
+    Nacked,
     Outbox,
     Outcomes,
     Recycle,
+    Returned,
     Send,
     SetTimer,
 )
@@ -172,12 +177,12 @@ class PublisherClient(Shell):
                and self.release[self.accepted + room] <= now):
             room += 1
         if room > 0:
-            key = self.queue.name
-            entries: list[Entry[bytes, None]] = [
-                Entry(0, mid, mid.encode(), 0, 0, None, "", key)
-                for mid in self.ids[self.accepted:self.accepted + room]]
+            ids = self.ids[self.accepted:self.accepted + room]
+            bodies = [mid.encode() for mid in ids]
             self.accepted += room
-            box.accept(entries, now)
+            box.accept(HandOver(message_ids=ids, messages=bodies,
+                                sizes=[len(body) for body in bodies],
+                                routing_key=self.queue.name), now)
             self._carry_out(now, box.flush())
         if self.accepted == len(self.ids) and box.lifecycle.phase is Phase.RUNNING:
             self._carry_out(now, box.close(now, self.settings.close_timeout))
@@ -185,16 +190,21 @@ class PublisherClient(Shell):
     def _carry_out(self, now: float, actions: Sequence[Action]) -> None:
         self.outcomes.record(actions)
         for action in actions:
-            if isinstance(action, Send):
-                self._write(now, action.entries)
-            elif isinstance(action, SetTimer):
-                self._timer = action.at
-            elif isinstance(action, Recycle):
-                self.abandon(now, action.why)
-            elif isinstance(action, Closed):
-                self.close(now)
+            match action:
+                case Send(held=held):
+                    self._write(now, held)
+                case SetTimer(at=at):
+                    self._timer = at
+                case Recycle(why=why):
+                    self.abandon(now, why)
+                case Closed():
+                    self.close(now)
+                case Confirmed() | Failed() | Nacked() | Returned():
+                    pass  # outcomes, recorded above
+                case _:
+                    assert_never(action)
 
-    def _write(self, now: float, entries: Sequence[Entry[bytes, None]]) -> None:
+    def _write(self, now: float, entries: Sequence[Held[bytes, None]]) -> None:
         link = self.link
         if link is None:
             return  # gone meanwhile: counted as sent, they go out again after the loss
@@ -203,11 +213,11 @@ class PublisherClient(Shell):
             mark = self.mark(entry)
             properties = Properties(message_id=entry.message_id,
                                     headers=None if mark is None else {RETRANSMIT_HEADER: mark})
-            self.send(1, BasicPublish(entry.exchange, entry.routing_key, entry.message,
-                                      properties, mandatory))
+            self.send(1, BasicPublish(entry.handover.exchange, entry.handover.routing_key,
+                                      entry.message, properties, mandatory))
             tag = self._tags[link] = self._tags.get(link, 0) + 1
             self.wire.append(Sent(link, tag, entry.message_id, mark))
 
-    def mark(self, entry: Entry[bytes, None]) -> int | None:
+    def mark(self, entry: Held[bytes, None]) -> int | None:
         """The retransmission header, as ``sdk.publisher`` writes it."""
         return entry.sends - 1 if entry.sends > 1 else None

@@ -12,7 +12,7 @@ from typing import Any
 
 from sac.sdk._core.acks import Ack
 from sac.sdk._core.consuming import Action, Actions, Cancel, ConsumerMachine, Run
-from sac.sdk._core.outbox import Entry, Outbox
+from sac.sdk._core.outbox import Held, Outbox
 from sac.sdk._delivery import Delivery
 from sac.sdk.dedup._store import Batch
 
@@ -33,7 +33,7 @@ class NoMark(PublisherClient):
     """A message sent again goes out without ``x-sac-retransmit``, so a consumer's inbox
     does not know it may be a copy."""
 
-    def mark(self, entry: Entry[bytes, None]) -> int | None:
+    def mark(self, entry: Held[bytes, None]) -> int | None:
         return None
 
 
@@ -41,7 +41,7 @@ class LostNackRetry(Outbox[bytes, None]):
     """A nacked message is dropped instead of waiting for its retry (its caller never
     told)."""
 
-    def _retry_nacked(self, entry: Entry[bytes, None], now: float, actions: list[Any]) -> None:
+    def _retry_nacked(self, entry: Held[bytes, None], now: float, actions: list[Any]) -> None:
         self._held -= 1
 
 

@@ -15,9 +15,10 @@ import attrs
 M = TypeVar("M")
 
 
-@attrs.define
+@attrs.define(eq=False, kw_only=True)
 class InFlight(Generic[M]):
-    """One message between ``basic.publish`` and its confirm."""
+    """The window's record of one message between ``basic.publish`` and its confirm:
+    mutable bookkeeping (sends, nacks, a return) beside ``message``, the driver's payload."""
 
     seq: int
     """Per-publisher publish order (also the history's ``seq``)."""

@@ -12,9 +12,11 @@ directly.
 
 Events
 ------
-``accept(entries, now, timed=False)``
-    Publish requested: the caller built the ``Entry`` objects (at most ``room``); the machine
-    numbers them (``seq``: first-publish order) and queues them. No action: call ``flush()``
+``accept(handover, now, timed=False)``
+    Publish requested: the caller hands over a frozen ``HandOver`` (at most ``room``
+    messages to one exchange and routing key, for one waiter); the machine keeps a ``Held``
+    record of each message (``seq``: first-publish order; sends, nacks, whether its caller
+    heard) and queues them. No action: call ``flush()``
     when convenient (the asyncio shell once per loop iteration, so that everything handed over
     in one iteration goes out in one batch; a simulator right away). ``timed=True``: the
     callers wait for the confirm at most ``confirm_timeout`` (then ``ConfirmTimeout``).
@@ -50,18 +52,19 @@ Events
 
 Actions
 -------
-``Send(entries)``
-    Write these messages, in this order, on the current channel (their delivery tags follow
-    the ones sent before on it). An entry with ``sends > 1`` goes out again after a loss or a
-    nack: it carries the header ``x-sac-retransmit`` with the value ``sends - 1``.
-``Confirmed(entries)``
+``Send(held)``
+    Write these messages (``held[i].message``), in this order, on the current channel
+    (their delivery tags follow the ones sent before on it). One with ``sends > 1`` goes out
+    again after a loss or a nack: it carries the header ``x-sac-retransmit`` with the value
+    ``sends - 1``.
+``Confirmed(held)``
     The broker confirmed these: each caller not ``told`` yet learns its message id.
-``Failed(entry, error)``
+``Failed(held, error)``
     Tell this caller its publish failed with ``error`` (a ``PublishError``, ``Unconfirmed``,
     or the ``give_up`` error). The entry has left the outbox, except after ``BlockedTimeout``
     or ``ConfirmTimeout`` for a message already sent: that one stays tracked (the broker may
     still take it) and may still be confirmed later.
-``Nacked(entries)``, ``Returned(message_id)``
+``Nacked(held)``, ``Returned(message_id)``
     What the broker said, for histories and statistics; what follows is the machine's business.
 ``SetTimer(at)``
     Call ``tick`` at time ``at`` (replaces the previous timer; ``None``: no timer needed).
@@ -74,7 +77,7 @@ Actions
     The close is over; ``unconfirmed`` lists the ids that stayed unconfirmed (then each of
     those callers got ``Failed(..., Unconfirmed)``).
 
-A message's size (``Entry.size``, its body's bytes: what the broker's ``max_message_size``
+A message's size (``HandOver.sizes``, its body's bytes: what the broker's ``max_message_size``
 counts) is checked with ``oversized(message_id, size, limit)`` before it is accepted.
 
 What a checker reads: ``Outcomes`` folds the actions into the confirmed and failed ids;
@@ -91,7 +94,7 @@ import heapq
 import random
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Generic, NamedTuple, TypeVar, cast
+from typing import Any, Generic, TypeVar, assert_never, cast
 
 import attrs
 
@@ -118,25 +121,53 @@ _RECHECK = 0.05
 """Blocked-timeout checks come at least this far apart (seconds)."""
 
 
-@attrs.define(eq=False)
-class Entry(InFlight[P], Generic[P, W]):
-    """One accepted message: ``message`` is the driver's payload (the shell's encoded frames),
-    ``waiter`` whoever waits for the outcome (the machine never looks at either)."""
+@attrs.frozen(kw_only=True)
+class HandOver(Generic[P, W]):
+    """Messages one caller hands over at once, to one exchange and routing key: the value a
+    driver builds (once per call, not per message) and ``accept`` takes.
 
+    The messages are columns, ``message_ids[i]``, ``messages[i]`` (the driver's payload: the
+    shell's encoded frames) and ``sizes[i]`` (the body's bytes: what the broker's
+    ``max_message_size`` counts), so that handing over a thousand messages builds no value
+    per message: the only per-message object is the machine's own ``Held`` record. ``waiter``
+    is whoever waits for their outcomes (the machine never looks at it, nor at a payload)."""
+
+    message_ids: Sequence[str]
+    messages: Sequence[P]
+    sizes: Sequence[int]
     exchange: str = ""
     routing_key: str = ""
     waiter: W | None = None
+
+    def __attrs_post_init__(self) -> None:
+        """A driver's mistake, not a setting: said at once rather than as a ``zip`` error
+        in the middle of ``accept``."""
+        ids, messages, sizes = len(self.message_ids), len(self.messages), len(self.sizes)
+        if not ids == messages == sizes:
+            raise ValueError(f"a hand-over needs as many message_ids, messages and sizes; "
+                             f"got {ids}, {messages} and {sizes}")
+
+
+@attrs.define(eq=False, kw_only=True)
+class Held(InFlight[P], Generic[P, W]):
+    """The machine's record of one accepted message: where it stands (sends, nacks, the
+    broker's return, whether its caller heard). Mutable, since it is bookkeeping, not a
+    value; actions hand these records to the driver to read, never to change."""
+
+    size: int
+    """Its body's bytes: what the broker's ``max_message_size`` counts."""
+    handover: HandOver[P, W]
+    """The hand-over it came in: its exchange, routing key and waiter."""
     submitted: float = 0.0
     """When it was accepted (``connection.blocked`` bounds the wait from here)."""
     first_nack: float | None = None
     """When the broker first refused it (its nack budget runs from here)."""
     told: bool = False
     """Its caller already heard an outcome (the message may still be tracked)."""
-    size: int = 0
-    """Its body's bytes: what the broker's ``max_message_size`` counts."""
 
 
-class BrokerClose(NamedTuple):
+@attrs.frozen(kw_only=True)
+class BrokerClose:
     """The broker's reply when it closed the channel (``channel.close``)."""
 
     code: int
@@ -179,45 +210,57 @@ class OutboxPolicy:
 
 
 # ------------------------------------------------------------------------------- actions
+# Frozen values: a driver matches on them (``match action: case Send(held=held): ...``) and
+# ends with ``case _: assert_never(action)``, so an action it does not carry out is a type
+# error. Each is built once per batch (``Send``, ``Confirmed``) or per rare event, never
+# per message.
 
 
-class Send(NamedTuple):
-    entries: list[Entry[Any, Any]]
+@attrs.frozen(kw_only=True)
+class Send:
+    held: list[Held[Any, Any]]
 
 
-class Confirmed(NamedTuple):
-    entries: list[Entry[Any, Any]]
+@attrs.frozen(kw_only=True)
+class Confirmed:
+    held: list[Held[Any, Any]]
 
 
-class Failed(NamedTuple):
-    entry: Entry[Any, Any]
+@attrs.frozen(kw_only=True)
+class Failed:
+    held: Held[Any, Any]
     error: BaseException
 
 
-class Nacked(NamedTuple):
-    entries: list[Entry[Any, Any]]
+@attrs.frozen(kw_only=True)
+class Nacked:
+    held: list[Held[Any, Any]]
 
 
-class Returned(NamedTuple):
+@attrs.frozen(kw_only=True)
+class Returned:
     message_id: str
 
 
-class SetTimer(NamedTuple):
+@attrs.frozen(kw_only=True)
+class SetTimer:
     at: float | None
 
 
-class Recycle(NamedTuple):
+@attrs.frozen(kw_only=True)
+class Recycle:
     why: str
 
 
-class Closed(NamedTuple):
+@attrs.frozen(kw_only=True)
+class Closed:
     unconfirmed: list[str]
 
 
 Action = Send | Confirmed | Failed | Nacked | Returned | SetTimer | Recycle | Closed
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class OutboxStats:
     published: int
     retransmitted: int
@@ -234,9 +277,9 @@ class Outbox(Generic[P, W]):
         box = Outbox(OutboxPolicy(window=100, nack_backoff=Backoff()), rng=random.random)
         box.start()
         box.link_up(now=0.0)
-        box.accept([Entry(0, "id-1", b"body")], now=0.0)
-        [send] = box.flush()                    # Send([entry]): write it, delivery tag 1
-        box.acked(1, multiple=False, now=0.1)   # [Confirmed([entry])]
+        box.accept(HandOver(message_ids=["id-1"], messages=[b"body"], sizes=[4]), now=0.0)
+        [send] = box.flush()                    # Send(held=[...]): write it, delivery tag 1
+        box.acked(1, multiple=False, now=0.1)   # [Confirmed(held=[...])]
     """
 
     def __init__(self, policy: OutboxPolicy, rng: Callable[[], float] = random.random) -> None:
@@ -244,10 +287,10 @@ class Outbox(Generic[P, W]):
         self._rng = rng
         self._window: ConfirmWindow[P] = ConfirmWindow(policy.window)
         self._limit = SendLimit(policy.window, policy.nack_backoff, rng)
-        self._backlog: collections.deque[Entry[P, W]] = collections.deque()
-        self._parked: dict[int, Entry[P, W]] = {}  # nacked, waiting for their retry (no throttle)
+        self._backlog: collections.deque[Held[P, W]] = collections.deque()
+        self._parked: dict[int, Held[P, W]] = {}  # nacked, waiting for their retry (no throttle)
         self._parked_due: list[tuple[float, int]] = []  # (due, seq): a heap
-        self._timed: dict[int, Entry[P, W]] = {}  # seq -> entry whose caller's wait is bounded
+        self._timed: dict[int, Held[P, W]] = {}  # seq -> entry whose caller's wait is bounded
         self._timed_due: list[tuple[float, int]] = []  # (deadline, seq): a heap
         self._returns = 0  # messages in flight marked by basic.return
         self._held = 0  # in the window, the backlog or parked: counted, for the hot path
@@ -291,9 +334,9 @@ class Outbox(Generic[P, W]):
         """How many may be in flight now (fewer than the window after nacks)."""
         return self._limit.allowed
 
-    def entries(self) -> list[Entry[P, W]]:
+    def entries(self) -> list[Held[P, W]]:
         """Every entry still held: in flight (first-publish order), waiting, parked."""
-        flying = cast("list[Entry[P, W]]", sorted(self._window, key=_by_seq))
+        flying = cast("list[Held[P, W]]", sorted(self._window, key=_by_seq))
         return [*flying, *self._backlog, *self._parked.values()]
 
     def outstanding_ids(self) -> list[str]:
@@ -314,32 +357,34 @@ class Outbox(Generic[P, W]):
         return None
 
     def stats(self) -> OutboxStats:
-        return OutboxStats(self._published, self._retransmitted, self._confirmed,
-                           self._nacked, self._returned)
+        return OutboxStats(published=self._published, retransmitted=self._retransmitted,
+                           confirmed=self._confirmed, nacked=self._nacked,
+                           returned=self._returned)
 
     # ------------------------------------------------------------------ events
 
-    def accept(self, entries: Sequence[Entry[P, W]], now: float, timed: bool = False) -> None:
-        """Queue ``entries`` (at most ``room``) in this order; then ``flush()``."""
+    def accept(self, handover: HandOver[P, W], now: float, timed: bool = False) -> None:
+        """Queue the messages of ``handover`` (at most ``room``) in their order; then
+        ``flush()``."""
         if self.lifecycle.phase is not Phase.RUNNING:
             self.lifecycle.check_usable("publish")  # starting is fine; otherwise the error
-        count = len(entries)
+        count = len(handover.message_ids)
         if count > self.policy.window - self._held:
             raise ValueError(f"{count} messages offered, room for {self.room}")
         self._held += count
-        seq = self._seq
-        append = self._backlog.append
-        for entry in entries:
-            seq += 1
-            entry.seq = seq
-            entry.submitted = now
-            append(entry)
-        self._seq = seq
+        first = self._seq + 1
+        held = [Held(seq=seq, message_id=mid, message=message, size=size, handover=handover,
+                     submitted=now)
+                for seq, mid, message, size in zip(
+                    range(first, first + count), handover.message_ids, handover.messages,
+                    handover.sizes, strict=True)]
+        self._seq += count
+        self._backlog.extend(held)
         if timed:
             deadline = now + self.policy.confirm_timeout
-            for entry in entries:
-                self._timed[entry.seq] = entry
-                heapq.heappush(self._timed_due, (deadline, entry.seq))
+            for record in held:
+                self._timed[record.seq] = record
+                heapq.heappush(self._timed_due, (deadline, record.seq))
             self._timer_dirty = True
 
     def flush(self) -> list[Action]:
@@ -378,7 +423,7 @@ class Outbox(Generic[P, W]):
         if not self.up:
             return []
         self._last_ack = now
-        settled = cast("list[Entry[P, W]]", self._window.acked(tag, multiple))
+        settled = cast("list[Held[P, W]]", self._window.acked(tag, multiple))
         self._held -= len(settled)
         actions: list[Action] = []
         confirmed = settled
@@ -393,7 +438,7 @@ class Outbox(Generic[P, W]):
                 self._fail(entry, MessageReturned(entry.message_id, entry.returned), actions)
         if confirmed:
             self._confirmed += len(confirmed)
-            actions.append(Confirmed(confirmed))
+            actions.append(Confirmed(held=confirmed))
             if self._timed:
                 for entry in confirmed:
                     self._timed.pop(entry.seq, None)
@@ -409,11 +454,11 @@ class Outbox(Generic[P, W]):
     def nacked(self, tag: int, multiple: bool, now: float) -> list[Action]:
         if not self.up:
             return []
-        refused = cast("list[Entry[P, W]]", self._window.nacked(tag, multiple))
+        refused = cast("list[Held[P, W]]", self._window.nacked(tag, multiple))
         actions: list[Action] = []
         if refused:
             self._nacked += len(refused)
-            actions.append(Nacked(refused))
+            actions.append(Nacked(held=refused))
         for entry in refused:
             if entry.returned is not None:
                 self._returns -= 1
@@ -428,13 +473,13 @@ class Outbox(Generic[P, W]):
         self.up = False
         self._lose_window()
         self._settled(actions)
-        actions.append(Recycle(f"only nacks for {stalled:.1f} s: replacing the channel"))
+        actions.append(Recycle(why=f"only nacks for {stalled:.1f} s: replacing the channel"))
         return actions
 
     def returned(self, message_id: str, reason: str) -> list[Action]:
         if self.up and self._window.returned(message_id, reason):
             self._returns += 1
-            return [Returned(message_id)]
+            return [Returned(message_id=message_id)]
         return []
 
     def blocked(self, now: float) -> list[Action]:
@@ -526,14 +571,14 @@ class Outbox(Generic[P, W]):
             sent(entry)
         self._retransmitted += again
         self._published += count - again
-        actions.append(Send(batch))
+        actions.append(Send(held=batch))
 
     def _lose_window(self) -> None:
         """The channel is gone: what it had unconfirmed goes back in first-publish order,
         and the next channel starts from one message in flight (``SendLimit.restart``)."""
         if self.policy.throttle_on_nack:
             self._limit.restart()
-        lost = cast("list[Entry[P, W]]", self._window.channel_lost())
+        lost = cast("list[Held[P, W]]", self._window.channel_lost())
         for entry in lost:
             entry.returned = None  # sent again, it is routed (or returned) anew
         self._returns = 0
@@ -547,8 +592,8 @@ class Outbox(Generic[P, W]):
         reply = f"the broker closed the channel: {closed.code} {closed.text}"
         exchange = refused_exchange(closed)
         if exchange is not None:
-            self._drop_where(lambda entry: entry.exchange == exchange, lambda entry: (
-                PublishError(entry.message_id, f"the broker refused the publish: "
+            self._drop_where(lambda held: held.handover.exchange == exchange, lambda held: (
+                PublishError(held.message_id, f"the broker refused the publish: "
                                                f"{closed.code} {closed.text}")), actions)
             return
         sized = refused_size(closed)
@@ -557,20 +602,20 @@ class Outbox(Generic[P, W]):
         _size, limit = sized
         if self.broker_max_size is None or limit < self.broker_max_size:
             self.broker_max_size = limit
-        self._drop_where(lambda entry: entry.size > limit, lambda entry: MessageTooLarge(
-            entry.message_id,
-            f"{entry.size} bytes is over the broker's maximum message size of {limit} bytes "
+        self._drop_where(lambda held: held.size > limit, lambda held: MessageTooLarge(
+            held.message_id,
+            f"{held.size} bytes is over the broker's maximum message size of {limit} bytes "
             f"({reply})"), actions)
 
     def _drop_where(
         self,
-        doomed: Callable[[Entry[P, W]], bool],
-        error: Callable[[Entry[P, W]], BaseException],
+        doomed: Callable[[Held[P, W]], bool],
+        error: Callable[[Held[P, W]], BaseException],
         actions: list[Action],
     ) -> None:
         """Every message held and not in flight (the backlog, the parked) for which
         ``doomed`` holds leaves the outbox; each caller not told yet hears ``error``."""
-        keep: collections.deque[Entry[P, W]] = collections.deque()
+        keep: collections.deque[Held[P, W]] = collections.deque()
         for entry in self._backlog:
             if doomed(entry):
                 self._fail(entry, error(entry), actions)
@@ -585,7 +630,7 @@ class Outbox(Generic[P, W]):
                 self._fail(entry, error(entry), actions)
                 self._timed.pop(seq, None)
 
-    def _retry_nacked(self, entry: Entry[P, W], now: float, actions: list[Action]) -> None:
+    def _retry_nacked(self, entry: Held[P, W], now: float, actions: list[Action]) -> None:
         if entry.first_nack is None:
             entry.first_nack = now
         policy = self.policy
@@ -619,7 +664,7 @@ class Outbox(Generic[P, W]):
         now (or from their own first nack), so that ``nack_backoff.max_elapsed`` bounds how
         long a refusing queue holds them, as it did when each was sent and nacked itself."""
         policy = self.policy.nack_backoff
-        keep: collections.deque[Entry[P, W]] = collections.deque()
+        keep: collections.deque[Held[P, W]] = collections.deque()
         for entry in self._backlog:
             if entry.first_nack is None:
                 entry.first_nack = now
@@ -633,7 +678,7 @@ class Outbox(Generic[P, W]):
         if len(keep) != len(self._backlog):
             self._keep(keep)
 
-    def _requeue(self, entry: Entry[P, W]) -> None:
+    def _requeue(self, entry: Held[P, W]) -> None:
         """Back into the backlog in first-publish order."""
         backlog = self._backlog
         if not backlog or entry.seq < backlog[0].seq:
@@ -653,17 +698,17 @@ class Outbox(Generic[P, W]):
             return
         limit = self.policy.blocked_timeout
 
-        def expired(entry: Entry[P, W]) -> bool:
+        def expired(entry: Held[P, W]) -> bool:
             return now - max(entry.submitted, since) >= limit
 
-        def tell(entry: Entry[P, W], what: str) -> None:
+        def tell(entry: Held[P, W], what: str) -> None:
             self._fail(entry, BlockedTimeout(
                 entry.message_id,
                 f"the broker blocked publishing (connection.blocked, a resource alarm) "
                 f"for over {limit:g} s; {what}",
             ), actions)
 
-        keep: collections.deque[Entry[P, W]] = collections.deque()
+        keep: collections.deque[Held[P, W]] = collections.deque()
         for entry in self._backlog:
             if not entry.sends and expired(entry):
                 tell(entry, "it was not sent")
@@ -681,17 +726,17 @@ class Outbox(Generic[P, W]):
         self._blocked_check = max((min(pending) if pending else now) + limit, now + _RECHECK)
         self._timer_dirty = True
 
-    def _keep(self, backlog: collections.deque[Entry[P, W]]) -> None:
+    def _keep(self, backlog: collections.deque[Held[P, W]]) -> None:
         """The backlog becomes ``backlog``: what it leaves out has left the outbox."""
         self._held -= len(self._backlog) - len(backlog)
         self._backlog = backlog
 
-    def _fail(self, entry: Entry[P, W], error: BaseException, actions: list[Action]) -> None:
+    def _fail(self, entry: Held[P, W], error: BaseException, actions: list[Action]) -> None:
         if not entry.told:
             entry.told = True
-            actions.append(Failed(entry, error))
+            actions.append(Failed(held=entry, error=error))
 
-    def _drop_all(self) -> list[Entry[P, W]]:
+    def _drop_all(self) -> list[Held[P, W]]:
         """Everything held, emptied out: window (first-publish order), backlog, parked."""
         dropped = self.entries()
         self._window.channel_lost()
@@ -711,7 +756,7 @@ class Outbox(Generic[P, W]):
         self.lifecycle.closed()
         self.up = False
         self._clear_timers()
-        actions.append(Closed(leftovers))
+        actions.append(Closed(unconfirmed=leftovers))
 
     def _clear_timers(self) -> None:
         self._resume_at = self._blocked_check = self._close_at = None
@@ -731,7 +776,7 @@ class Outbox(Generic[P, W]):
         at = min(times) if times else None
         if at != self._timer:
             self._timer = at
-            actions.append(SetTimer(at))
+            actions.append(SetTimer(at=at))
 
 
 def _by_seq(item: InFlight[Any]) -> int:
@@ -756,13 +801,18 @@ class Outcomes:
 
     def record(self, actions: Iterable[Action]) -> None:
         for action in actions:
-            if isinstance(action, Send):
-                self.sent.extend((entry.message_id, entry.sends) for entry in action.entries)
-            elif isinstance(action, Confirmed):
-                for entry in action.entries:
-                    mid = entry.message_id
-                    self.confirmed[mid] = self.confirmed.get(mid, 0) + 1
-            elif isinstance(action, Failed):
-                self.failed[action.entry.message_id] = action.error
-            elif isinstance(action, Closed):
-                self.closed = list(action.unconfirmed)
+            match action:
+                case Send(held=held):
+                    self.sent.extend((record.message_id, record.sends) for record in held)
+                case Confirmed(held=held):
+                    for record in held:
+                        mid = record.message_id
+                        self.confirmed[mid] = self.confirmed.get(mid, 0) + 1
+                case Failed(held=record, error=error):
+                    self.failed[record.message_id] = error
+                case Closed(unconfirmed=unconfirmed):
+                    self.closed = list(unconfirmed)
+                case Nacked() | Returned() | SetTimer() | Recycle():
+                    pass  # what the broker said, or the driver's business: no outcome
+                case _:
+                    assert_never(action)

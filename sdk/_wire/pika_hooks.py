@@ -3,7 +3,7 @@
 pika never decodes a headers table the SDK's bounded decoder refuses (``tables.py``): its
 decoder would raise inside its frame reader (``RecursionError`` for a table nested thousands
 deep, ``OverflowError`` for a date past 9999...) and the connection would be lost, for a
-consumer and for every tool that reads with ``basic.get`` (``sac dlq``, ``move_messages``),
+consumer and for every tool that reads with ``basic.get`` (``sac dlq``, ``Mover``),
 every time it met that message. ``_read_frame`` looks at each content header pika is about
 to decode; one whose table does not decode reaches pika without it, and pika's properties
 come out as ``UndecodableProperties``: ``headers`` None, ``undecodable`` the reason. A

@@ -17,6 +17,7 @@ import pika.exceptions
 import pytest
 
 from sac.sdk import (
+    AsyncManagement,
     Backoff,
     Management,
     ManagementError,
@@ -214,19 +215,20 @@ def test_channels_show_a_global_prefetch(
         channel.queue_delete(queue_name)
 
 
-def test_the_asyncio_twins(cluster: LocalCluster, management: Management,
-                           queue_name: str) -> None:
+def test_the_asyncio_face(cluster: LocalCluster, management_settings: ManagementSettings,
+                          queue_name: str) -> None:
+    api = AsyncManagement(management_settings)
     with contextlib.closing(amqp(cluster)) as connection:
         connection.channel().queue_declare(queue_name, durable=True)
 
         async def both() -> tuple[str, bool]:
-            queue = await management.aqueue(queue_name)
-            listed = await management.aqueues("/")
+            queue = await api.queue(queue_name)
+            listed = await api.queues("/")
             return queue.name, any(q.name == queue_name for q in listed)
 
         assert asyncio.run(both()) == (queue_name, True)
         with pytest.raises(ManagementNotFound):
-            asyncio.run(management.aqueue(f"{queue_name}-missing"))
+            asyncio.run(api.queue(f"{queue_name}-missing"))
         connection.channel().queue_delete(queue_name)
 
 

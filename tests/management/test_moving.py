@@ -1,4 +1,4 @@
-"""sac.sdk.move_messages on the session cluster: a classic queue's messages into a quorum
+"""sac.sdk.Mover on the session cluster: a classic queue's messages into a quorum
 queue, in order, each confirmed before it is acked, properties kept."""
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ import pika
 import pytest
 
 from sac.sdk import (
+    AsyncMover,
     ConfigurationError,
     ConnectionSettings,
     Moved,
     MoveError,
+    Mover,
     Publisher,
     PublisherSettings,
     QueueNotFound,
     QueueSettings,
-    move_messages,
-    move_messages_async,
 )
 from sac.server import LocalCluster
 
@@ -42,7 +42,7 @@ def test_a_classic_queue_moved_into_a_quorum_queue(
         channel.basic_publish("", source.name, b"raw", pika.BasicProperties(
             message_id="raw-1", priority=3, reply_to="replies", type="order", app_id="shop",
             timestamp=1_700_000_000, content_encoding="gzip", delivery_mode=1))
-        moved = move_messages(conn, source.name, target.name)
+        moved = Mover(conn).move(source.name, target.name)
         assert moved == Moved(source.name, target.name, 31, 31, 0, 0, 31)
         got = []  # a quorum queue with single active consumer refuses basic.get: consume
         for method, props, body in channel.consume(target.name, auto_ack=True,
@@ -61,7 +61,7 @@ def test_a_classic_queue_moved_into_a_quorum_queue(
             3, "replies", "order", "shop", 1_700_000_000, "gzip", 2)  # now persistent
         channel.basic_publish("", target.name, b"stays")  # confirmed: there before the move
         with pytest.raises(MoveError, match=r"basic\.get operations are not supported"):
-            move_messages(conn, target.name, source.name)  # out of it, no
+            Mover(conn).move(target.name, source.name)  # out of it, no
         channel.queue_delete(target.name)
         channel.queue_delete(f"{target.name}.parked")
         channel.queue_delete(source.name)
@@ -76,11 +76,11 @@ def test_a_limit_and_the_asyncio_face(cluster: LocalCluster, conn: ConnectionSet
             channel.queue_declare(name, durable=True)
         for i in range(5):
             channel.basic_publish("", queue_name, f"{i}".encode())
-        moved = asyncio.run(move_messages_async(conn, queue_name, target, limit=2))
+        moved = asyncio.run(AsyncMover(conn).move(queue_name, target, limit=2))
         assert (moved.moved, moved.source_after, moved.target_after) == (2, 3, 2)
         with pytest.raises(QueueNotFound, match=f"{target}-missing"):
-            move_messages(conn, queue_name, f"{target}-missing")
+            Mover(conn).move(queue_name, f"{target}-missing")
         with pytest.raises(ConfigurationError, match="the same queue"):
-            move_messages(conn, queue_name, queue_name)
+            Mover(conn).move(queue_name, queue_name)
         for name in (queue_name, target):
             channel.queue_delete(name)

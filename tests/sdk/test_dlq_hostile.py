@@ -1,4 +1,4 @@
-"""``sac dlq list`` and ``parked_messages`` on a parking queue holding what anyone could have
+"""``sac dlq list`` and ``Parking.messages`` on a parking queue holding what anyone could have
 published to it, on the real 3-node cluster: every message is listed, a forged field shows as
 invalid for its own message only, nothing a publisher wrote reaches the terminal raw, and a
 listing leaves the parking queue as it found it (the order, every message there to list or
@@ -15,7 +15,7 @@ import pika
 import pytest
 
 from sac.dlq import printable
-from sac.sdk import ConnectionSettings, QueueSettings, parked_messages, replay_parked
+from sac.sdk import ConnectionSettings, Parking, QueueSettings
 from sac.server import LocalCluster
 from tests.sdk.test_poison import declare
 
@@ -96,7 +96,7 @@ def test_the_library_reads_each_forged_field_on_its_own(
     declare(cluster, conn, queue)
     assert queue.parking_queue is not None
     park_raw(cluster, queue.parking_queue, FORGED[:4])
-    good, text, huge, table = parked_messages(conn, queue)
+    good, text, huge, table = Parking(conn).messages(queue)
     assert (good.attempts, good.origin, good.error, good.invalid) == (4, "orders", "ValueError", ())
     assert good.parked_at is not None
     assert good.parked_at.timestamp() == pytest.approx(NOW_MS / 1000)
@@ -128,9 +128,9 @@ def test_a_listing_leaves_the_parking_queue_in_its_order(
     assert queue.parking_queue is not None
     bodies = [f"m{i:02}".encode() for i in range(30)]
     park_raw(cluster, queue.parking_queue, [(f"id{i}", {}, body) for i, body in enumerate(bodies)])
-    assert [m.body for m in parked_messages(conn, queue, limit=5)] == bodies[:5]
-    assert [m.body for m in parked_messages(conn, queue, limit=100)] == bodies
-    assert [m.body for m in parked_messages(conn, queue, limit=7)] == bodies[:7]
+    assert [m.body for m in Parking(conn).messages(queue, limit=5)] == bodies[:5]
+    assert [m.body for m in Parking(conn).messages(queue, limit=100)] == bodies
+    assert [m.body for m in Parking(conn).messages(queue, limit=7)] == bodies[:7]
     seen = _raw_order(cluster, queue.parking_queue)
     assert [body for body, _, _ in seen] == bodies
     # The cost docs/guides/poison.md states: each listing marks every message redelivered and adds
@@ -149,7 +149,7 @@ def test_a_forged_replay_count_does_not_stop_a_replay(
     counts: list[object] = [2, 2**63 - 1, "seven", -3]
     park_raw(cluster, queue.parking_queue,
              [(f"r{i}", {"x-sac-replayed": count}, b"r") for i, count in enumerate(counts)])
-    assert replay_parked(conn, queue) == 4
+    assert Parking(conn).replay(queue) == 4
     with pika.BlockingConnection(pika.URLParameters(cluster.urls()[0])) as raw:
         channel = raw.channel()
         replayed = []
@@ -161,4 +161,4 @@ def test_a_forged_replay_count_does_not_stop_a_replay(
                 break
         channel.cancel()
     assert replayed == [("r0", 3), ("r1", 1), ("r2", 1), ("r3", 1)]
-    assert parked_messages(conn, queue) == []
+    assert Parking(conn).messages(queue) == []

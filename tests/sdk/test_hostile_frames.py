@@ -17,7 +17,7 @@ import attrs
 import pika
 import pytest
 
-from sac.sdk import ConnectionSettings, ConsumerSettings, QueueSettings, Role, parked_messages
+from sac.sdk import ConnectionSettings, ConsumerSettings, Parking, QueueSettings, Role
 from sac.server import LocalCluster
 from tests.helpers import wait_until
 from tests.sdk.faces import ConsumerFace
@@ -83,7 +83,7 @@ def test_a_message_with_headers_nested_thousands_deep_is_parked_and_the_rest_han
     assert consumer.handled == good, "the good ones, once each, in order"
     assert consumer.stats.reconnects == 0, "a hostile header cost the connection"
     assert consumer.stats.handler_errors == 0, "the handler saw the hostile message"
-    [parked] = parked_messages(conn, queue)
+    [parked] = Parking(conn).messages(queue)
     assert parked.message_id == "bad"
     assert parked.body == b"body of bad"
     assert parked.error == "UnfitMessage"

@@ -23,14 +23,13 @@ from sac.sdk import (
     ConsumerSettings,
     Delivery,
     MessageIdFrom,
+    Parking,
     ParkingFailed,
     Poison,
     Publisher,
     PublisherSettings,
     QueueMismatch,
     QueueSettings,
-    parked_messages,
-    replay_parked,
 )
 from sac.sdk.dedup import Inbox, LookupPolicy, SQLiteStore
 from sac.server import LocalCluster
@@ -64,7 +63,7 @@ def declare(cluster: LocalCluster, conn: ConnectionSettings, queue: QueueSetting
 
 
 def parked_ids(conn: ConnectionSettings, queue: QueueSettings) -> list[str | None]:
-    return [m.message_id for m in parked_messages(conn, queue, limit=1000)]
+    return [m.message_id for m in Parking(conn).messages(queue, limit=1000)]
 
 
 def test_foreign_messages_without_ids_are_parked_at_once_not_looped(
@@ -83,7 +82,7 @@ def test_foreign_messages_without_ids_are_parked_at_once_not_looped(
     wait_until(lambda: c.stats.parked == 10, 30, "the ten messages parked")
     assert c.stats.delivered == 10, "a message was delivered more than once: a loop"
     assert c.stats.retried == 0, "no retry can give a message an id"
-    parked = parked_messages(conn, queue, limit=100)
+    parked = Parking(conn).messages(queue, limit=100)
     assert sorted(m.body for m in parked) == sorted(f"foreign {i}".encode() for i in range(10))
     assert {m.error for m in parked} == {"MissingMessageId"}
     assert all("no message_id" in m.reason and m.origin == queue.name for m in parked)
@@ -152,7 +151,7 @@ def test_an_always_failing_handler_parks_its_message_and_the_next_is_handled(
     assert runs[b"m2"] == 4, "one run and three retries"
     assert c.stats.delivered == 6, "the failing message was redelivered: not retried in place"
     assert c.stats.parked == 1
-    [parked] = parked_messages(conn, queue)
+    [parked] = Parking(conn).messages(queue)
     assert parked.message_id == ids[2]
     assert parked.body == b"m2"
     assert parked.reason == "ValueError: cannot handle m2"
@@ -201,7 +200,7 @@ def test_poison_is_parked_at_once(
     publish(publishers, face, conn, queue, 2)
     wait_until(lambda: c.stats.acked == 2, 30, "both messages acked")
     assert c.stats.retried == 0
-    [parked] = parked_messages(conn, queue)
+    [parked] = Parking(conn).messages(queue)
     assert parked.reason == "Poison: the body is not a number"
 
 
@@ -246,7 +245,7 @@ def test_a_crash_loop_is_bounded_by_the_delivery_limit(
     def settled() -> tuple[set[bytes]] | None:
         """Once each message is back in the queue or parked (dead-lettering at least once
         is asynchronous): the parked bodies."""
-        parked = {m.body for m in parked_messages(conn, queue)}
+        parked = {m.body for m in Parking(conn).messages(queue)}
         return (parked,) if len(parked) + ready_messages(cluster, queue_name) == 3 else None
 
     crashes = 0
@@ -256,7 +255,7 @@ def test_a_crash_loop_is_bounded_by_the_delivery_limit(
             assert proc.wait(60) == CRASHED, proc.log_tail()
         crashes += 1
     assert crashes == 3, "first delivery and two redeliveries, then dead-lettered"
-    parked = {m.body: m for m in parked_messages(conn, queue)}
+    parked = {m.body: m for m in Parking(conn).messages(queue)}
     assert "delivery limit" in parked[b"m0"].reason
     assert parked[b"m0"].origin == queue_name
     # RabbitMQ 3.10 counts a delivery for every unacked message a crash returns: m1 and m2
@@ -292,11 +291,11 @@ def test_replay_brings_parked_messages_back_exactly_once(
     wait_until(lambda: c.stats.acked == 6, 30, "every message acked or parked")
     assert sorted(parked_ids(conn, queue)) == sorted([ids[1], ids[3], ids[4]])  # type: ignore[type-var]
     broken = False
-    assert replay_parked(conn, queue) == 3
+    assert Parking(conn).replay(queue) == 3
     wait_until(lambda: len(ledger.counts()) == 6, 30, "the replayed messages committed")
     assert ledger.counts() == dict.fromkeys(ids, 1)
     assert parked_ids(conn, queue) == []
-    assert replay_parked(conn, queue) == 0
+    assert Parking(conn).replay(queue) == 0
     assert ready_messages(cluster, queue.name) == 0
 
 
@@ -401,12 +400,12 @@ def test_a_parked_and_replayed_message_keeps_its_properties(
     wanted = {"content_encoding": "gzip", "reply_to": "replies.shop",
               "type": "order.created", "app_id": "shop", "priority": 3}
     assert seen[0].properties == {**wanted, "expiration": "3600000"}
-    [parked] = parked_messages(conn, queue)
+    [parked] = Parking(conn).messages(queue)
     assert parked.properties == wanted
     assert (parked.content_type, parked.correlation_id, parked.message_id) == \
         ("application/json", "c-1", "m-props")
     assert parked.headers["x-tenant"] == "acme"
-    assert replay_parked(conn, queue) == 1
+    assert Parking(conn).replay(queue) == 1
     with pika.BlockingConnection(pika.URLParameters(cluster.urls()[0])) as raw:
         channel = raw.channel()  # basic.get is refused on a single-active queue: consume
         method, props, body = next(channel.consume(queue.name, inactivity_timeout=30))

@@ -26,12 +26,12 @@ from sac.sdk import (
     Delivery,
     Inbox,
     MemoryStore,
+    Parking,
     Publisher,
     PublisherSettings,
     QueueSettings,
     Serializer,
     Transaction,
-    parked_messages,
 )
 from sac.server import LocalCluster
 from tests.helpers import wait_until
@@ -289,7 +289,7 @@ def test_a_body_that_does_not_decode_is_parked_at_once_and_the_next_is_handled(
         stats = consumer.stats
     assert seen.values == [{"n": 1}, {"n": 2}, {"n": 3}]
     assert (stats.delivered, stats.retried, stats.handler_errors) == (6, 0, 0)
-    parked = {m.message_id: m for m in parked_messages(conn, queue, limit=10)}
+    parked = {m.message_id: m for m in Parking(conn).messages(queue, limit=10)}
     assert sorted(parked) == ["raw-1", "raw-2", "raw-4"]
     assert {m.error for m in parked.values()} == {"UnfitMessage"}
     assert ("its body does not decode as 'application/json' (content type "

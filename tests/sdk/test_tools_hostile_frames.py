@@ -1,6 +1,6 @@
 """What a publisher writes into a message's headers cannot stop the tools that read queues
-with ``basic.get`` (``sac dlq list|replay``, ``parked_messages``, ``replay_parked``,
-``move_messages``), on the real 3-node cluster.
+with ``basic.get`` (``sac dlq list|replay``, ``Parking.messages``, ``Parking.replay``,
+``Mover.move``), on the real 3-node cluster.
 
 pika decodes the content header of every message those tools take, and a header table nested
 thousands deep (or a NaN float) made its decoder raise inside its frame reader: the
@@ -28,13 +28,12 @@ from sac.sdk import (
     ConnectionSettings,
     ConsumerSettings,
     MoveError,
+    Mover,
+    Parking,
     Publisher,
     PublisherSettings,
     QueueSettings,
     ReplayError,
-    move_messages,
-    parked_messages,
-    replay_parked,
 )
 from sac.server import LocalCluster
 from tests.sdk.faces import ConsumerFace
@@ -121,7 +120,7 @@ def test_a_listing_shows_every_message_and_names_headers_that_cannot_be_decoded(
         ("good-1", None, []), ("deep", DEEP_REASON, ["headers"]), ("good-2", None, []),
         ("far", FAR_REASON, ["headers"]), ("good-3", None, [])]
 
-    messages = parked_messages(conn, queue)
+    messages = Parking(conn).messages(queue)
     assert [m.message_id for m in messages] == ["good-1", "deep", "good-2", "far", "good-3"]
     deep, far = messages[1], messages[3]
     assert (deep.undecodable, deep.invalid, deep.headers) == (DEEP_REASON, ("headers",), {})
@@ -138,14 +137,14 @@ def test_a_replay_moves_the_rest_and_leaves_what_cannot_be_decoded_parked(
     assert queue.parking_queue is not None
     publish_raw(cluster, queue.parking_queue, hostile_mix())
     with pytest.raises(ReplayError) as raised:
-        replay_parked(conn, queue)
+        Parking(conn).replay(queue)
     assert str(raised.value) == (
         f"replayed 3 message(s) to {queue.name!r}; 2 cannot be copied and stay in "
         f"{queue.parking_queue!r}: 'deep': {DEEP_REASON}; 'far': {FAR_REASON}")
     replayed = taken(cluster, queue.name, 3)
     assert [message_id for message_id, _ in replayed] == ["good-1", "good-2", "good-3"]
     assert replayed[1][1]["fine"] == {"nested": [1, 2]}
-    kept = parked_messages(conn, queue)
+    kept = Parking(conn).messages(queue)
     assert [(m.message_id, m.undecodable, m.body) for m in kept] == [
         ("deep", DEEP_REASON, b"body of deep"), ("far", FAR_REASON, b"body of far")]
 
@@ -157,7 +156,7 @@ def test_a_replay_moves_the_rest_and_leaves_what_cannot_be_decoded_parked(
     assert again.stderr.decode() == (
         f"sac dlq: replayed 0 message(s) to {queue.name!r}; 2 cannot be copied and stay in "
         f"{queue.parking_queue!r}: 'deep': {DEEP_REASON}; 'far': {FAR_REASON}\n")
-    assert [m.message_id for m in parked_messages(conn, queue)] == ["deep", "far"]
+    assert [m.message_id for m in Parking(conn).messages(queue)] == ["deep", "far"]
     assert taken(cluster, queue.name, 0) == []
 
 
@@ -171,7 +170,7 @@ def test_a_move_moves_the_rest_and_leaves_what_cannot_be_decoded_in_the_source(
             pass
     publish_raw(cluster, source.name, hostile_mix())
     with pytest.raises(MoveError) as raised:
-        move_messages(conn, source.name, target.name)
+        Mover(conn).move(source.name, target.name)
     assert str(raised.value) == (
         f"moved 3 message(s) to {target.name!r}; 2 cannot be copied and stay in "
         f"{source.name!r}: 'deep': {DEEP_REASON}; 'far': {FAR_REASON}")
@@ -180,7 +179,7 @@ def test_a_move_moves_the_rest_and_leaves_what_cannot_be_decoded_in_the_source(
     assert moved[1][1]["fine"] == {"nested": [1, 2]}
     # Still in the source, in their order, headers and all: listed as a parking queue (of
     # a queue that is never used), their headers still do not decode.
-    left = parked_messages(conn, QueueSettings("unused", parking_queue=source.name))
+    left = Parking(conn).messages(QueueSettings("unused", parking_queue=source.name))
     assert [(m.message_id, m.undecodable) for m in left] == [
         ("deep", DEEP_REASON), ("far", FAR_REASON)]
 
@@ -209,7 +208,7 @@ def test_a_delivery_that_pika_decodes_is_parked_when_its_headers_cannot_be(
     handled_and_parked(consumer, len(good), 2)
     assert consumer.handled == good
     assert consumer.stats.reconnects == 0, "a hostile header cost the connection"
-    parked = parked_messages(conn, queue)
+    parked = Parking(conn).messages(queue)
     assert [(m.message_id, m.error, m.attempts) for m in parked] == [
         ("deep", "UnfitMessage", 0), ("far", "UnfitMessage", 0)]
     assert parked[0].reason.endswith(f"is parked unhandled: {DEEP_REASON}")

@@ -33,8 +33,9 @@ from sac.sdk._core.outbox import (
     BrokerClose,
     Closed,
     Confirmed,
-    Entry,
     Failed,
+    HandOver,
+    Held,
     Nacked,
     Outbox,
     OutboxPolicy,
@@ -52,8 +53,8 @@ LIMIT = 1000  # the publisher's max_message_size in these tests
 
 def too_large(size: int, limit: int) -> BrokerClose:
     """The broker's reply when a message of ``size`` bytes is over its ``limit`` (3.10, 4.0)."""
-    return BrokerClose(406, f"PRECONDITION_FAILED - message size {size} is larger than "
-                            f"configured max size {limit}")
+    return BrokerClose(code=406, text=f"PRECONDITION_FAILED - message size {size} is larger than "
+                                      f"configured max size {limit}")
 
 
 def policy(**changes: Any) -> OutboxPolicy:
@@ -72,7 +73,7 @@ class Wire:
         self.box: Outbox[str, None] = Outbox(pol or policy(), rng=lambda: draw)
         self.now = 0.0
         self.timer: float | None = None
-        self.tags: dict[int, Entry[str, None]] = {}  # the current channel's unsettled tags
+        self.tags: dict[int, Held[str, None]] = {}  # the current channel's unsettled tags
         self.next_tag = 1
         self.sent: list[tuple[str, int]] = []  # (id, sends) in wire order
         self.sends: dict[str, int] = {}
@@ -85,7 +86,7 @@ class Wire:
         for action in actions:
             self.outcomes.record([action])
             if isinstance(action, Send):
-                for entry in action.entries:
+                for entry in action.held:
                     mid = entry.message_id
                     # Nothing confirmed goes out again, and only a first send goes out
                     # unmarked (``sends`` counts every time it went out).
@@ -123,15 +124,17 @@ class Wire:
                 size: int = 0) -> list[str]:
         """``count`` messages of ``size`` bytes; those ``oversized`` refuses are not accepted
         (the shell raises to their caller)."""
-        entries: list[Entry[str, None]] = []
+        ids: list[str] = []
         for _ in range(count):
             self.made += 1
             mid = f"m{self.made}"
             if self.box.oversized(mid, size, LIMIT) is None:
-                entries.append(Entry(0, mid, f"body {mid}", exchange=exchange, size=size))
-        self.box.accept(entries, self.now, timed)
+                ids.append(mid)
+        self.box.accept(HandOver(message_ids=ids, messages=[f"body {mid}" for mid in ids],
+                                 sizes=[size] * len(ids), exchange=exchange),
+                        self.now, timed)
         self.run(self.box.flush())
-        return [e.message_id for e in entries]
+        return ids
 
     def _settled(self, tag: int, multiple: bool) -> None:
         for t in [t for t in self.tags if (t <= tag if multiple else t == tag)]:
@@ -142,8 +145,8 @@ class Wire:
         routed = [e.seq for e in expected if e.returned is None]
         told = [e.seq for e in expected if e.returned is not None and not e.told]
         actions = self.run(self.box.acked(tag, multiple, self.now))
-        confirmed = [e.seq for a in actions if isinstance(a, Confirmed) for e in a.entries]
-        returned = [a.entry.seq for a in actions if isinstance(a, Failed)
+        confirmed = [e.seq for a in actions if isinstance(a, Confirmed) for e in a.held]
+        returned = [a.held.seq for a in actions if isinstance(a, Failed)
                     and isinstance(a.error, MessageReturned)]
         # The machine's delivery tags are the wire's: an ack settles what was sent under it.
         assert (sorted(confirmed), sorted(returned)) == (sorted(routed), sorted(told))
@@ -176,7 +179,7 @@ class Wire:
 
     # what came out --------------------------------------------------------------------
     def failures(self) -> dict[str, BaseException]:
-        return {a.entry.message_id: a.error for a in self.actions if isinstance(a, Failed)}
+        return {a.held.message_id: a.error for a in self.actions if isinstance(a, Failed)}
 
 
 def test_the_docstring_example() -> None:
@@ -184,11 +187,17 @@ def test_the_docstring_example() -> None:
                                       rng=random.random)
     box.start()
     box.link_up(now=0.0)
-    entry: Entry[bytes, None] = Entry(0, "id-1", b"body")
-    box.accept([entry], now=0.0)
+    box.accept(HandOver(message_ids=["id-1"], messages=[b"body"], sizes=[4]), now=0.0)
     [send] = box.flush()
-    assert send == Send([entry])
-    assert box.acked(1, multiple=False, now=0.1) == [Confirmed([entry])]
+    assert isinstance(send, Send)
+    [held] = send.held
+    assert (held.message_id, held.message, held.seq, held.sends) == ("id-1", b"body", 1, 1)
+    assert box.acked(1, multiple=False, now=0.1) == [Confirmed(held=[held])]
+
+
+def test_a_hand_over_needs_as_many_ids_messages_and_sizes() -> None:
+    with pytest.raises(ValueError, match="as many message_ids, messages and sizes; got 2, 1"):
+        HandOver(message_ids=["a", "b"], messages=[b"a"], sizes=[1, 1])
 
 
 def test_a_publish_goes_out_once_and_its_ack_confirms_it() -> None:
@@ -262,7 +271,8 @@ def test_returned_messages_whose_channel_was_lost_are_judged_again() -> None:
     wire = Wire()
     wire.start()
     [mid] = wire.publish()
-    assert wire.run(wire.box.returned(mid, "unroutable: 312 NO_ROUTE")) == [Returned(mid)]
+    returned = wire.run(wire.box.returned(mid, "unroutable: 312 NO_ROUTE"))
+    assert returned == [Returned(message_id=mid)]
     wire.lose()
     wire.up()
     wire.ack(1)
@@ -293,7 +303,7 @@ def test_a_nacked_message_is_retried_after_its_backoff_then_fails_with_message_n
     waits = []
     for attempt in range(1, 5):
         actions = wire.nack(max(wire.tags))
-        assert Nacked([wire.box.entries()[0]]) in actions
+        assert Nacked(held=[wire.box.entries()[0]]) in actions
         assert wire.timer is not None
         waits.append(round(wire.timer - wire.now, 3))
         wire.advance(wire.timer - wire.now - 0.001)
@@ -416,7 +426,7 @@ def test_close_waits_for_confirms_then_reports_what_stayed_unconfirmed() -> None
     wire = Wire()
     wire.start()
     ids = wire.publish(3)
-    assert wire.run(wire.box.close(wire.now, 2.0)) == [SetTimer(2.0)]
+    assert wire.run(wire.box.close(wire.now, 2.0)) == [SetTimer(at=2.0)]
     assert wire.box.lifecycle.phase is Phase.CLOSING
     with pytest.raises(ClosedError, match="closing"):
         wire.publish()
@@ -438,8 +448,8 @@ def test_close_ends_as_soon_as_the_last_confirm_arrives() -> None:
     wire.publish(2)
     wire.run(wire.box.close(wire.now, 30.0))
     actions = wire.ack(2, multiple=True)
-    assert Closed([]) in actions
-    assert actions[-1] == SetTimer(None)
+    assert Closed(unconfirmed=[]) in actions
+    assert actions[-1] == SetTimer(at=None)
     assert wire.box.lifecycle.phase is Phase.CLOSED
 
 
@@ -453,7 +463,7 @@ def test_giving_up_fails_everything_with_the_cause_and_later_use_raises_it() -> 
     assert wire.failures() == dict.fromkeys(ids, error)
     with pytest.raises(ConnectError):
         wire.publish()
-    assert wire.run(wire.box.close(wire.now, 1.0)) == [Closed([])]
+    assert wire.run(wire.box.close(wire.now, 1.0)) == [Closed(unconfirmed=[])]
 
 
 def test_misuse_is_a_precise_error() -> None:
@@ -472,7 +482,7 @@ def test_a_refused_exchange_fails_its_messages_and_the_rest_go_on() -> None:
     wire.start()
     good = wire.publish(1)
     bad = wire.publish(2, exchange="missing")
-    wire.lose(BrokerClose(404, "NOT_FOUND - no exchange 'missing' in vhost '/'"))
+    wire.lose(BrokerClose(code=404, text="NOT_FOUND - no exchange 'missing' in vhost '/'"))
     assert set(wire.failures()) == set(bad)
     assert all(type(e) is PublishError for e in wire.failures().values())
     wire.up()
@@ -483,11 +493,13 @@ def test_the_broker_size_refusal_is_read_from_its_reply() -> None:
     assert refused_size(too_large(17825792, 16777216)) == (17825792, 16777216)
     # RabbitMQ's words when the limit is its own hard maximum (512 MiB)
     assert refused_size(BrokerClose(
-        406, "PRECONDITION_FAILED - message size 600000000 is larger than max size 536870912"
+        code=406,
+        text="PRECONDITION_FAILED - message size 600000000 is larger than max size 536870912",
     )) == (600000000, 536870912)
-    assert refused_size(BrokerClose(406, "PRECONDITION_FAILED - inequivalent arg "
-                                         "'x-queue-type' for queue 'q'")) is None
-    assert refused_size(BrokerClose(404, "message size 2 is larger than max size 1")) is None
+    assert refused_size(BrokerClose(code=406, text="PRECONDITION_FAILED - inequivalent arg "
+                                                   "'x-queue-type' for queue 'q'")) is None
+    assert refused_size(BrokerClose(
+        code=404, text="message size 2 is larger than max size 1")) is None
 
 
 def test_an_oversized_message_fails_alone_and_the_rest_go_out_again_in_order() -> None:
@@ -633,7 +645,7 @@ def drive(
             sizes = [e.size for e in wire.box.entries()]
             if len(event) > 1 and event[1] and sizes:
                 limit = rng.randint(0, max(sizes))
-                failed = [a.entry for a in wire.lose(too_large(max(sizes), limit))
+                failed = [a.held for a in wire.lose(too_large(max(sizes), limit))
                           if isinstance(a, Failed)]
                 assert all(e.size > limit for e in failed)
                 assert all(e.size <= limit for e in wire.box.entries())

@@ -14,7 +14,8 @@ ROOT = Path(__file__).parents[2]
 
 # The face, pinned: a name added or dropped is a decision, made here as well.
 FACE = [
-    "BYTES", "JSON", "RETRANSMIT_HEADER", "AsyncConsumer", "AsyncPublisher",
+    "BYTES", "JSON", "RETRANSMIT_HEADER", "AsyncConsumer", "AsyncManagement", "AsyncMover",
+    "AsyncParking", "AsyncPublisher",
     "AuthenticationError", "Backoff",
     "BlockedTimeout", "ClosedError", "ConfigurationError", "ConfirmTimeout", "ConnectError",
     "ConnectionSettings", "Consumer", "ConsumerError", "ConsumerSettings", "ConsumerStats",
@@ -24,17 +25,16 @@ FACE = [
     "ManagementError", "ManagementNotFound", "ManagementRefused", "ManagementSettings",
     "ManagementUnreachable", "MemoryStore",
     "MessageIdFrom", "MessageNacked", "MessageReturned", "MessageTooLarge", "MissingMessageId",
-    "MoveError", "Moved",
-    "ParkedMessage", "ParkingFailed", "Poison", "PostgresStore", "PublishError", "PublishOptions",
+    "MoveError", "Moved", "Mover",
+    "ParkedMessage", "Parking", "ParkingFailed", "Poison", "PostgresStore", "PublishError",
+    "PublishOptions",
     "Publisher",
     "PublisherSettings", "PublisherStats", "QueueError", "QueueMismatch", "QueueNotFound",
     "QueueSettings", "ReplayError", "Retention", "Role", "SQLiteStore", "SacError",
     "SchemaMismatch", "Serializer", "SessionState", "StaleEpoch", "Store", "StoreError",
     "StoreUnavailable",
-    "Transaction", "Unconfirmed", "UnfitMessage", "move_messages", "move_messages_async",
+    "Transaction", "Unconfirmed", "UnfitMessage",
     "new_message_id",
-    "parked_messages", "parked_messages_async",
-    "replay_parked", "replay_parked_async",
 ]
 
 
