@@ -38,8 +38,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self, overload
+from typing import Any, overload
 
 from . import _netns, _proc, _rootfs, _tls
 from ._errors import (
@@ -56,9 +55,9 @@ from ._files import (
     default_home,
     read_json,
     tail,
-    write_json,
     write_secret,
 )
+from ._lifecycle import ServerBase
 from ._netns import NetnsPlan
 from ._ports import PortLayout, allocate_base, check_free
 from ._rabbitmq_config import (
@@ -87,13 +86,16 @@ def amqp_ready(port: int, timeout: float = 1.0, host: str = LOOPBACK) -> bool:
     return len(data) >= 1 and data[0] == 1
 
 
-class LocalCluster:
+class LocalCluster(ServerBase):
     """A RabbitMQ cluster of ``nodes`` nodes, started and stopped by us: on 127.0.0.1, or
     (``network="netns"``) each node in a network namespace of its own.
 
     ``up()`` wipes any earlier state of the same name and boots a fresh cluster; ``attach()``
     finds a running one again (as the CLI does between calls).
     """
+
+    KIND = "RabbitMQ cluster"
+    STATE_FILE = "state.json"
 
     def __init__(
         self,
@@ -172,6 +174,9 @@ class LocalCluster:
         if state.get("subnet") is not None:
             cluster._plan = NetnsPlan(name, cluster.spec.nodes, str(state["subnet"]))
         return cluster
+
+    def describe(self) -> str:
+        return f"cluster {self.name!r}"
 
     def __repr__(self) -> str:
         network = "" if self.spec.network == "loopback" else f", network={self.spec.network!r}"
@@ -294,7 +299,7 @@ class LocalCluster:
     # ------------------------------------------------------------------ state
 
     def _state(self) -> dict[str, Any]:
-        state = read_json(self.dir / "state.json")
+        state = self._read_state()
         if state is None:
             raise NotRunningError(f"cluster {self.name!r} is not running (no state in {self.dir})")
         return state
@@ -302,7 +307,7 @@ class LocalCluster:
     def _record_pid(self, key: str, pid: int | None) -> None:
         state = self._state()
         state.setdefault("pids", {})[key] = pid
-        write_json(self.dir / "state.json", state)
+        self._write_state(state)
 
     def _pid(self, key: str) -> int | None:
         value = self._state().get("pids", {}).get(key)
@@ -621,18 +626,19 @@ class LocalCluster:
     # ------------------------------------------------------------------ lifecycle
 
     def _running_pids(self) -> list[int]:
-        state = read_json(self.dir / "state.json")
+        state = self._read_state()
         pids = [] if state is None else [int(p) for p in state.get("pids", {}).values() if p]
         return [p for p in pids if _proc.is_ours(p, self.dir)]
 
-    def up(self) -> Self:
-        """Boot a fresh cluster (and ZooKeeper if asked); tear everything down on failure."""
-        self._check_installed()
-        if self._running_pids():
-            raise AlreadyRunningError(
-                f"cluster {self.name!r} is already running (state in {self.dir}); "
-                f"`sac server down --name {self.name}` first"
-            )
+    def _any_running(self) -> bool:
+        return bool(self._running_pids())
+
+    def _already_running(self) -> str:
+        return (f"cluster {self.name!r} is already running (state in {self.dir}); "
+                f"`sac server down --name {self.name}` first")
+
+    def _prepare(self) -> None:
+        """Ports, the network plan (netns), fresh credentials and state; nothing runs yet."""
         # 4.0's tree, checked, and built first when missing or broken.
         rootfs = (_rootfs.ensure(self.spec.rabbitmq) if self.spec.rabbitmq in _rootfs.SUITE
                   else None)
@@ -653,11 +659,8 @@ class LocalCluster:
                 _netns.remove(self.name, self.dir)
             subnet = _netns.choose_subnet(self.name, _netns.routed_networks())
             self._plan = NetnsPlan(self.name, self.spec.nodes, str(subnet))
-        if self.dir.exists():
-            shutil.rmtree(self.dir)
-        self.dir.mkdir(parents=True)
-        creds = Credentials.generate(self.name)
-        self._credentials = creds
+        self._fresh_dir()
+        self._credentials = Credentials.generate(self.name)
         state: dict[str, Any] = {
             "name": self.name,
             "nodes": self.spec.nodes,
@@ -676,33 +679,32 @@ class LocalCluster:
         }
         if self._plan is not None:
             state["subnet"] = self._plan.subnet
-        write_json(self.dir / "state.json", state)
-        try:
-            if self._plan is not None:
-                _netns.create(self._plan)
-            self._write_config(creds)
-            for where in self._epmds().values():
-                self._start_epmd(where)
-            pids = {node.index: self._spawn_node(node) for node in self.nodes}
-            with concurrent.futures.ThreadPoolExecutor(len(pids)) as pool:
-                futures = [
-                    pool.submit(self._wait_node, node, pids[node.index], self.spec.start_timeout)
-                    for node in self.nodes
-                ]
-                for future in futures:
-                    future.result()
-            seed, *rest = self.nodes
-            for node in rest:
-                self._join(node, seed)
-            self.wait_members(self.nodes, self.spec.start_timeout)
-            if self.spec.metadata_store == "khepri":
-                self._enable_khepri(seed)
-            if self.spec.zookeeper:
-                self.zookeeper().up()
-        except BaseException:
-            self._teardown()
-            raise
-        return self
+        self._write_state(state)
+
+    def _boot(self) -> None:
+        """The network (netns), config files, epmd, every node; the nodes joined to the first
+        one, Khepri if asked, and ZooKeeper if asked."""
+        if self._plan is not None:
+            _netns.create(self._plan)
+        self._write_config(self.credentials)
+        for where in self._epmds().values():
+            self._start_epmd(where)
+        pids = {node.index: self._spawn_node(node) for node in self.nodes}
+        with concurrent.futures.ThreadPoolExecutor(len(pids)) as pool:
+            futures = [
+                pool.submit(self._wait_node, node, pids[node.index], self.spec.start_timeout)
+                for node in self.nodes
+            ]
+            for future in futures:
+                future.result()
+        seed, *rest = self.nodes
+        for node in rest:
+            self._join(node, seed)
+        self.wait_members(self.nodes, self.spec.start_timeout)
+        if self.spec.metadata_store == "khepri":
+            self._enable_khepri(seed)
+        if self.spec.zookeeper:
+            self.zookeeper().up()
 
     def zookeeper(self) -> Any:
         """This cluster's ZooKeeper (started by ``up`` when ``zookeeper=True``)."""
@@ -735,7 +737,7 @@ class LocalCluster:
 
     def _stop_processes(self) -> list[int]:
         pids = sorted(set(self._running_pids()) | set(_proc.find_marked(self.dir)))
-        state = read_json(self.dir / "state.json") or {}
+        state = self._read_state() or {}
         epmds = {int(p) for key, p in state.get("pids", {}).items()
                  if key.startswith("epmd") and p}
         servers = [p for p in pids if p not in epmds]
@@ -748,7 +750,7 @@ class LocalCluster:
             left = _proc.find_marked(self.dir)
         if left:
             raise ServerError(f"cluster {self.name!r}: processes {left} survived SIGKILL")
-        (self.dir / "state.json").unlink(missing_ok=True)
+        self._forget_state()
         return pids
 
     def down(self) -> None:
@@ -757,7 +759,7 @@ class LocalCluster:
         Logs stay under the cluster directory for reading afterwards.
         """
         network_left = self.spec.network == "netns" and _netns.leftovers(self.name)
-        if (read_json(self.dir / "state.json") is None and not _proc.find_marked(self.dir)
+        if (self._read_state() is None and not _proc.find_marked(self.dir)
                 and not network_left):
             raise NotRunningError(
                 f"cluster {self.name!r} is not running (no state in {self.dir})"
@@ -767,17 +769,6 @@ class LocalCluster:
                 f"cluster {self.name!r} was not running: its processes had already exited "
                 f"(stale state in {self.dir} removed)"
             )
-
-    def __enter__(self) -> Self:
-        return self.up()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._teardown()
 
     # ------------------------------------------------------------------ faults
 
@@ -846,7 +837,7 @@ class LocalCluster:
 
     def status(self) -> dict[str, Any]:
         """What runs, where: JSON-ready, without secrets."""
-        state = read_json(self.dir / "state.json")
+        state = self._read_state()
         if state is None:
             return {"name": self.name, "dir": str(self.dir), "running": False, "nodes": [],
                     "logs": [str(p) for p in self.log_files()]}
