@@ -83,8 +83,7 @@ class RunResult:
 
 
 def _queue_leader(cluster: LocalCluster, queue: str) -> int:
-    info = cluster.management_api(f"queues/%2F/{queue}")
-    return cluster.node(str(info["leader"])).index
+    return cluster.node(str(cluster.management().queue(queue).node)).index
 
 
 def _declare_on(url: str, queue: QueueSettings) -> None:
@@ -261,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[RunResult] = []
     print(f"booting a 3-node cluster {args.cluster_name!r} ...", file=sys.stderr, flush=True)
     with LocalCluster(name=args.cluster_name, nodes=3) as cluster:
-        overview = cluster.management_api("overview")
+        overview = cluster.management().get("overview")
         for index in range(args.repeat):
             order = args.variants if index % 2 == 0 else args.variants[::-1]
             for placement in args.placements:

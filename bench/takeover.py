@@ -83,7 +83,7 @@ from sac.chaos._process import ActorProcess
 from sac.chaos.actors import ConsumerActor, Sink
 from sac.chaos.errors import ChaosError
 from sac.chaos.proxy import ProxyThread
-from sac.sdk import ConnectionSettings, PublisherSettings, QueueSettings, Role
+from sac.sdk import ConnectionSettings, PublisherSettings, QueueSettings, Role, SacError
 from sac.server import LocalCluster, LocalZooKeeper
 
 from ._report import (
@@ -447,10 +447,11 @@ class Bench:
 
     def _delete(self, queue: str, trial: Trial) -> None:
         cluster = self.servers.cluster
+        api = cluster.management()
         for name in (queue, f"{queue}.parked"):
             try:
-                cluster.management_api(f"queues/%2F/{name}", method="DELETE")
-            except Exception as exc:  # noqa: BLE001 - one failed trial must not end the bench
+                api.delete_queue(name, if_empty=False)
+            except SacError as exc:  # one failed trial must not end the bench
                 trial.errors.append(f"deleting {name}: {exc}")
 
 
@@ -578,7 +579,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           file=sys.stderr, flush=True)
     with LocalCluster(name=args.cluster_name, nodes=NODES, rabbitmq=args.rabbitmq) as cluster, \
             servers_for(cluster, args) as servers:
-        overview = cluster.management_api("overview")
+        overview = cluster.management().get("overview")
         trials = run_all(Bench(servers, args, work), args)
     report = describe(args, started, load_before, overview, trials, baseline)
     save("takeover", started, report, table(report["summary"], report["comparison"]))

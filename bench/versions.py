@@ -94,7 +94,7 @@ class Series:
 
     def measure(self, cluster: LocalCluster, benchmarks: Sequence[str], work: Path) -> None:
         """One round of ``benchmarks`` on ``cluster`` (this series'), one after another."""
-        self.overview = cluster.management_api("overview")
+        self.overview = cluster.management().get("overview")
         for name in benchmarks:
             args = self.options[name]
             print(f"[{self.name}] {name}", file=sys.stderr, flush=True)
