@@ -47,8 +47,8 @@ def sac(home: Path, *args: str, timeout: float = 240) -> subprocess.CompletedPro
 @pytest.fixture
 def cli_name(tmp_path: Path) -> Iterator[str]:
     """The name of a cluster the test starts through the CLI; whatever the test leaves
-    running when it fails is stopped (a failed assertion had left a node and a ZooKeeper
-    running after the run)."""
+    running when it fails is stopped (the CLI's processes outlive the test's, so a failed
+    assertion would leave a node, its epmd and a ZooKeeper running)."""
     name = f"cli-{os.getpid()}"
     yield name
     if _proc.find_marked(tmp_path / name):
