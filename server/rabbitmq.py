@@ -578,13 +578,11 @@ class LocalCluster(ServerBase):
         tried in turn, reads retried under the SDK's policy; or only ``node`` (a ``Node``, or
         what ``node()`` takes), asked once, so that a probe of a node gets that node's answer
         or its silence and never another's."""
-        creds = self.credentials
-        login = ":".join(urllib.parse.quote(x, safe="") for x in (creds.user, creds.password))
-        nodes = self.nodes if node is None else [
-            node if isinstance(node, Node) else self.node(node)]
+        urls = self.management_urls()
+        if node is not None:
+            urls = [urls[(node if isinstance(node, Node) else self.node(node)).index - 1]]
         settings = ManagementSettings(
-            urls=tuple(f"http://{login}@{n.host}:{n.management_port}" for n in nodes),
-            statistics_interval=self.spec.statistics_interval_ms / 1000)
+            urls=tuple(urls), statistics_interval=self.spec.statistics_interval_ms / 1000)
         if node is not None:
             settings = attrs.evolve(settings, retry=attrs.evolve(settings.retry,
                                                                  max_attempts=1))
