@@ -66,7 +66,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.parse
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -462,10 +461,8 @@ class Bench:
         return ConnectionSettings(urls=_rotated(self.urls, node), heartbeat=heartbeat, name=name)
 
     def leader(self, queue: str) -> str | None:
-        with contextlib.suppress(SacError, OSError, RuntimeError):
-            info = self.cluster.management_api(f"queues/%2F/{urllib.parse.quote(queue, safe='')}")
-            value = info.get("leader") or info.get("node")
-            return None if value is None else str(value)
+        with contextlib.suppress(SacError):
+            return self.cluster.management().queue(queue).node
         return None
 
     def depth(self, queue: str) -> int:
@@ -478,9 +475,7 @@ class Bench:
             connection.close()
 
     def delete(self, queue: str) -> None:
-        self.cluster.management_api(
-            f"queues/%2F/{urllib.parse.quote(queue, safe='')}", method="DELETE"
-        )
+        self.cluster.management().delete_queue(queue, if_empty=False)
 
     def run_once(self, scenario: Scenario, face: str, index: int) -> RunResult:
         queue = f"handover-{scenario.label}-{face}-{index}-{uuid.uuid4().hex[:6]}"
@@ -772,7 +767,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"booting a 3-node RabbitMQ {args.rabbitmq} cluster {args.cluster_name!r} ...",
           file=sys.stderr, flush=True)
     with LocalCluster(name=args.cluster_name, nodes=NODES, rabbitmq=args.rabbitmq) as cluster:
-        overview = cluster.management_api("overview")
+        overview = cluster.management().get("overview")
         results = run_all(Bench(cluster, args), plan, args)
     report = describe(args, started, load_before, overview, results)
     save("handover", started, report, table(report["summary"]))

@@ -43,7 +43,7 @@ then publishes a tail (``--tail``), waits until every confirmed message has a ro
 gracefully and checks: no message twice in the sink (``duplicates``), none confirmed without a
 row (``missing``), and B had no effect before the event (A was alone).
 
-Later modes (issue 13: a lease eviction of a frozen consumer) plug in as a ``Mode`` subclass:
+A new mode (a lease eviction of a frozen consumer, say) plugs in as a ``Mode`` subclass:
 the queue (``queue``), what the actors need (``actor``: e.g. the guard's options, from the
 ``Servers`` the bench started), when A alone serves (``alone``), how the event strikes
 (``strike``) and what to undo once B took over (``heal``); add it to ``MODES``. Every mode
@@ -83,7 +83,7 @@ from sac.chaos._process import ActorProcess
 from sac.chaos.actors import ConsumerActor, Sink
 from sac.chaos.errors import ChaosError
 from sac.chaos.proxy import ProxyThread
-from sac.sdk import ConnectionSettings, PublisherSettings, QueueSettings, Role
+from sac.sdk import ConnectionSettings, PublisherSettings, QueueSettings, Role, SacError
 from sac.server import LocalCluster, LocalZooKeeper
 
 from ._report import (
@@ -447,10 +447,11 @@ class Bench:
 
     def _delete(self, queue: str, trial: Trial) -> None:
         cluster = self.servers.cluster
+        api = cluster.management()
         for name in (queue, f"{queue}.parked"):
             try:
-                cluster.management_api(f"queues/%2F/{name}", method="DELETE")
-            except Exception as exc:  # noqa: BLE001 - one failed trial must not end the bench
+                api.delete_queue(name, if_empty=False)
+            except SacError as exc:  # one failed trial must not end the bench
                 trial.errors.append(f"deleting {name}: {exc}")
 
 
@@ -578,7 +579,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           file=sys.stderr, flush=True)
     with LocalCluster(name=args.cluster_name, nodes=NODES, rabbitmq=args.rabbitmq) as cluster, \
             servers_for(cluster, args) as servers:
-        overview = cluster.management_api("overview")
+        overview = cluster.management().get("overview")
         trials = run_all(Bench(servers, args, work), args)
     report = describe(args, started, load_before, overview, trials, baseline)
     save("takeover", started, report, table(report["summary"], report["comparison"]))
@@ -644,7 +645,7 @@ def describe(args: argparse.Namespace, started: dt.datetime, load_before: Sequen
                      "prefetch " + str(attrs.fields(ConsumerActor).prefetch.default),
         "placement": {"publisher": "node 1 (queue leader)", "A": "node 2", "B": "node 3"},
         "reference": {REFERENCE: "11-15 s expected at heartbeat 5 (2-3 heartbeats)",
-                      "guard modes (issue 13 target)": "p50 <= 1.5 s, no duplicate effect"},
+                      "guard modes (target)": "p50 <= 1.5 s, no duplicate effect"},
         "guard": {"lease_s": args.lease, "zookeeper_tick_ms": ZK_TICK_MS,
                   "queue": "quorum, no native single active consumer",
                   "expiry": "A's ZooKeeper link disabled at the fault proxy (connections "

@@ -1,7 +1,7 @@
 """RabbitMQ 4.0 against 3.10: the same workloads on both series in one run, with ratios.
 
-Users run 4.x; what we measured before was on 3.10. A figure on one series next to a figure
-measured another day on the other says little on a machine whose two cores the broker shares
+Users run 4.x, and older clusters 3.10. A figure on one series next to a figure measured
+another day on the other says little on a machine whose two cores the broker shares
 with the client and with other work, so this driver runs the existing benchmarks, with the
 same options, on a fresh 3-node cluster of each series (``--rabbitmq``, default ``4.0,3.10``)
 in the same run, and reports each figure of the first series over the second's.
@@ -94,7 +94,7 @@ class Series:
 
     def measure(self, cluster: LocalCluster, benchmarks: Sequence[str], work: Path) -> None:
         """One round of ``benchmarks`` on ``cluster`` (this series'), one after another."""
-        self.overview = cluster.management_api("overview")
+        self.overview = cluster.management().get("overview")
         for name in benchmarks:
             args = self.options[name]
             print(f"[{self.name}] {name}", file=sys.stderr, flush=True)

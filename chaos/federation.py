@@ -17,6 +17,7 @@ import urllib.parse
 from collections.abc import Sequence
 
 from sac.chaos.faults import FaultProxy
+from sac.sdk import ManagementError
 from sac.server import LocalCluster
 
 SIDES = "ab"
@@ -44,21 +45,18 @@ def federate(clusters: Sequence[LocalCluster], queue: str, proxy: FaultProxy) ->
         uris = [f"amqp://{login}@{proxy.route(link_actor(side), node.index, node.address, host)}"
                 "/%2F" for node in upstream.nodes]
         name = _upstream(queue, side)
-        cluster.management_api(f"parameters/federation-upstream/%2F/{name}", method="PUT",
-                               body={"value": {"uri": uris, "ack-mode": "on-confirm",
-                                               "reconnect-delay": RECONNECT_DELAY_S}})
-        cluster.management_api(f"policies/%2F/{name}", method="PUT", body={
-            "pattern": f"^{queue}$", "apply-to": "queues", "priority": 10,
-            "definition": {"federation-upstream": name}})
+        api = cluster.management()
+        api.put_parameter("federation-upstream", name, {
+            "uri": uris, "ack-mode": "on-confirm", "reconnect-delay": RECONNECT_DELAY_S})
+        api.put_policy(name, f"^{queue}$", {"federation-upstream": name}, priority=10)
 
 
 def links_running(clusters: Sequence[LocalCluster], queue: str) -> bool:
     """Whether each side's federation link of ``queue`` runs (it starts once the policy
     finds the queue declared, and again after a reconnect delay when it was cut)."""
     for cluster in clusters:
-        links = cluster.management_api("federation-links/%2F")
-        if not any(link.get("queue") == queue and link.get("status") == "running"
-                   for link in links):
+        links = cluster.management().federation_links()
+        if not any(link.queue == queue and link.status == "running" for link in links):
             return False
     return True
 
@@ -66,18 +64,19 @@ def links_running(clusters: Sequence[LocalCluster], queue: str) -> bool:
 def unacked(cluster: LocalCluster, queue: str) -> int:
     """How many of ``queue``'s messages on ``cluster`` are delivered and not yet acked (as
     the management API last sampled it: 1 s behind here)."""
-    info = cluster.management_api(f"queues/%2F/{urllib.parse.quote(queue, safe='')}")
-    return int(info.get("messages_unacknowledged") or 0)
+    return cluster.management().queue(queue).messages_unacknowledged or 0
 
 
 def unfederate(clusters: Sequence[LocalCluster], queue: str) -> None:
     """The policies, the upstreams and the queue's copy on side 1 (the runner deletes the
     run's cluster's own)."""
     for side, cluster in enumerate(clusters):
-        name = _upstream(queue, side)
-        for path in (f"policies/%2F/{name}", f"parameters/federation-upstream/%2F/{name}"):
-            with contextlib.suppress(Exception):
-                cluster.management_api(path, method="DELETE")
-    for path in (f"queues/%2F/{queue}", f"queues/%2F/{queue}.parked"):
-        with contextlib.suppress(Exception):
-            clusters[1].management_api(path, method="DELETE")
+        name, api = _upstream(queue, side), cluster.management()
+        with contextlib.suppress(ManagementError):
+            api.delete_policy(name)
+        with contextlib.suppress(ManagementError):
+            api.delete_parameter("federation-upstream", name)
+    other = clusters[1].management()
+    for name in (queue, f"{queue}.parked"):
+        with contextlib.suppress(ManagementError):
+            other.delete_queue(name, if_empty=False)

@@ -28,6 +28,7 @@ from sac.chaos.federation import federate, unfederate
 from sac.chaos.settings import ANOMALIES, GUARD_LEASE_S, GUARD_TICK_MS, RunSettings, Weakening
 from sac.chaos.world import World
 from sac.checker.errors import CheckerError
+from sac.sdk import ManagementError
 from sac.server import LocalCluster, LocalPostgres, LocalZooKeeper
 
 
@@ -124,10 +125,12 @@ class Scenario:
 
 def _delete_queue(cluster: LocalCluster, queue: str) -> None:
     """The run's queue, its parking queue and a policy a scenario made for it."""
-    paths = [f"queues/%2F/{queue}", f"queues/%2F/{queue}.parked", f"policies/%2F/{queue}"]
-    for path in paths:
-        with contextlib.suppress(Exception):
-            cluster.management_api(path, method="DELETE")
+    api = cluster.management()
+    for name in (queue, f"{queue}.parked"):
+        with contextlib.suppress(ManagementError):
+            api.delete_queue(name, if_empty=False)
+    with contextlib.suppress(ManagementError):
+        api.delete_policy(queue)
 
 
 def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,

@@ -152,10 +152,9 @@ def kill_queue_node(w: World) -> None:
 
 
 def _mirror(cluster: LocalCluster, queue: str) -> None:
-    cluster.management_api(
-        f"policies/%2F/{queue}", method="PUT",
-        body={"pattern": f"^{queue}$", "apply-to": "queues", "priority": 10,
-              "definition": {"ha-mode": "all", "ha-sync-mode": "automatic"}})
+    cluster.management().put_policy(queue, f"^{queue}$",
+                                    {"ha-mode": "all", "ha-sync-mode": "automatic"},
+                                    priority=10)
 
 
 def _degraded(kind: str, **choices: tuple[float, float]) -> Body:
@@ -500,9 +499,7 @@ def _delivered_twice(w: World, prefix: str) -> bool:
 def _declare_on_first_node(cluster: LocalCluster, queue: str) -> None:
     """The queue declared (as the SDK declares it) through node 1, which then leads it."""
     settings = QueueSettings(queue)
-    cluster.management_api(f"queues/%2F/{queue}", method="PUT", node=cluster.nodes[0],
-                           body={"durable": True, "auto_delete": False,
-                                 "arguments": settings.arguments()})
+    cluster.management(cluster.nodes[0]).put_queue(queue, arguments=settings.arguments())
 
 
 SCENARIOS: dict[str, Scenario] = {

@@ -26,6 +26,7 @@ from sac.chaos.settings import (
     SPLIT_AFTER_S,
     RunSettings,
 )
+from sac.sdk import ManagementError
 from sac.server import LocalCluster, Node, ServerError, amqp_ready
 
 
@@ -266,8 +267,7 @@ class World:
     def queue_node(self) -> int:
         """The index of the node leading the queue (a quorum queue's leader, a classic
         queue's master)."""
-        info = self.cluster.management_api(f"queues/%2F/{self.queue}")
-        name = info.get("leader") or info.get("node")
+        name = self.cluster.management().queue(self.queue).node
         return self.cluster.node(str(name).split("@")[0]).index
 
     def ensure_whole(self) -> None:
@@ -339,8 +339,8 @@ class World:
     def _running_seen_by(self, node: Node) -> set[int] | None:
         """The members ``node`` lists as running (None: it does not answer)."""
         try:
-            members = self.cluster.management_api("nodes?columns=name,running", node=node)
-        except ServerError:
+            members = self.cluster.members(node)
+        except (ServerError, ManagementError):
             return None
         return {self.cluster.node(m["name"]).index for m in members if m["running"]}
 
@@ -348,8 +348,8 @@ class World:
         if not amqp_ready(node.amqp_port, host=node.host):
             return False
         try:
-            self.cluster.management_api("overview", node=node)
-        except ServerError:
+            self.cluster.management(node).overview()
+        except (ServerError, ManagementError):
             return False
         return True
 

@@ -113,6 +113,8 @@ from sac.sdk import (
     HistoryRecorder,
     Inbox,
     InboxStats,
+    ManagementError,
+    ManagementNotFound,
     PostgresStore,
     Publisher,
     PublisherSettings,
@@ -488,11 +490,14 @@ def read_effects(database: Database, queue: str) -> list[Effect]:
 
 
 def version(side: Side) -> str:
-    return str(side.api("overview").get("rabbitmq_version", "?"))
+    return side.cluster.management().overview().version
 
 
-def quoted(name: str) -> str:
-    return urllib.parse.quote(name, safe="")
+def synchronised_mirrors(side: Side, queue: str) -> tuple[str | None, list[str]]:
+    """A mirrored classic queue's policy and the nodes of its synchronised mirrors (which
+    ``sac.sdk.QueueInfo`` does not read: RabbitMQ 3.x only)."""
+    found = side.cluster.management().get(f"queues/%2F/{urllib.parse.quote(queue, safe='')}")
+    return found.get("policy"), list(found.get("synchronised_slave_nodes") or [])
 
 
 def blue_backlog(blue: Side, queue: str) -> int | None:
@@ -511,8 +516,8 @@ def blue_backlog(blue: Side, queue: str) -> int | None:
 
 
 def shovel_state(green: Side, name: str) -> str | None:
-    return next((str(s.get("state")) for s in green.api("shovels/%2F")
-                 if s.get("name") == name), None)
+    return next((s.state for s in green.cluster.management().shovels()
+                 if s.name == name), None)
 
 
 def parse_args(argv: Sequence[str] | None) -> Any:
@@ -641,9 +646,8 @@ class BlueGreen:
 
     def mirror(self) -> None:
         """Step 1 on blue: the policy (the queue is declared by the publisher)."""
-        self.blue.api(f"policies/%2F/{quoted(self.policy)}", "PUT", {
-            "pattern": f"^{self.blue_queue.name}$", "definition": mirror_policy(),
-            "apply-to": "queues"})
+        self.blue.management().put_policy(self.policy, f"^{self.blue_queue.name}$",
+                                          mirror_policy())
 
     def wait_mirrored(self) -> None:
         """Until blue's queue shows the policy and a synchronised mirror (the API lags)."""
@@ -651,16 +655,15 @@ class BlueGreen:
 
         def mirrored() -> bool:
             try:
-                found = self.blue.api(f"queues/%2F/{quoted(name)}")
-            except ServerError:
+                found = synchronised_mirrors(self.blue, name)
+            except ManagementNotFound:
                 return False  # not in the statistics yet
-            return (found.get("policy") == self.policy
-                    and len(found.get("synchronised_slave_nodes") or []) >= 1)
+            return found[0] == self.policy and len(found[1]) >= 1
 
         if not poll(mirrored, self.args.timeout, every=0.2):
             raise TimeoutError(f"blue's queue {name} not mirrored within "
                                f"{self.args.timeout:g} s (blue needs 2 nodes or more)")
-        mirrors = len(self.blue.api(f"queues/%2F/{quoted(name)}")["synchronised_slave_nodes"])
+        mirrors = len(synchronised_mirrors(self.blue, name)[1])
         print(f"1. blue: policy {self.policy} (ha-mode all) on {name}, a classic single-active "
               f"queue: mirrored on {mirrors} more node(s), synced")
 
@@ -677,8 +680,7 @@ class BlueGreen:
     def declare_shovel(self) -> None:
         definition = shovel_definition(self.blue.cluster.urls(), self.green.cluster.urls()[0],
                                        self.blue_queue.name)
-        self.green.api(f"parameters/shovel/%2F/{quoted(self.shovel)}", "PUT",
-            {"value": definition})
+        self.green.management().put_parameter("shovel", self.shovel, definition)
         if not poll(lambda: shovel_state(self.green, self.shovel) == "running",
                     SHOVEL_RUNNING_S, every=0.2):
             raise TimeoutError(f"shovel {self.shovel} not running within {SHOVEL_RUNNING_S:g} "
@@ -692,7 +694,7 @@ class BlueGreen:
         return path.exists() and '"type":"subscribed"' in path.read_text(encoding="utf-8")
 
     def restart_shovel(self) -> None:
-        self.green.api(f"shovels/vhost/%2F/{quoted(self.shovel)}/restart", "DELETE")
+        self.green.cluster.management().restart_shovel(self.shovel)
         if not poll(lambda: shovel_state(self.green, self.shovel) == "running",
                     SHOVEL_RUNNING_S, every=0.2):
             raise TimeoutError(f"shovel {self.shovel} not running again within "
@@ -867,17 +869,18 @@ class BlueGreen:
 
     def tidy(self) -> None:
         """The shovel, blue's policy and queue, green's queues: whatever exists of them."""
-        name = quoted(self.green_queue.name)
-        steps: list[tuple[Side, str]] = [
-            (self.green, f"parameters/shovel/%2F/{quoted(self.shovel)}"),
-            (self.blue, f"policies/%2F/{quoted(self.policy)}"),
-            (self.blue, f"queues/%2F/{name}"),
-            (self.green, f"queues/%2F/{name}"),
-            (self.green, f"queues/%2F/{quoted(str(self.green_queue.parking_queue))}"),
+        blue, green = self.blue.management(), self.green.management()
+        queue, parking = self.green_queue.name, str(self.green_queue.parking_queue)
+        steps: list[Callable[[], None]] = [
+            lambda: green.delete_parameter("shovel", self.shovel),
+            lambda: blue.delete_policy(self.policy),
+            lambda: blue.delete_queue(queue, if_empty=False),
+            lambda: green.delete_queue(queue, if_empty=False),
+            lambda: green.delete_queue(parking, if_empty=False),
         ]
-        for side, path in steps:
-            with contextlib.suppress(ServerError):  # never made, or gone already
-                side.api(path, "DELETE")
+        for step in steps:
+            with contextlib.suppress(ManagementError):  # never made, gone already, or no answer
+                step()
         print("deleted the shovel, blue's policy and queue, green's queue and parking queue")
 
 

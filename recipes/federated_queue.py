@@ -160,8 +160,8 @@ def federate_sides(queue: str, downstream: Side, upstream: Side) -> str:
 
 def links(side: Side, queue: str) -> list[str]:
     """The status of each federation link of ``queue`` on ``side`` (``running``...)."""
-    found = side.api("federation-links/%2F")
-    return [str(link.get("status")) for link in found if link.get("queue") == queue]
+    found = side.cluster.management().federation_links()
+    return [link.status for link in found if link.queue == queue]
 
 
 def link_running(side: Side, queue: str) -> bool:

@@ -28,7 +28,6 @@ import sqlite3
 import sys
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, NoReturn
@@ -41,7 +40,6 @@ from sac.sdk import (
     ConnectError,
     ConnectionSettings,
     Management,
-    ManagementSettings,
     PostgresStore,
     Publisher,
     PublisherSettings,
@@ -187,11 +185,11 @@ class Broker:
             if not left:
                 return "no queue to delete"
             return f"left on the broker: queue(s) {', '.join(left)} (delete them when done)"
-        existing = {q["name"] for q in self.cluster.management_api("queues/%2F?columns=name")}
+        api = self.cluster.management()
+        existing = {q.name for q in api.queues("/")}
         names = [name for name in names if name in existing]
         for name in names:
-            quoted = urllib.parse.quote(name, safe="")
-            self.cluster.management_api(f"queues/%2F/{quoted}", method="DELETE")
+            api.delete_queue(name, if_empty=False)
         return f"deleted queue(s) {', '.join(names)}" if names else "no queue to delete"
 
 
@@ -233,11 +231,7 @@ class Side:
         return Broker(tuple(self.cluster.urls()), self.cluster)
 
     def management(self) -> Management:
-        return Management(ManagementSettings(urls=self.cluster.management_urls()))
-
-    def api(self, path: str, method: str = "GET", body: Any = None) -> Any:
-        """One call of the management API (a ``ServerError`` when refused)."""
-        return self.cluster.management_api(path, method=method, body=body)
+        return self.cluster.management()
 
 
 def find_sides(args: argparse.Namespace, first: tuple[str, str],

@@ -5,7 +5,9 @@ the project itself.
 Debian 12, or 4.0 from a Debian 13 root filesystem, ``_rootfs``); ``LocalZooKeeper`` runs
 Debian's ``zookeeper``; ``LocalPostgres`` Debian's ``postgresql``; ``LocalSpark`` a standalone
 Spark master and worker from the pip ``pyspark`` package. All four are a ``LocalServer`` (up,
-down, kill, status, log_files). Nothing here knows about the SDK.
+down, kill, status, log_files), on one lifecycle (``_lifecycle``). Of the SDK, only its
+management API client is used (``LocalCluster.management()``): one client of that API in the
+project, not one per package.
 """
 
 if __name__ != "sac.server":  # one name per module: a second would load a second copy

@@ -2,8 +2,9 @@
 
 ``LocalCluster`` (RabbitMQ), ``LocalZooKeeper``, ``LocalPostgres`` and ``LocalSpark`` implement
 it, so that fixtures, the CLI and the chaos suite start, stop, crash and inspect any of them
-the same way. Each adds what only it has (a cluster kills or starts one node: ``kill(2)``,
-``start(2)``; PostgreSQL boots again on its data: ``start()``).
+the same way; ``up``, ``down`` and the ``with`` block are one code for all four
+(``_lifecycle.ServerBase``). Each adds what only it has (a cluster kills or starts one node:
+``kill(2)``, ``start(2)``; PostgreSQL boots again on its data: ``start()``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ certificates that ``rabbitmq.conf`` names.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,7 @@ def _metadata_store(inst: ClusterSpec, attribute: attrs.Attribute[str], value: s
             "its metadata in Mnesia only")
 
 
-def metadata_store_of(feature_flags: Sequence[dict[str, Any]]) -> str:
+def metadata_store_of(feature_flags: Sequence[Mapping[str, Any]]) -> str:
     """``khepri`` when the management API's ``/api/feature-flags`` lists ``khepri_db``
     enabled, else ``mnesia`` (3.10 has no such flag)."""
     enabled = any(f.get("name") == KHEPRI_FLAG and f.get("state") == "enabled"

@@ -52,7 +52,6 @@ import subprocess
 import time
 import urllib.parse
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 
 import attrs
@@ -73,9 +72,9 @@ from ._files import (
     default_home,
     read_json,
     tail,
-    write_json,
     write_secret,
 )
+from ._lifecycle import ServerBase
 from ._ports import allocate_base, check_free
 
 PG_ROOT = Path("/usr/lib/postgresql")
@@ -215,13 +214,16 @@ class RunAs:
             )
 
 
-class LocalPostgres:
+class LocalPostgres(ServerBase):
     """One PostgreSQL server with its data, config, logs and password under one directory.
 
     ``up()`` wipes any earlier state of the same name and creates a fresh server; ``start()``
     boots again on the data that is there (after ``kill()``: crash recovery); ``attach()``
     finds a running one again. ``start_timeout`` covers the whole of ``up()`` or ``start()``.
     """
+
+    KIND = "PostgreSQL"
+    STATE_FILE = "postgres.json"
 
     def __init__(
         self,
@@ -245,6 +247,8 @@ class LocalPostgres:
         self.runtime_root = Path(runtime_root)
         self._bin: Path | None = None
         self._credentials: Credentials | None = None
+        self._deadline = 0.0
+        """When the ``up()`` or ``start()`` under way must be done (``time.monotonic``)."""
 
     @classmethod
     def attach(cls, name: str = "pg", home: Path | str | None = None) -> LocalPostgres:
@@ -365,7 +369,7 @@ class LocalPostgres:
     # ------------------------------------------------------------------ processes
 
     def _pid(self) -> int | None:
-        state = read_json(self.dir / "postgres.json")
+        state = self._read_state()
         pid = None if state is None else state.get("pid")
         return int(pid) if pid is not None else None
 
@@ -392,55 +396,54 @@ class LocalPostgres:
                 found.add(int(entry.name))
         return sorted(found)
 
-    def up(self) -> Self:
-        """Create a fresh server (new data, new password) and wait until it takes connections;
-        tear everything down on failure."""
+    def _check_installed(self) -> None:
+        self._bin_dir()
+        RunAs.for_current_user()
+
+    def _any_running(self) -> bool:
+        return self.is_running()
+
+    def _prepare(self) -> None:
+        """A fresh state directory, a new password; ``start_timeout`` counts from here."""
+        self._deadline = time.monotonic() + self.start_timeout
         bin_dir = self._bin_dir()
-        run_as = RunAs.for_current_user()
-        if self.is_running():
-            raise AlreadyRunningError(f"PostgreSQL in {self.dir} is already running")
-        deadline = time.monotonic() + self.start_timeout
         if self._port is None:
             base = allocate_base(self.home, self.name, {PORT_OFFSET: "PostgreSQL"})
             self._port = base + PORT_OFFSET
         check_free({self.port: "PostgreSQL"})
-        if self.dir.exists():
-            shutil.rmtree(self.dir)
-        self.dir.mkdir(parents=True)
+        self._fresh_dir()
         creds = Credentials(user=SUPERUSER, password=secrets.token_urlsafe(24))
         self._credentials = creds
         write_secret(self.credentials_file, json.dumps(attrs.asdict(creds)) + "\n")
         # For psql (create_database) and for people: PGPASSFILE=<this> psql -h 127.0.0.1 ...
         escaped = creds.password.replace("\\", "\\\\").replace(":", "\\:")
         write_secret(self.dir / "pgpass", f"127.0.0.1:{self.port}:*:{creds.user}:{escaped}\n")
-        state: dict[str, Any] = {
+        self._write_state({
             "port": self.port,
             "base_port": self.port - PORT_OFFSET,
             "pid": None,
             "bin_dir": str(bin_dir),
             "version": bin_dir.parent.name,
-            "user": SYSTEM_USER if run_as.uid is not None else None,
+            "user": SYSTEM_USER if RunAs.for_current_user().uid is not None else None,
             "runtime_dir": str(self.runtime_dir),
-        }
-        write_json(self.dir / "postgres.json", state)
-        try:
-            self._make_runtime(run_as)
-            for sub in (self.runtime_dir / "run", self.data_dir):
-                sub.mkdir(mode=0o700)
-                run_as.own(sub)
-            self._initdb(bin_dir, run_as, creds, deadline)
-            self._write_config()
-            self._boot(bin_dir, run_as, state, deadline)
-        except BaseException:
-            self._teardown()
-            raise
-        return self
+        })
+
+    def _boot(self) -> None:
+        """New data (``initdb``), our config lines, then the postmaster."""
+        run_as = RunAs.for_current_user()
+        self._make_runtime(run_as)
+        for sub in (self.runtime_dir / "run", self.data_dir):
+            sub.mkdir(mode=0o700)
+            run_as.own(sub)
+        self._initdb(self._bin_dir(), run_as, self.credentials, self._deadline)
+        self._write_config()
+        self._postmaster(run_as)
 
     def start(self) -> Self:
         """Boot again on the data an earlier ``up()`` made, after ``kill()`` or ``down()``:
         same port, password and databases. What was committed before a kill must be there."""
         if self.is_running():
-            raise AlreadyRunningError(f"PostgreSQL in {self.dir} is already running")
+            raise AlreadyRunningError(self._already_running())
         if not (self.data_dir / "PG_VERSION").exists():
             raise NotRunningError(f"PostgreSQL has no data in {self.data_dir}: call up() first")
         if self._port is None:  # a new object after down(): the port is in our config lines
@@ -449,9 +452,9 @@ class LocalPostgres:
             self._port = int(ports[-1])
         bin_dir = self._bin_dir()
         run_as = RunAs.for_current_user()
-        deadline = time.monotonic() + self.start_timeout
+        self._deadline = time.monotonic() + self.start_timeout
         check_free({self.port: "PostgreSQL"})
-        state: dict[str, Any] = read_json(self.dir / "postgres.json") or {
+        state: dict[str, Any] = self._read_state() or {
             "port": self.port,
             "base_port": self.port - PORT_OFFSET,
             "bin_dir": str(bin_dir),
@@ -459,13 +462,10 @@ class LocalPostgres:
             "user": SYSTEM_USER if run_as.uid is not None else None,
         }
         state["pid"] = None
-        write_json(self.dir / "postgres.json", state)
-        try:
+        self._write_state(state)
+        with self._starting():
             run_as.check_way_to(self.data_dir)
-            self._boot(bin_dir, run_as, state, deadline)
-        except BaseException:
-            self._teardown()
-            raise
+            self._postmaster(run_as)
         return self
 
     def _make_runtime(self, run_as: RunAs) -> None:
@@ -569,12 +569,13 @@ class LocalPostgres:
         with open(self.data_dir / "postgresql.conf", "a") as conf:
             conf.write("\n".join(lines) + "\n")
 
-    def _boot(self, bin_dir: Path, run_as: RunAs, state: dict[str, Any], deadline: float) -> None:
-        argv = [*run_as.prefix, str(bin_dir / "postgres"), "-D", str(self.data_dir)]
+    def _postmaster(self, run_as: RunAs) -> None:
+        argv = [*run_as.prefix, str(self._bin_dir() / "postgres"), "-D", str(self.data_dir)]
         pid = _proc.spawn(argv, self._env(), self.log_file, self.dir)
+        state = self._read_state() or {}
         state["pid"] = pid
-        write_json(self.dir / "postgres.json", state)
-        self._wait_ready(pid, deadline)
+        self._write_state(state)
+        self._wait_ready(pid, self._deadline)
 
     def _wait_ready(self, pid: int, deadline: float) -> None:
         answer = None
@@ -611,7 +612,7 @@ class LocalPostgres:
             left = self.pids()
         if left:
             raise ServerError(f"PostgreSQL processes {left} survived SIGKILL")
-        (self.dir / "postgres.json").unlink(missing_ok=True)
+        self._forget_state()
         return pids
 
     @staticmethod
@@ -623,8 +624,7 @@ class LocalPostgres:
 
     def down(self) -> None:
         """Fast shutdown (clients cut off, checkpoint written); data and logs stay for reading."""
-        if not self._teardown():
-            raise NotRunningError(f"PostgreSQL in {self.dir} is not running")
+        super().down()
 
     def kill(self) -> None:
         """SIGKILL the postmaster and every child at once, as a crash would: ``start()`` then
@@ -636,7 +636,7 @@ class LocalPostgres:
         self._kill_each(self.pids())
 
     def status(self) -> dict[str, Any]:
-        state = read_json(self.dir / "postgres.json") or {}
+        state = self._read_state() or {}
         running = self.is_running()
         return {
             "name": self.name,
@@ -697,15 +697,3 @@ class LocalPostgres:
                 if "already exists" not in str(exc):
                     raise
         return self._dsn(name, urllib.parse.quote(self.credentials.password, safe=""))
-
-    def __enter__(self) -> Self:
-        return self.up()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._teardown()
-

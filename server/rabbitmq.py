@@ -24,22 +24,19 @@ Example::
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
-import json
 import os
 import secrets
 import shutil
 import socket
 import subprocess
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self, overload
+from typing import Any, overload
+
+import attrs
 
 from . import _netns, _proc, _rootfs, _tls
 from ._errors import (
@@ -56,8 +53,14 @@ from ._files import (
     default_home,
     read_json,
     tail,
-    write_json,
     write_secret,
+)
+from ._lifecycle import ServerBase
+from ._management import (
+    ManagementError,
+    ManagementSettings,
+    ManagementUnreachable,
+    ServerManagement,
 )
 from ._netns import NetnsPlan
 from ._ports import PortLayout, allocate_base, check_free
@@ -87,13 +90,16 @@ def amqp_ready(port: int, timeout: float = 1.0, host: str = LOOPBACK) -> bool:
     return len(data) >= 1 and data[0] == 1
 
 
-class LocalCluster:
+class LocalCluster(ServerBase):
     """A RabbitMQ cluster of ``nodes`` nodes, started and stopped by us: on 127.0.0.1, or
     (``network="netns"``) each node in a network namespace of its own.
 
     ``up()`` wipes any earlier state of the same name and boots a fresh cluster; ``attach()``
     finds a running one again (as the CLI does between calls).
     """
+
+    KIND = "RabbitMQ cluster"
+    STATE_FILE = "state.json"
 
     def __init__(
         self,
@@ -172,6 +178,9 @@ class LocalCluster:
         if state.get("subnet") is not None:
             cluster._plan = NetnsPlan(name, cluster.spec.nodes, str(state["subnet"]))
         return cluster
+
+    def describe(self) -> str:
+        return f"cluster {self.name!r}"
 
     def __repr__(self) -> str:
         network = "" if self.spec.network == "loopback" else f", network={self.spec.network!r}"
@@ -294,7 +303,7 @@ class LocalCluster:
     # ------------------------------------------------------------------ state
 
     def _state(self) -> dict[str, Any]:
-        state = read_json(self.dir / "state.json")
+        state = self._read_state()
         if state is None:
             raise NotRunningError(f"cluster {self.name!r} is not running (no state in {self.dir})")
         return state
@@ -302,7 +311,7 @@ class LocalCluster:
     def _record_pid(self, key: str, pid: int | None) -> None:
         state = self._state()
         state.setdefault("pids", {})[key] = pid
-        write_json(self.dir / "state.json", state)
+        self._write_state(state)
 
     def _pid(self, key: str) -> int | None:
         value = self._state().get("pids", {}).get(key)
@@ -552,12 +561,10 @@ class LocalCluster:
         """What the broker says it is (``node``, or the first that answers): ``product``
         and ``version`` (``/api/overview``), and ``metadata_store`` (``/api/feature-flags``:
         ``khepri`` once ``khepri_db`` is enabled, else ``mnesia``)."""
-        overview = self.management_api("overview", node=node)
-        flags = self.management_api("feature-flags", node=node)
-        return {"product": str(overview.get("product_name") or "RabbitMQ"),
-                "version": str(overview.get("product_version")
-                               or overview["rabbitmq_version"]),
-                "metadata_store": metadata_store_of(flags)}
+        api = self.management(node)
+        overview = api.overview()
+        return {"product": overview.product, "version": overview.version,
+                "metadata_store": metadata_store_of(api.feature_flags())}
 
     def _join(self, node: Node, seed: Node) -> None:
         self.ctl(node, "stop_app")
@@ -566,39 +573,44 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ management API
 
+    def management(self, node: Node | int | str | None = None) -> ServerManagement:
+        """A client of this cluster's management API (``sac.sdk.Management``): every node,
+        tried in turn, reads retried under the SDK's policy; or only ``node`` (a ``Node``, or
+        what ``node()`` takes), asked once, so that a probe of a node gets that node's answer
+        or its silence and never another's."""
+        urls = self.management_urls()
+        if node is not None:
+            urls = [urls[(node if isinstance(node, Node) else self.node(node)).index - 1]]
+        settings = ManagementSettings(
+            urls=tuple(urls), statistics_interval=self.spec.statistics_interval_ms / 1000)
+        if node is not None:
+            settings = attrs.evolve(settings, retry=attrs.evolve(settings.retry,
+                                                                 max_attempts=1))
+        return ServerManagement(settings)
+
     def management_api(
         self, path: str, *, method: str = "GET", body: Any = None, node: Node | None = None
     ) -> Any:
-        """Call the management HTTP API (on ``node``, or the first node that answers)."""
-        creds = self.credentials
-        token = base64.b64encode(f"{creds.user}:{creds.password}".encode()).decode()
-        data = None if body is None else json.dumps(body).encode()
-        last: Exception | None = None
-        for candidate in [node] if node is not None else self.nodes:
-            url = f"http://{candidate.host}:{candidate.management_port}/api/{path.lstrip('/')}"
-            req = urllib.request.Request(url, data=data, method=method)
-            req.add_header("Authorization", f"Basic {token}")
-            req.add_header("Content-Type", "application/json")
-            try:
-                with urllib.request.urlopen(req, timeout=5) as resp:
-                    raw = resp.read()
-                    return json.loads(raw) if raw else None
-            except urllib.error.HTTPError as exc:
-                # The broker answered: another node would answer the same.
-                detail = exc.read().decode(errors="replace")[:500]
-                raise CommandError(
-                    f"management API {method} /api/{path} answered {exc.code}: {detail}"
-                ) from exc
-            except OSError as exc:
-                last = exc
-        raise NotRunningError(
-            f"no node of cluster {self.name!r} answered the management API ({last})"
-        )
+        """``method /api/<path>`` with a JSON ``body`` (on ``node``, or the first node that
+        answers); ``CommandError`` when the broker refused, ``NotRunningError`` when no node
+        answered.
 
-    def members(self) -> list[dict[str, Any]]:
-        """Cluster members as the management API sees them: ``[{"name", "running"}]``."""
-        nodes = self.management_api("nodes?columns=name,running")
-        return [{"name": n["name"], "running": bool(n["running"])} for n in nodes]
+        REPLACE: kept for the callers outside this package's owners that still build paths
+        by hand (tests/sdk, bench/throughput.py); use ``management()``, whose methods name
+        what they do."""
+        try:
+            return self.management(node).call(path, method, body)
+        except ManagementUnreachable as exc:
+            raise NotRunningError(
+                f"no node of cluster {self.name!r} answered the management API ({exc})"
+            ) from exc
+        except ManagementError as exc:
+            raise CommandError(f"management API {method} /api/{path} failed: {exc}") from exc
+
+    def members(self, node: Node | None = None) -> list[dict[str, Any]]:
+        """Cluster members as the management API (of ``node``, or of the first that
+        answers) sees them: ``[{"name", "running"}]``."""
+        return [{"name": n.name, "running": n.running} for n in self.management(node).nodes()]
 
     def wait_members(self, running: Sequence[Node], timeout: float) -> None:
         """Wait until the management API lists exactly ``running`` as running members."""
@@ -610,7 +622,7 @@ class LocalCluster:
                 seen = sorted(m["name"] for m in self.members() if m["running"])
                 if seen == want:
                     return
-            except (NotRunningError, CommandError) as exc:
+            except (ServerError, ManagementError) as exc:
                 seen = str(exc)
             time.sleep(0.25)
         raise StartTimeoutError(
@@ -621,18 +633,19 @@ class LocalCluster:
     # ------------------------------------------------------------------ lifecycle
 
     def _running_pids(self) -> list[int]:
-        state = read_json(self.dir / "state.json")
+        state = self._read_state()
         pids = [] if state is None else [int(p) for p in state.get("pids", {}).values() if p]
         return [p for p in pids if _proc.is_ours(p, self.dir)]
 
-    def up(self) -> Self:
-        """Boot a fresh cluster (and ZooKeeper if asked); tear everything down on failure."""
-        self._check_installed()
-        if self._running_pids():
-            raise AlreadyRunningError(
-                f"cluster {self.name!r} is already running (state in {self.dir}); "
-                f"`sac server down --name {self.name}` first"
-            )
+    def _any_running(self) -> bool:
+        return bool(self._running_pids())
+
+    def _already_running(self) -> str:
+        return (f"cluster {self.name!r} is already running (state in {self.dir}); "
+                f"`sac server down --name {self.name}` first")
+
+    def _prepare(self) -> None:
+        """Ports, the network plan (netns), fresh credentials and state; nothing runs yet."""
         # 4.0's tree, checked, and built first when missing or broken.
         rootfs = (_rootfs.ensure(self.spec.rabbitmq) if self.spec.rabbitmq in _rootfs.SUITE
                   else None)
@@ -653,11 +666,8 @@ class LocalCluster:
                 _netns.remove(self.name, self.dir)
             subnet = _netns.choose_subnet(self.name, _netns.routed_networks())
             self._plan = NetnsPlan(self.name, self.spec.nodes, str(subnet))
-        if self.dir.exists():
-            shutil.rmtree(self.dir)
-        self.dir.mkdir(parents=True)
-        creds = Credentials.generate(self.name)
-        self._credentials = creds
+        self._fresh_dir()
+        self._credentials = Credentials.generate(self.name)
         state: dict[str, Any] = {
             "name": self.name,
             "nodes": self.spec.nodes,
@@ -676,33 +686,32 @@ class LocalCluster:
         }
         if self._plan is not None:
             state["subnet"] = self._plan.subnet
-        write_json(self.dir / "state.json", state)
-        try:
-            if self._plan is not None:
-                _netns.create(self._plan)
-            self._write_config(creds)
-            for where in self._epmds().values():
-                self._start_epmd(where)
-            pids = {node.index: self._spawn_node(node) for node in self.nodes}
-            with concurrent.futures.ThreadPoolExecutor(len(pids)) as pool:
-                futures = [
-                    pool.submit(self._wait_node, node, pids[node.index], self.spec.start_timeout)
-                    for node in self.nodes
-                ]
-                for future in futures:
-                    future.result()
-            seed, *rest = self.nodes
-            for node in rest:
-                self._join(node, seed)
-            self.wait_members(self.nodes, self.spec.start_timeout)
-            if self.spec.metadata_store == "khepri":
-                self._enable_khepri(seed)
-            if self.spec.zookeeper:
-                self.zookeeper().up()
-        except BaseException:
-            self._teardown()
-            raise
-        return self
+        self._write_state(state)
+
+    def _boot(self) -> None:
+        """The network (netns), config files, epmd, every node; the nodes joined to the first
+        one, Khepri if asked, and ZooKeeper if asked."""
+        if self._plan is not None:
+            _netns.create(self._plan)
+        self._write_config(self.credentials)
+        for where in self._epmds().values():
+            self._start_epmd(where)
+        pids = {node.index: self._spawn_node(node) for node in self.nodes}
+        with concurrent.futures.ThreadPoolExecutor(len(pids)) as pool:
+            futures = [
+                pool.submit(self._wait_node, node, pids[node.index], self.spec.start_timeout)
+                for node in self.nodes
+            ]
+            for future in futures:
+                future.result()
+        seed, *rest = self.nodes
+        for node in rest:
+            self._join(node, seed)
+        self.wait_members(self.nodes, self.spec.start_timeout)
+        if self.spec.metadata_store == "khepri":
+            self._enable_khepri(seed)
+        if self.spec.zookeeper:
+            self.zookeeper().up()
 
     def zookeeper(self) -> Any:
         """This cluster's ZooKeeper (started by ``up`` when ``zookeeper=True``)."""
@@ -735,7 +744,7 @@ class LocalCluster:
 
     def _stop_processes(self) -> list[int]:
         pids = sorted(set(self._running_pids()) | set(_proc.find_marked(self.dir)))
-        state = read_json(self.dir / "state.json") or {}
+        state = self._read_state() or {}
         epmds = {int(p) for key, p in state.get("pids", {}).items()
                  if key.startswith("epmd") and p}
         servers = [p for p in pids if p not in epmds]
@@ -748,7 +757,7 @@ class LocalCluster:
             left = _proc.find_marked(self.dir)
         if left:
             raise ServerError(f"cluster {self.name!r}: processes {left} survived SIGKILL")
-        (self.dir / "state.json").unlink(missing_ok=True)
+        self._forget_state()
         return pids
 
     def down(self) -> None:
@@ -757,7 +766,7 @@ class LocalCluster:
         Logs stay under the cluster directory for reading afterwards.
         """
         network_left = self.spec.network == "netns" and _netns.leftovers(self.name)
-        if (read_json(self.dir / "state.json") is None and not _proc.find_marked(self.dir)
+        if (self._read_state() is None and not _proc.find_marked(self.dir)
                 and not network_left):
             raise NotRunningError(
                 f"cluster {self.name!r} is not running (no state in {self.dir})"
@@ -767,17 +776,6 @@ class LocalCluster:
                 f"cluster {self.name!r} was not running: its processes had already exited "
                 f"(stale state in {self.dir} removed)"
             )
-
-    def __enter__(self) -> Self:
-        return self.up()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._teardown()
 
     # ------------------------------------------------------------------ faults
 
@@ -846,7 +844,7 @@ class LocalCluster:
 
     def status(self) -> dict[str, Any]:
         """What runs, where: JSON-ready, without secrets."""
-        state = read_json(self.dir / "state.json")
+        state = self._read_state()
         if state is None:
             return {"name": self.name, "dir": str(self.dir), "running": False, "nodes": [],
                     "logs": [str(p) for p in self.log_files()]}
@@ -872,7 +870,7 @@ class LocalCluster:
                 nodes[-1].update({"host": node.host, "namespace": node.namespace})
         try:
             members: list[dict[str, Any]] | None = self.members()
-        except (NotRunningError, CommandError):
+        except (ServerError, ManagementError):
             members = None
         epmds = {key: pids.get(key) for key in self._epmds()}
         epmd: dict[str, Any] = {

@@ -49,19 +49,18 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from . import _proc
 from ._errors import (
-    AlreadyRunningError,
     NotRunningError,
     PackageMissingError,
     ServerError,
     ServerExitedError,
     StartTimeoutError,
 )
-from ._files import check_name, default_home, read_json, tail, write_json, write_secret
+from ._files import check_name, default_home, read_json, tail, write_secret
+from ._lifecycle import ServerBase
 from ._ports import allocate_base, check_free, port_is_free
 
 # Offsets inside our block of 100 that no RabbitMQ, ZooKeeper or PostgreSQL port uses (see
@@ -130,8 +129,11 @@ def master_json(ui_port: int, timeout: float = 2.0) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-class LocalSpark:
+class LocalSpark(ServerBase):
     """A standalone Spark master and one worker, their state under one directory."""
+
+    KIND = "Spark"
+    STATE_FILE = STATE_FILE
 
     def __init__(
         self,
@@ -243,7 +245,7 @@ class LocalSpark:
     # ------------------------------------------------------------------ state
 
     def _state(self) -> dict[str, Any]:
-        return read_json(self.dir / STATE_FILE) or {}
+        return self._read_state() or {}
 
     def _pids(self) -> dict[str, int]:
         return {k: int(v) for k, v in self._state().get("pids", {}).items()}
@@ -299,54 +301,56 @@ class LocalSpark:
             _proc.MARKER: str(self.dir),
         }
 
-    def up(self) -> Self:
-        home = spark_home()
-        java = self._java_binary()
-        if self.is_running():
-            raise AlreadyRunningError(f"Spark in {self.dir} is already running")
+    def _check_installed(self) -> None:
+        spark_home()
+        self._java_binary()
+
+    def _any_running(self) -> bool:
+        return self.is_running()
+
+    def _prepare(self) -> None:
         if self._base is None:
             self._base = allocate_base(self.home, self.name, {
                 off: ROLES[role] for role, off in PORT_OFFSETS.items()
             })
         check_free({self.port(role): ROLES[role] for role in PORT_OFFSETS})
-        if self.dir.exists():
-            shutil.rmtree(self.dir)
+        self._fresh_dir()
         for sub in ("conf", "logs", "work", "tmp"):
-            (self.dir / sub).mkdir(parents=True)
+            (self.dir / sub).mkdir()
         (self.dir / "conf").chmod(0o700)
         auth = auth_properties(secrets.token_urlsafe(32))
-        props = self.dir / "conf" / "spark-defaults.conf"
-        write_secret(props, properties_text({**DAEMON_PROPERTIES, **auth}))
+        write_secret(self._properties, properties_text({**DAEMON_PROPERTIES, **auth}))
         write_secret(self.secret_file, properties_text(auth))
-        state: dict[str, Any] = {"base_port": self._base, "pids": {}}
-        write_json(self.dir / STATE_FILE, state)
-        env = self._env(home, java)
+        self._write_state({"base_port": self._base, "pids": {}})
+
+    @property
+    def _properties(self) -> Path:
+        return self.dir / "conf" / "spark-defaults.conf"
+
+    def _boot(self) -> None:
+        home = spark_home()
+        env = self._env(home, self._java_binary())
         spark_class = str(home / "bin" / "spark-class")
-        try:
-            state["pids"]["master"] = _proc.spawn(
-                [spark_class, "org.apache.spark.deploy.master.Master",
-                 "--host", "127.0.0.1", "--port", str(self.port("master")),
-                 "--webui-port", str(self.port("master_ui")),
-                 "--properties-file", str(props)],
-                env, self.master_log, self.dir,
-            )
-            write_json(self.dir / STATE_FILE, state)
-            self._wait("master", self.master_log, self._master_alive)
-            state["pids"]["worker"] = _proc.spawn(
-                [spark_class, "org.apache.spark.deploy.worker.Worker",
-                 "--host", "127.0.0.1", "--port", str(self.port("worker")),
-                 "--webui-port", str(self.port("worker_ui")),
-                 "--cores", str(self.worker_cores), "--memory", self.worker_memory,
-                 "--work-dir", str(self.work_dir),
-                 "--properties-file", str(props), self.url],
-                env, self.worker_log, self.dir,
-            )
-            write_json(self.dir / STATE_FILE, state)
-            self._wait("worker", self.worker_log, self._worker_alive)
-        except BaseException:
-            self._teardown()
-            raise
-        return self
+        props = str(self._properties)
+        self._spawn("master", [spark_class, "org.apache.spark.deploy.master.Master",
+                               "--host", "127.0.0.1", "--port", str(self.port("master")),
+                               "--webui-port", str(self.port("master_ui")),
+                               "--properties-file", props], env, self.master_log)
+        self._wait("master", self.master_log, self._master_alive)
+        self._spawn("worker", [spark_class, "org.apache.spark.deploy.worker.Worker",
+                               "--host", "127.0.0.1", "--port", str(self.port("worker")),
+                               "--webui-port", str(self.port("worker_ui")),
+                               "--cores", str(self.worker_cores),
+                               "--memory", self.worker_memory,
+                               "--work-dir", str(self.work_dir),
+                               "--properties-file", props, self.url], env, self.worker_log)
+        self._wait("worker", self.worker_log, self._worker_alive)
+
+    def _spawn(self, role: str, argv: list[str], env: dict[str, str], log: Path) -> None:
+        """Start one daemon, its pid recorded at once (what a failed ``up()`` stops)."""
+        state = self._state()
+        state.setdefault("pids", {})[role] = _proc.spawn(argv, env, log, self.dir)
+        self._write_state(state)
 
     def _master_alive(self) -> bool:
         info = master_json(self.port("master_ui"))
@@ -382,7 +386,7 @@ class LocalSpark:
         leaders = [recorded[r] for r in ("worker", "master") if r in recorded]
         pids = _proc.stop_marked(self.dir, leaders, STOP_GRACE, "Spark")
         self._wait_ports_released()
-        (self.dir / STATE_FILE).unlink(missing_ok=True)
+        self._forget_state()
         return pids
 
     def _wait_ports_released(self) -> None:
@@ -401,10 +405,6 @@ class LocalSpark:
                 )
             time.sleep(0.05)
 
-    def down(self) -> None:
-        if not self._teardown():
-            raise NotRunningError(f"Spark in {self.dir} is not running")
-
     def kill(self) -> None:
         """SIGKILL the master, the worker and every executor at once, as a crash would; the
         state and logs stay (``down()`` cleans up)."""
@@ -412,14 +412,3 @@ class LocalSpark:
         if not pids:
             raise NotRunningError(f"Spark in {self.dir} is not running")
         _proc.kill_all(pids, "Spark")
-
-    def __enter__(self) -> Self:
-        return self.up()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._teardown()

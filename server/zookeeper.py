@@ -21,18 +21,17 @@ import shutil
 import socket
 import time
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from . import _proc
 from ._errors import (
-    AlreadyRunningError,
     NotRunningError,
     PackageMissingError,
     ServerExitedError,
     StartTimeoutError,
 )
-from ._files import check_name, default_home, read_json, tail, write_json
+from ._files import check_name, default_home, read_json, tail
+from ._lifecycle import ServerBase
 from ._ports import PortLayout, allocate_base, check_free
 
 JARS = (
@@ -65,8 +64,11 @@ DEFAULT_TICK_MS = 2000
 MAX_SESSION_TIMEOUT_MS = 60000
 
 
-class LocalZooKeeper:
+class LocalZooKeeper(ServerBase):
     """One ZooKeeper server (standalone mode) with its state under one directory."""
+
+    KIND = "ZooKeeper"
+    STATE_FILE = "zookeeper.json"
 
     def __init__(
         self,
@@ -154,7 +156,7 @@ class LocalZooKeeper:
         return java
 
     def _pid(self) -> int | None:
-        state = read_json(self.dir / "zookeeper.json")
+        state = self._read_state()
         pid = None if state is None else state.get("pid")
         return int(pid) if pid is not None else None
 
@@ -162,10 +164,13 @@ class LocalZooKeeper:
         pid = self._pid()
         return pid is not None and _proc.is_ours(pid, self.dir)
 
-    def up(self) -> Self:
-        java = self._java_binary()
-        if self.is_running():
-            raise AlreadyRunningError(f"ZooKeeper in {self.dir} is already running")
+    def _check_installed(self) -> None:
+        self._java_binary()
+
+    def _any_running(self) -> bool:
+        return self.is_running()
+
+    def _prepare(self) -> None:
         if self._port is None:
             base = allocate_base(self.home, self.name, {PortLayout(1024).zookeeper - 1024: "zk"})
             self._port = PortLayout(base).zookeeper
@@ -173,9 +178,8 @@ class LocalZooKeeper:
         else:
             block = self._port
         check_free({self.port: "ZooKeeper client port"})
-        if self.dir.exists():
-            shutil.rmtree(self.dir)
-        (self.dir / "data").mkdir(parents=True)
+        self._fresh_dir()
+        (self.dir / "data").mkdir()
         (self.dir / "zoo.cfg").write_text(
             "\n".join(
                 [
@@ -197,14 +201,16 @@ class LocalZooKeeper:
                                  "tick_time_ms": self.tick_time_ms}
         if self._owns_block:
             state["base_port"] = block - (PortLayout(1024).zookeeper - 1024)
-        write_json(self.dir / "zookeeper.json", state)
+        self._write_state(state)
+
+    def _boot(self) -> None:
         env = {
             "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
             "LANG": "C.UTF-8",
             _proc.MARKER: str(self.dir),
         }
         argv = [
-            java,
+            self._java_binary(),
             "-Xmx256m",
             "-Dzookeeper.admin.enableServer=false",
             f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}",
@@ -214,14 +220,10 @@ class LocalZooKeeper:
             str(self.dir / "zoo.cfg"),
         ]
         pid = _proc.spawn(argv, env, self.dir / "console.log", self.dir)
+        state = self._read_state() or {}
         state["pid"] = pid
-        write_json(self.dir / "zookeeper.json", state)
-        try:
-            self._wait_ready(pid)
-        except BaseException:
-            self._teardown()
-            raise
-        return self
+        self._write_state(state)
+        self._wait_ready(pid)
 
     def _wait_ready(self, pid: int) -> None:
         deadline = time.monotonic() + self.start_timeout
@@ -243,12 +245,8 @@ class LocalZooKeeper:
     def _teardown(self) -> list[int]:
         pid = self._pid()
         pids = _proc.stop_marked(self.dir, [] if pid is None else [pid], 10.0, "ZooKeeper")
-        (self.dir / "zookeeper.json").unlink(missing_ok=True)
+        self._forget_state()
         return pids
-
-    def down(self) -> None:
-        if not self._teardown():
-            raise NotRunningError(f"ZooKeeper in {self.dir} is not running")
 
     def kill(self) -> None:
         """SIGKILL the server, as a crash would; its data and state stay (``down()`` cleans
@@ -281,14 +279,3 @@ class LocalZooKeeper:
             "log": str(self.log_file),
             "logs": [str(p) for p in self.log_files()],
         }
-
-    def __enter__(self) -> Self:
-        return self.up()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._teardown()

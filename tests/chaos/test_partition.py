@@ -23,6 +23,7 @@ import pytest
 from sac.chaos.partition import Partitions, isolate, one_way
 from sac.chaos.settings import SPLIT_AFTER_S
 from sac.chaos.world import outcasts
+from sac.sdk import ManagementError
 from sac.server import LocalCluster, Node, PackageMissingError, ServerError
 from sac.server.rabbitmq import amqp_ready
 from tests.helpers import wait_until
@@ -49,8 +50,8 @@ def cluster3(request: pytest.FixtureRequest) -> LocalCluster:
 def running_seen_by(cluster: LocalCluster, node: Node) -> set[int] | None:
     """The indices of the members ``node`` reports running (None: it does not answer)."""
     try:
-        members = cluster.management_api("nodes?columns=name,running", node=node)
-    except ServerError:
+        members = cluster.members(node)
+    except (ServerError, ManagementError):
         return None
     return {cluster.node(m["name"]).index for m in members if m["running"]}
 
@@ -188,7 +189,7 @@ def test_isolated_node_pauses_its_clients_move_and_heal_makes_the_cluster_whole(
         assert tcp_accepts(n3.host, n3.amqp_port) == "ConnectionRefusedError"
         status = cluster3.ctl(n1, "cluster_status", "--formatter", "json")
         assert '"partitions":{}' in status.replace(" ", "")  # the minority paused: none kept
-        queue = cluster3.management_api(f"queues/%2F/{queue_name}", node=n1)
+        queue = cluster3.management(n1).get(f"queues/%2F/{queue_name}")
         assert sorted(cluster3.node(m).index for m in queue["online"]) == [1, 2]
         assert publisher.is_open
 
@@ -333,7 +334,7 @@ def test_with_khepri_the_isolated_node_is_not_paused_and_answers_nothing_until_t
         channel.queue_declare(queue_name, durable=True, arguments=SAC_ARGS)
         for body in (b"m1", b"m2"):
             channel.basic_publish("", queue_name, body, pika.BasicProperties(delivery_mode=2))
-    leader = cluster.node(str(cluster.management_api(f"queues/%2F/{queue_name}")["leader"])
+    leader = cluster.node(str(cluster.management().queue(queue_name).node)
                           .split("@")[0]).index
     cut_off = leader if victim == "leader" else next(i for i in (3, 2) if i != leader)
     side = next(i for i in (1, 2, 3) if i != cut_off)
@@ -385,8 +386,8 @@ def test_with_khepri_the_isolated_node_is_not_paused_and_answers_nothing_until_t
         assert on_minority == {what: ("no answer", None) for what in probes}
         # The majority serves: a declare, a confirmed publish, a consumer gets a message,
         # once the queue's leader is on its side (an election when the leader was cut off).
-        wait_until(lambda: cluster.node(str(cluster.management_api(
-            f"queues/%2F/{queue_name}", node=majority)["leader"]).split("@")[0]).index
+        wait_until(lambda: cluster.node(str(cluster.management(majority).queue(
+            queue_name).node).split("@")[0]).index
             != cut_off, DETECT, "the queue's leader on the majority side")
         majority_url = urls[side - 1]
         on_majority = {
@@ -395,8 +396,8 @@ def test_with_khepri_the_isolated_node_is_not_paused_and_answers_nothing_until_t
             "consume": answered(consume(majority_url), 25)}
         assert {what: result for what, (result, _s) in on_majority.items()} == {
             "declare": "ok", "publish": "ok", "consume": "ok"}
-        queue = cluster.management_api(f"queues/%2F/{queue_name}", node=majority)
-        assert cluster.node(str(queue["leader"]).split("@")[0]).index != cut_off
+        leader_name = cluster.management(majority).queue(queue_name).node
+        assert cluster.node(str(leader_name).split("@")[0]).index != cut_off
         assert amqp_ready(minority.amqp_port, host=minority.host)  # still not paused
         parts.heal()
         healed = time.monotonic()

@@ -73,9 +73,9 @@ def test_scenario(name: str, weakened: bool, postgres: LocalPostgres, tmp_path: 
     # Nothing of the run is left: no actor process, no proxy, no queue.
     assert not _actors_of(tmp_path)
     for side in [cluster] if other is None else [cluster, other]:
-        queues = [q["name"] for q in side.management_api("queues?columns=name")]
-        assert run_json["queue"] not in queues
-        assert not [p for p in side.management_api("policies") if run_json["queue"] in p["name"]]
+        api = side.management()
+        assert run_json["queue"] not in [q.name for q in api.queues()]
+        assert not [p for p in api.policies() if run_json["queue"] in p.name]
 
 
 def test_an_interrupted_run_leaves_no_process(netns_cluster4: LocalCluster,

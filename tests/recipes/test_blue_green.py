@@ -172,12 +172,11 @@ def left_behind(servers: Servers, run: Run) -> list[str]:
     queue = json.loads((run.history / "run.json").read_text())["queue"]
     found = []
     for side in (servers.blue, servers.green):
-        found += [q["name"] for q in side.management_api("queues/%2F?columns=name")
-                  if q["name"].startswith(queue)]
-        found += [p["name"] for p in side.management_api("policies/%2F")
-                  if p["name"].startswith(queue)]
-        found += [p["name"] for p in side.management_api("parameters/shovel/%2F")
-                  if p["name"].startswith(queue)]
+        api = side.management()
+        found += [q.name for q in api.queues("/") if q.name.startswith(queue)]
+        found += [p.name for p in api.policies("/") if p.name.startswith(queue)]
+        found += [str(p["name"]) for p in api.parameters("shovel", "/")
+                  if str(p["name"]).startswith(queue)]
     return found
 
 

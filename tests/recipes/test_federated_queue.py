@@ -35,11 +35,10 @@ def test_each_message_once_across_two_clusters_and_a_takeover(
     assert "PROVED:" in out
     # the queue, the policies and the upstreams are gone from both clusters again
     for side in (cluster, cluster_b):
-        names = {q["name"] for q in side.management_api("queues/%2F?columns=name")}
-        assert not [n for n in names if n.startswith("federated-")]
-        assert not [p for p in side.management_api("policies/%2F")
-                    if p["name"].startswith("federated-")]
-        assert not side.management_api("parameters/federation-upstream/%2F")
+        api = side.management()
+        assert not [q.name for q in api.queues("/") if q.name.startswith("federated-")]
+        assert not [p.name for p in api.policies("/") if p.name.startswith("federated-")]
+        assert not api.parameters("federation-upstream", "/")
 
 
 def test_bad_input_is_one_line_and_status_2(cluster: LocalCluster) -> None:

@@ -31,7 +31,7 @@ def test_any_broker_by_url(cluster: LocalCluster) -> None:
     left = re.search(r"left on the broker: queue\(s\) (\S+), (\S+) ", out)
     assert left is not None, out
     for name in left.groups():
-        cluster.management_api(f"queues/%2F/{name}", method="DELETE")
+        cluster.management().delete_queue(name, if_empty=False)
     check_report(done.returncode, out, published=42, copies=2)
     assert cluster.credentials.password not in out
 

@@ -12,7 +12,7 @@ import pika
 import pytest
 
 from recipes.mirrored_to_quorum import assess, global_qos_channels, mirrored, twin_settings
-from sac.sdk import Management, ManagementNotFound, ManagementSettings
+from sac.sdk import Management, ManagementNotFound
 from sac.sdk._core.management_api import ChannelInfo, parse_queue
 from sac.server import LocalCluster
 from tests.helpers import wait_until
@@ -96,7 +96,7 @@ def test_a_broker_by_url_needs_its_management_api_too() -> None:
 
 @pytest.fixture
 def management(cluster: LocalCluster) -> Management:
-    return Management(ManagementSettings(cluster.management_urls(), statistics_interval=1.0))
+    return cluster.management()
 
 
 @pytest.fixture

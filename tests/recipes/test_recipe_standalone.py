@@ -63,7 +63,7 @@ def test_a_refused_password_is_bad_input_with_nothing_left(name: str,
     assert "wrong user name or password" in done.stderr
     assert "left on the broker" not in done.stderr
     assert "not-the-password" not in done.stderr
-    names = {q["name"] for q in cluster.management_api("queues/%2F?columns=name")}
+    names = {q.name for q in cluster.management().queues("/")}
     assert not [n for n in names if n.startswith(("takeover-", "idempotent-"))]
 
 

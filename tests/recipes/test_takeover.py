@@ -29,7 +29,7 @@ def test_a_standby_takes_over_after_a_graceful_stop(recipe: Recipe,
     assert float(gap.group(1)) > 0
     assert "PROVED:" in out
     # its queue is gone again
-    names = {q["name"] for q in cluster.management_api("queues/%2F?columns=name")}
+    names = {q.name for q in cluster.management().queues("/")}
     assert not [n for n in names if n.startswith("takeover-")]
 
 

@@ -141,8 +141,7 @@ def drain(url: str, queue: str, expected: int, timeout: float = 60) -> list[str]
 
 def queue_leader(cluster: LocalCluster, queue: str) -> int:
     """The index of the node leading a quorum queue."""
-    info = cluster.management_api(f"queues/%2F/{queue}")
-    return cluster.node(str(info["leader"])).index
+    return cluster.node(str(cluster.management().queue(queue).node)).index
 
 
 def close_connection_by_name(cluster: LocalCluster, name: str) -> int:

@@ -50,7 +50,7 @@ def test_servers_listen_on_loopback_only(
 
 def test_guest_is_gone_and_password_stays_secret(cluster: LocalCluster) -> None:
     password = cluster.credentials.password
-    users = [u["name"] for u in cluster.management_api("users")]
+    users = [u["name"] for u in cluster.management().get("users")]
     assert users == [cluster.credentials.user]
     guest = pika.URLParameters(f"amqp://guest:guest@{cluster.nodes[0].address}/%2F")
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
@@ -106,10 +106,7 @@ def test_quorum_queue_with_single_active_consumer_delivers_to_one(
         def active_tag() -> str | None:
             for conn in conns.values():
                 conn.process_data_events(time_limit=0)
-            info = cluster.management_api(f"queues/%2F/{queue_name}")
-            # 4.0 names it ``single_active_consumer_tag``, 3.10 (quorum queues) ``..._ctag``
-            tag = info.get("single_active_consumer_tag") or info.get("single_active_consumer_ctag")
-            return tag  # type: ignore[no-any-return]
+            return cluster.management().queue(queue_name).single_active_consumer_tag
 
         assert wait_until(active_tag, 15, "the broker to name its active consumer") == active
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -16,6 +17,9 @@ import pytest
 from sac.server import (
     AlreadyRunningError,
     LocalCluster,
+    LocalPostgres,
+    LocalServer,
+    LocalSpark,
     LocalZooKeeper,
     NotRunningError,
     PackageMissingError,
@@ -43,8 +47,8 @@ def sac(home: Path, *args: str, timeout: float = 240) -> subprocess.CompletedPro
 @pytest.fixture
 def cli_name(tmp_path: Path) -> Iterator[str]:
     """The name of a cluster the test starts through the CLI; whatever the test leaves
-    running when it fails is stopped (a failed assertion had left a node and a ZooKeeper
-    running after the run)."""
+    running when it fails is stopped (the CLI's processes outlive the test's, so a failed
+    assertion would leave a node, its epmd and a ZooKeeper running)."""
     name = f"cli-{os.getpid()}"
     yield name
     if _proc.find_marked(tmp_path / name):
@@ -162,9 +166,34 @@ def test_node_that_does_not_come_up_in_time(tmp_path: Path) -> None:
     with pytest.raises(StartTimeoutError) as caught:
         local.up()
     message = str(caught.value)
+    assert message.startswith("cluster 'slow' failed to start: ")
     assert "within 1 s" in message
     assert str(local.nodes[0].log_file) in message
     assert _proc.find_marked(local.dir) == []  # nothing left behind
+    assert not (local.dir / "state.json").exists()
+
+
+@pytest.mark.parametrize("kind", ["zookeeper", "postgres", "spark"])
+def test_a_server_that_fails_halfway_leaves_nothing_and_says_which(
+        tmp_path: Path, kind: str) -> None:
+    """Every server's ``up()`` stops what it started when it fails, names itself in the
+    error; stopping again (a ``with`` block's exit) is no error, ``down()`` says nothing
+    runs."""
+    servers: dict[str, LocalServer] = {
+        "zookeeper": LocalZooKeeper(name="slow-zk", home=tmp_path, start_timeout=0.01),
+        "postgres": LocalPostgres(name="slow-pg", home=tmp_path, start_timeout=0.01),
+        "spark": LocalSpark(name="slow-spark", home=tmp_path, start_timeout=0.01),
+    }
+    server = servers[kind]
+    with pytest.raises(StartTimeoutError) as caught, server:
+        pytest.fail("the block ran although up() failed")
+    what = {"zookeeper": "ZooKeeper", "postgres": "PostgreSQL", "spark": "Spark"}[kind]
+    assert str(caught.value).startswith(f"{what} in {server.dir} failed to start: ")
+    assert _proc.find_marked(server.dir) == []
+    assert server.status()["running"] is False
+    server.__exit__(None, None, None)  # idempotent
+    with pytest.raises(NotRunningError, match=f"in {re.escape(str(server.dir))} is not running"):
+        server.down()
 
 
 @pytest.mark.parametrize(

@@ -133,7 +133,7 @@ def test_a_host_client_publishes_and_consumes_through_every_node(
             channel.cancel()
             # The broker sees the client at the host's side of the bridge.
             peers = wait_until(
-                lambda: [c["peer_host"] for c in ns_cluster.management_api(
+                lambda: [c["peer_host"] for c in ns_cluster.management().get(
                     "connections?columns=peer_host,node")],
                 20, "the connection in the management API")
             assert set(peers) == {ns_cluster.netns.host_address}
@@ -142,8 +142,7 @@ def test_a_host_client_publishes_and_consumes_through_every_node(
 def test_management_api_and_tls_answer_at_each_node_address(ns_cluster: LocalCluster) -> None:
     context = ssl.create_default_context(cafile=str(ns_cluster.ca_file))
     for node in ns_cluster.nodes:
-        overview = ns_cluster.management_api("overview", node=node)
-        assert overview["node"] == node.name
+        assert ns_cluster.management(node).overview().node == node.name
         # The certificate names every node's address: verification by IP passes.
         with socket.create_connection((node.host, node.amqps_port), timeout=5) as raw, \
                 context.wrap_socket(raw, server_hostname=node.host) as tls:

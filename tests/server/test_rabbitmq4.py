@@ -37,7 +37,7 @@ def test_a_4_0_cluster_runs_4_0_5_each_node_inside_the_root_filesystem(
     assert sorted(m["name"] for m in members) == sorted(n.name for n in cluster4.nodes)
     assert all(m["running"] for m in members)
     assert cluster4.ctl(cluster4.nodes[1], "version").strip() == VERSION
-    assert cluster4.management_api("overview")["rabbitmq_version"] == VERSION
+    assert cluster4.management().overview().version == VERSION
 
     code = main(["server", "status", "--name", cluster4.name, "--home", str(cluster4.spec.home)])
     status = json.loads(capsys.readouterr().out)
@@ -78,9 +78,9 @@ def test_the_sdk_consumes_a_single_active_quorum_queue_on_4_0(
         assert active.handled == ids
         assert standby.handled == []
         assert active.role is Role.ACTIVE
-        info = cluster4.management_api(f"queues/%2F/{queue_name}")
-        assert info["type"] == "quorum"
-        assert info["arguments"]["x-single-active-consumer"] is True
+        info = cluster4.management().queue(queue_name)
+        assert info.type == "quorum"
+        assert info.arguments["x-single-active-consumer"] is True
     finally:
         for consumer in consumers:
             consumer.stop()
@@ -91,7 +91,7 @@ def test_tls_urls_and_federation_work_on_4_0(cluster4: LocalCluster, queue_name:
                              name="tls-on-4.0")
 
     def ours() -> list[dict[str, object]]:
-        listed = cluster4.management_api("connections?columns=name,ssl,client_properties")
+        listed = cluster4.management().get("connections?columns=name,ssl,client_properties")
         return [c for c in listed
                 if c.get("client_properties", {}).get("connection_name") == "tls-on-4.0"]
 
@@ -100,13 +100,13 @@ def test_tls_urls_and_federation_work_on_4_0(cluster4: LocalCluster, queue_name:
         # The management API lists a connection within its statistics interval.
         assert all(c["ssl"] for c in wait_until(ours, 15, "the TLS connection listed"))
     # The federation plugin runs: its parameters are accepted and its links listed.
-    upstream = f"federation-upstream/%2F/{queue_name}"
-    cluster4.management_api(f"parameters/{upstream}", method="PUT",
-                            body={"value": {"uri": cluster4.urls()[0]}})
+    api = cluster4.management()
+    api.put_parameter("federation-upstream", queue_name, {"uri": cluster4.urls()[0]})
     try:
-        assert cluster4.management_api("federation-links") == []
+        assert api.parameters("federation-upstream", "/")[0]["name"] == queue_name
+        assert api.federation_links(None) == []
     finally:
-        cluster4.management_api(f"parameters/{upstream}", method="DELETE")
+        api.delete_parameter("federation-upstream", queue_name)
 
 
 def test_a_killed_4_0_node_and_a_stopped_one_start_again_and_rejoin(

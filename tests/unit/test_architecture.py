@@ -44,7 +44,8 @@ def imported_rooms(package: str) -> dict[str, set[str]]:
     [
         ("sdk", {"sac.server", "sac.chaos", "sac.checker", "sac.sim", "recipes", "bench"} | CLI),
         ("sdk/_core", {"pika", "aio_pika", "aiormq", "kazoo", "socket", "asyncio", "ssl"}),
-        ("server", {"sac.sdk", "sac.chaos", "recipes", "bench"}),
+        # Of the SDK, only its management API client (test below).
+        ("server", {"sac.chaos", "recipes", "bench"} | CLI),
         # The pipeline reads histories, not code, and runs on a Spark cluster with only its
         # own dependencies.
         ("checker", {"sac.sdk", "sac.server", "sac.chaos", "recipes", "bench", "pika"} | CLI),
@@ -64,6 +65,33 @@ def test_forbidden_imports(package: str, forbidden: set[str]) -> None:
         if names & forbidden
     }
     assert offenders == {}
+
+
+def test_the_servers_use_only_the_sdks_management_client() -> None:
+    """One client of the management API in the project: the servers use the SDK's, and
+    nothing else of the SDK (its connections, consumers and settings are not theirs)."""
+    used: dict[str, set[str]] = {}
+    for path in (ROOT / "server").rglob("*.py"):
+        parts = ["sac", *path.relative_to(ROOT).with_suffix("").parts]
+        home = parts if parts[-1] == "__init__" else parts[:-1]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):  # ``from ..sdk import x`` resolved
+                base = ".".join(home[: len(home) - node.level + 1]) if node.level else ""
+                module = ".".join(filter(None, (base, node.module)))
+                modules = [module] + [f"{module}.{a.name}" for a in node.names]
+            else:
+                continue
+            for module in modules:
+                if module == "sac.sdk" or module.startswith("sac.sdk."):
+                    used.setdefault(str(path.relative_to(ROOT)), set()).add(module)
+    assert used, "the servers' import of the SDK's management client was not seen"
+    offenders = {path: sorted(m for m in modules
+                              if m != "sac.sdk.management"
+                              and not m.startswith("sac.sdk.management."))
+                 for path, modules in used.items()}
+    assert {path: found for path, found in offenders.items() if found} == {}
 
 
 def test_rooms_are_seen_through_every_spelling() -> None:
