@@ -96,7 +96,8 @@ Actions (what the shell carries out)
     out to it; they come back at the close, behind what the next one already took.
 ``RoleChanged(old, new, activation)``
     the consumer's role changed (``sdk._core.roles``).
-``Halt(why, error, delivery, attempts)``
+``Halt(why=why, error=error, delivery=delivery,
+                                                    attempts=attempts)``
     the consumer cannot go on: stop it (the shell calls ``stop``) and raise the error from
     ``wait``/``run``. Nothing of the failing run is acked.
 ``Replaced``
@@ -207,7 +208,7 @@ _ACTIVE = Role.ACTIVE
 three times a global's."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Wake:
     pass
 
@@ -215,7 +216,7 @@ class Wake:
 WAKE = Wake()
 
 
-@attrs.frozen(eq=False)
+@attrs.frozen(eq=False, kw_only=True)
 class Run(Generic[D]):
     deliveries: Sequence[D]
     generation: int
@@ -250,7 +251,7 @@ class Admission:
             self._after = run.seq
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class RetryLater(Generic[D]):
     delivery: D
     error: Exception
@@ -260,7 +261,7 @@ class RetryLater(Generic[D]):
     at: float
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Park(Generic[D]):
     delivery: D
     error: Exception
@@ -268,18 +269,18 @@ class Park(Generic[D]):
     target: Parking
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ResubscribeLater:
     at: float
     attempt: int
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Subscribe:
     attempt: int
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Cancel:
     pass
 
@@ -287,7 +288,7 @@ class Cancel:
 CANCEL = Cancel()
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Release:
     pass
 
@@ -295,7 +296,7 @@ class Release:
 RELEASE = Release()
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class RoleChanged:
     old: Role
     new: Role
@@ -303,7 +304,7 @@ class RoleChanged:
     """How many times the consumer became active (the inbox claims an epoch for each)."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Replaced:
     pass
 
@@ -311,7 +312,7 @@ class Replaced:
 REPLACED = Replaced()
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Halt(Generic[D]):
     why: Why
     error: Exception | None
@@ -653,7 +654,7 @@ class ConsumerMachine(Generic[D]):
         state = self._resubscribing
         if state is not None and state.at is not None and now >= state.at:
             state.at = None
-            actions.append(Subscribe(state.attempt))
+            actions.append(Subscribe(attempt=state.attempt))
         return actions
 
     # ------------------------------------------------------------------ decisions
@@ -663,8 +664,9 @@ class ConsumerMachine(Generic[D]):
 
     def _hand_out(self, deliveries: list[D], attempt: int = 1) -> Run[D]:
         self._seq += 1
-        run = Run(deliveries, self.generation, self.activation, self._seq, self._barrier,
-                  attempt)
+        run = Run(deliveries=deliveries, generation=self.generation,
+                  activation=self.activation, seq=self._seq, barrier=self._barrier,
+                  attempt=attempt)
         self._runs.append(run)
         return run
 
@@ -744,14 +746,16 @@ class ConsumerMachine(Generic[D]):
             # Acks of what is done go out now: nothing else runs while this one waits.
             failing.at = now + step.delay
             return [*self._acks.flush(),
-                    RetryLater(delivery, error, failing.attempts, step.delay, failing.at)]
+                    RetryLater(delivery=delivery, error=error, attempts=failing.attempts,
+                               delay=step.delay, at=failing.at)]
         return self._park(failing, error)
 
     def _park(self, failing: _Failing[D], error: Exception) -> Actions[D]:
         """``failing`` leaves the queue for good: parked, dead-lettered, or the consumer
         halts (nowhere to put it)."""
         delivery = failing.delivery
-        park = Park(delivery, error, failing.attempts, self._parking)
+        park = Park(delivery=delivery, error=error, attempts=failing.attempts,
+                    target=self._parking)
         if self._parking is Parking.QUEUE:
             failing.parking = True
             return [*self._acks.flush(), park]
@@ -770,7 +774,8 @@ class ConsumerMachine(Generic[D]):
         self._unfit.clear()
         self._resubscribing = None
         # What is done is acked: a fenced batch refuses only its own messages.
-        return [*self._acks.flush(), Halt(why, error, delivery, attempts)]
+        return [*self._acks.flush(), Halt(why=why, error=error, delivery=delivery,
+                                                    attempts=attempts)]
 
     def _next_subscribe(
         self, state: _Resubscribing, now: float, error: Exception | None
@@ -780,11 +785,11 @@ class ConsumerMachine(Generic[D]):
             self._resubscribing = None
             return self._halt(Why.NOT_RESUBSCRIBED, error, attempts=state.attempt - 1)
         state.at = now + delay
-        return [ResubscribeLater(state.at, state.attempt)]
+        return [ResubscribeLater(at=state.at, attempt=state.attempt)]
 
     def _changed(self, change: Change | None) -> Actions[D]:
         if change is None:
             return NONE
         if change.new is Role.ACTIVE:
             self.activation += 1
-        return [RoleChanged(change.old, change.new, self.activation)]
+        return [RoleChanged(old=change.old, new=change.new, activation=self.activation)]
