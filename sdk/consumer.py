@@ -58,8 +58,9 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
-from ._consumer_engine import ConsumerEngine, ConsumerStats, RoleCallback
+from ._consumer_engine import ConsumerEngine
 from ._consumer_runs import Handler
+from ._consumer_values import ConsumerStats, RoleCallback
 from ._consumer_workers import AsyncWorker, ThreadWorker
 from ._core.codecs import BYTES, Serializer
 from ._core.guarding import GuardStatus
