@@ -24,7 +24,8 @@ Events (methods; each returns the actions to carry out, usually none)
     the worker finished ``run``: its first ``done`` deliveries succeeded (handler returned,
     or, with an inbox, their effects are committed: durable), then ``failed`` (an exception)
     ended it at delivery ``done``, or None. Deliveries after those were not run: the worker
-    stops early when ``live(generation)`` turns false. For the inbox this is *commit done*.
+    stops early when the shell tells it that ``live(generation)`` turned false. For the
+    inbox this is *commit done*.
 ``commit_failed(run, error, now, fenced=...)``
     the inbox refused the whole ``Run``: fenced (``StaleEpoch``: a newer consumer holds the
     queue), else the store stayed unavailable past the inbox's own bounded retry. Nothing of
@@ -59,16 +60,17 @@ Events (methods; each returns the actions to carry out, usually none)
     way ends after its delivery in hand, what arrives waits; acks of what is done still go
     out / start work again.
 
-Actions (what the shell carries out)
-------------------------------------
+Actions (what the shell carries out, through ``dispatch.carry_out``)
+--------------------------------------------------------------------
 ``Wake``
     call ``dispatch(now)`` soon (after the current read).
 ``Run(deliveries, generation, activation, seq, barrier, attempt)``
     run the handler for each delivery in order, or the inbox's ``process_batch`` on them
-    (``activation`` tells it when to claim a new epoch), stopping early when
-    ``live(generation)`` is false; report ``ran`` or ``commit_failed``. Runs are run one
-    after another in ``seq`` order; up to ``pipeline`` of them are handed out at once, and
-    the worker skips those its ``Admission`` refuses (their deliveries come back).
+    (``activation`` tells it when to claim a new epoch), stopping early once
+    ``live(generation)`` is false (the shell tells the worker: it never reads the machine);
+    report ``ran`` or ``commit_failed``. Runs are run one after another in ``seq`` order; up
+    to ``pipeline`` of them are handed out at once, and the worker skips those its
+    ``Admission`` refuses (their deliveries come back).
 ``Ack(tag, multiple, count)`` / ``Reject(tag, requeue)``
     on the current channel (``sdk._core.acks``). An ``Ack`` is only ever for deliveries
     whose run reported success (or whose parked copy was confirmed), on the generation they
@@ -90,8 +92,8 @@ Actions (what the shell carries out)
     were delivered, and only then makes the next consumer active: its first message is the
     first one this consumer did not finish.
 ``Cancel``
-    the same point with ``Handover.CANCEL`` (the SDK's order before, kept for the chaos
-    suite's weakening): cancel the subscription, then close. The broker makes the next
+    the same point with ``Handover.CANCEL`` (an order that breaks at each handover, kept only
+    for the chaos suite's weakening): cancel the subscription, then close. The broker makes the next
     consumer active at the cancel, while this one's prefetched messages are still checked
     out to it; they come back at the close, behind what the next one already took.
 ``RoleChanged(old, new, activation)``
@@ -389,7 +391,7 @@ class ConsumerMachine(Generic[D]):
         self._roles = RoleTracker()
         self.stage = Stage.RUNNING
         self.paused = False
-        """No new work starts (``pause``); read by the worker through ``live``."""
+        """No new work starts (``pause``); see ``live``."""
         self.generation = 0
         """Bumped by every lost channel: runs and tags of an older one are stale."""
         self.activation = 0
@@ -446,8 +448,9 @@ class ConsumerMachine(Generic[D]):
         return min(times) if times else None
 
     def live(self, generation: int) -> bool:
-        """Whether a run of ``generation`` should go on to its next delivery (read by the
-        worker, in whatever thread it runs)."""
+        """Whether a run of ``generation`` should go on to its next delivery. Read on the
+        machine's own thread only: a shell whose runs execute elsewhere tells them when this
+        turns false (the SDK's ``Ticket.cut``)."""
         return self.stage is RUNNING and not self.paused and generation == self.generation
 
     # ------------------------------------------------------------------ events
