@@ -2,9 +2,10 @@
 
 ``AsyncWorker`` runs them on the asyncio loop (the asyncio face); ``ThreadWorker`` in the
 thread that called the blocking ``Consumer.run()``, so a long handler never stalls the loop
-and its heartbeats. Each runs the runs it is given in order, skips those its ``Admission``
-refuses (handed out before the machine learned that an earlier one ended early), and
-reports how each ended; the engine turns that into the machine's events.
+and its heartbeats. Each runs the tickets it is given in order, skips those its
+``Admission`` refuses (handed out before the machine learned that an earlier one ended
+early), and reports how each ended. A worker knows the ``Runner`` and its tickets, never the
+machine: what the loop has to tell a run comes with its ticket (``_consumer_runs.py``).
 """
 
 from __future__ import annotations
@@ -14,31 +15,18 @@ import collections
 import contextvars
 import queue as thread_queue
 import threading
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from ._core.consuming import Admission, Run
-from ._delivery import Delivery
-
-if TYPE_CHECKING:
-    from ._consumer_engine import ConsumerEngine, Outcome
-
-
-class Tally:
-    """Deliveries of the run under way that succeeded, readable if the run is interrupted
-    (``KeyboardInterrupt`` in the blocking face's handler)."""
-
-    __slots__ = ("done",)
-
-    def __init__(self) -> None:
-        self.done = 0
+from ._consumer_runs import Outcome, Runner, Tally, Ticket
+from ._core.consuming import Admission
 
 
 class Worker(Protocol):
     """Where runs execute. ``begin``, ``submit`` and ``finish`` are called on the loop."""
 
-    def begin(self, engine: ConsumerEngine) -> None: ...
+    def begin(self, runner: Runner) -> None: ...
 
-    def submit(self, run: Run[Delivery]) -> None: ...
+    def submit(self, ticket: Ticket) -> None: ...
 
     async def finish(self) -> None:
         """No more runs: returns once those submitted are done (or no one runs them)."""
@@ -58,12 +46,12 @@ class AsyncWorker:
 
     def __init__(self) -> None:
         # A deque and one waiter rather than asyncio.Queue: this runs once per run.
-        self._runs: collections.deque[Run[Delivery] | None] = collections.deque()
+        self._runs: collections.deque[Ticket | None] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
 
-    def begin(self, engine: ConsumerEngine) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._work(engine))
+    def begin(self, runner: Runner) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._work(runner))
 
     @property
     def in_handler(self) -> bool:
@@ -71,8 +59,8 @@ class AsyncWorker:
         or what a handler awaits (``asyncio.wait_for`` runs its awaitable as a task)."""
         return _SERVING.get(None) is self
 
-    def submit(self, run: Run[Delivery]) -> None:
-        self._runs.append(run)
+    def submit(self, ticket: Ticket) -> None:
+        self._runs.append(ticket)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -86,7 +74,7 @@ class AsyncWorker:
             waiter.set_result(None)
         await asyncio.shield(self._task)
 
-    async def _work(self, engine: ConsumerEngine) -> None:
+    async def _work(self, runner: Runner) -> None:
         _SERVING.set(self)  # this task's own context, and that of the tasks it starts
         runs = self._runs
         admission = Admission()
@@ -96,14 +84,14 @@ class AsyncWorker:
                 self._waiter = loop.create_future()
                 await self._waiter
                 self._waiter = None
-            run = runs.popleft()
-            if run is None:
+            ticket = runs.popleft()
+            if ticket is None:
                 return
-            if admission.admits(run):
-                outcome = await engine.execute_async(run)
-                admission.ran(run, outcome[0])
-                engine.report(run, outcome)
-                if engine.stop_requested:
+            if admission.admits(ticket.run):
+                outcome = await runner.execute_async(ticket)
+                admission.ran(ticket.run, outcome[0])
+                runner.reports.report(ticket, outcome)
+                if runner.stop_requested:
                     # A stop asked for on this loop (a handler's own stop(), a signal) runs
                     # as a task: let it, or runs cut short and handed back at once would
                     # keep this loop busy without ever yielding to it.
@@ -115,7 +103,7 @@ class ThreadWorker:
     hop per run each way, not per message."""
 
     def __init__(self) -> None:
-        self._runs: thread_queue.SimpleQueue[Run[Delivery] | None] = thread_queue.SimpleQueue()
+        self._runs: thread_queue.SimpleQueue[Ticket | None] = thread_queue.SimpleQueue()
         self._idle = threading.Event()
         self._idle.set()
         self._server: int | None = None
@@ -130,19 +118,19 @@ class ThreadWorker:
         """The caller is the thread in ``serve``: a handler."""
         return self.serving and self._server == threading.get_ident()
 
-    def begin(self, engine: ConsumerEngine) -> None:
+    def begin(self, runner: Runner) -> None:
         pass
 
-    def submit(self, run: Run[Delivery]) -> None:
-        self._runs.put(run)
+    def submit(self, ticket: Ticket) -> None:
+        self._runs.put(ticket)
 
     async def finish(self) -> None:
         self._runs.put(None)
         # Nobody serving: what was submitted is left, and the broker gets it back.
         await asyncio.get_running_loop().run_in_executor(None, self._idle.wait)
 
-    def serve(self, engine: ConsumerEngine) -> None:
-        """In the caller's thread, until the engine's stop ends it. An exception from
+    def serve(self, runner: Runner) -> None:
+        """In the caller's thread, until the consumer's stop ends it. An exception from
         outside the handler's own (``KeyboardInterrupt``) ends it too, after reporting
         what the run under way had done.
 
@@ -151,31 +139,32 @@ class ThreadWorker:
         self._server = threading.get_ident()
         self._idle.clear()
         runs = self._runs
-        batch = engine.settings.ack_batch
+        batch = runner.batch
+        reports = runner.reports
         tally = Tally()
         admission = Admission()
-        ended: list[tuple[Run[Delivery], Outcome]] = []
+        ended: list[tuple[Ticket, Outcome]] = []
         done = 0
-        running: Run[Delivery] | None = None
+        running: Ticket | None = None
         try:
             while True:
                 if ended and runs.empty():
-                    engine.report_threadsafe(ended)
+                    reports.report_threadsafe(ended)
                     ended, done = [], 0
-                run = runs.get()
-                if run is None:
+                ticket = runs.get()
+                if ticket is None:
                     break
-                if not admission.admits(run):
+                if not admission.admits(ticket.run):
                     continue
                 tally.done = 0
-                running = run
-                outcome = engine.execute(run, tally)
+                running = ticket
+                outcome = runner.execute(ticket, tally)
                 running = None
-                admission.ran(run, outcome[0])
-                ended.append((run, outcome))
+                admission.ran(ticket.run, outcome[0])
+                ended.append((ticket, outcome))
                 done += outcome[0]
-                if done >= batch or outcome[0] < len(run.deliveries):
-                    engine.report_threadsafe(ended)
+                if done >= batch or outcome[0] < len(ticket.run.deliveries):
+                    reports.report_threadsafe(ended)
                     ended, done = [], 0
         except BaseException:
             if running is not None:
@@ -183,5 +172,5 @@ class ThreadWorker:
             raise
         finally:
             if ended:
-                engine.report_threadsafe(ended)
+                reports.report_threadsafe(ended)
             self._idle.set()

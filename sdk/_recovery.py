@@ -20,7 +20,8 @@ log = logging.getLogger("sac.recovery")
 
 
 class Recovering:
-    """Base of ``AsyncPublisher`` and ``AsyncConsumer``: owns ``_link`` and its recovery."""
+    """Base of the publisher (``AsyncPublisher``) and of the consumer's link
+    (``_consumer_link.ConsumerLink``): owns ``_link`` and its recovery."""
 
     _role = "client"
 

@@ -19,8 +19,11 @@ from collections.abc import Callable
 
 import attrs
 
+from ._consumer_link import ConsumerLink
 from ._core.backoff import Backoff
+from ._core.consuming import Actions, ConsumerMachine
 from ._core.roles import Role, RoleWatch, Sighting, Verdict
+from ._delivery import Delivery
 from ._errors import ManagementError, ManagementNotFound
 from ._settings import ConsumerSettings
 from .management import Management
@@ -112,3 +115,24 @@ class RolePoller:
             log.warning("role poll of queue %r failed (%d in a row): %s; the role comes from "
                         "deliveries meanwhile", self._queue, self._failing + 1, exc)
         self._failing += 1
+
+
+def role_seen(verdict: Verdict, active_tag: str | None, link: ConsumerLink,
+              machine: ConsumerMachine[Delivery],
+              carry_out: Callable[[Actions[Delivery]], None]) -> None:
+    """The management API named the queue's active consumer: this one (it is active,
+    delivery or not), or another while this one thought itself active; or said the queue
+    is gone while this consumer is subscribed to it."""
+    now, tag, queue = link.now(), link.consumer_tag, link.settings.queue.name
+    if verdict is Verdict.GONE:
+        log.warning("queue %r does not exist, yet this consumer (%s) is subscribed to it "
+                    "(management API): consuming again", queue, tag)
+        link.server_cancel(None)  # as if the broker had cancelled the orphan
+    elif verdict is Verdict.ACTIVE:
+        log.info("the broker names this consumer (%s) active on %r (management API)",
+                 tag, queue)
+        carry_out(machine.confirmed_active(now))
+    else:
+        log.warning("the broker names consumer %s active on %r, not this one (%s): "
+                    "waiting again", active_tag, queue, tag)
+        carry_out(machine.demoted(now))

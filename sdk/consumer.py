@@ -35,7 +35,7 @@ What they do for you:
 
 Both are faces of one engine (``_consumer_engine.py``) around one state machine
 (``_core/consuming.py``): the asyncio face runs handlers on its loop, the blocking face in the
-thread that calls ``run()``.
+thread that calls ``run()``, told by the loop when to stop (``_consumer_runs.Ticket``).
 
 Example::
 
@@ -58,9 +58,9 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
-import attrs
-
-from ._consumer_engine import ConsumerEngine, Handler, RoleCallback
+from ._consumer_engine import ConsumerEngine
+from ._consumer_runs import Handler
+from ._consumer_values import ConsumerStats, RoleCallback
 from ._consumer_workers import AsyncWorker, ThreadWorker
 from ._core.codecs import BYTES, Serializer
 from ._core.guarding import GuardStatus
@@ -74,20 +74,6 @@ from ._signals import stop_on_signals
 from .dedup.inbox import Inbox
 
 log = logging.getLogger("sac.consumer")
-
-
-@attrs.frozen
-class ConsumerStats:
-    delivered: int
-    acked: int
-    rejected: int
-    handler_errors: int
-    reconnects: int
-    resubscribes: int
-    retried: int = 0
-    """Handler runs made again for a message that failed (in place, unacked)."""
-    parked: int = 0
-    """Messages moved to the parking queue (or rejected into the dead-letter exchange)."""
 
 
 class AsyncConsumer:
@@ -125,7 +111,7 @@ class AsyncConsumer:
 
     @property
     def stats(self) -> ConsumerStats:
-        return ConsumerStats(*self._engine.counts)
+        return self._engine.stats
 
     @property
     def guard(self) -> GuardStatus | None:
@@ -207,7 +193,7 @@ class Consumer:
 
     @property
     def stats(self) -> ConsumerStats:
-        return ConsumerStats(*self._engine.counts)
+        return self._engine.stats
 
     @property
     def guard(self) -> GuardStatus | None:
@@ -250,7 +236,7 @@ class Consumer:
 
     def _run(self) -> None:
         try:
-            self._worker.serve(self._engine)  # until the engine's stop ends it
+            self._worker.serve(self._engine.runner)  # until the engine's stop ends it
         finally:
             # Also after KeyboardInterrupt: hand over gracefully, then re-raise.
             self._close()

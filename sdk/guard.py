@@ -112,7 +112,7 @@ class ZooKeeperGuard:
         on_failed: FailedCallback,
     ) -> None:
         self.settings = settings
-        self.paths = GroupPaths(settings.group)
+        self.paths = GroupPaths(group=settings.group)
         self._identity = identity
         self._on_session = on_session
         self._on_won = on_won
@@ -256,7 +256,7 @@ class ZooKeeperGuard:
                                      "session was lost")
             token = fencing_token(stat.czxid)
             previous = self._take_record(contender.node, token)
-            leadership = Leadership(token, contender.node, previous)
+            leadership = Leadership(token=token, node=contender.node, previous=previous)
         except CancelledError:
             return  # withdrawn while it waited; kazoo deleted its node
         except Exception as exc:  # noqa: BLE001 - any failure ends this attempt; the machine decides
@@ -274,8 +274,9 @@ class ZooKeeperGuard:
         """Read the previous leader's record and write ours, while ``node`` (our election
         node) exists: a leader whose session was lost meanwhile writes nothing."""
         path = self.paths.leader
-        record = LeaderRecord(token, self._identity.consumer, self._identity.connection,
-                              self._identity.host, self._identity.pid)
+        record = LeaderRecord(token=token, consumer=self._identity.consumer,
+                              connection=self._identity.connection,
+                              host=self._identity.host, pid=self._identity.pid)
         client = self.client
         client.ensure_path(path)
         data, stat = client.get(path)
@@ -315,4 +316,5 @@ class ZooKeeperGuard:
 def identity(consumer: str | None, connection: str | None) -> LeaderRecord:
     """Who this consumer is, as its election node and leader record say (token 0: not
     elected yet)."""
-    return LeaderRecord(0, consumer, connection, socket.gethostname(), os.getpid())
+    return LeaderRecord(token=0, consumer=consumer, connection=connection,
+                        host=socket.gethostname(), pid=os.getpid())

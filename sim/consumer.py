@@ -4,11 +4,13 @@ handover), kill, or restart, and which a supervisor starts again after it halted
 
 A dumb translator, as ``sdk._consumer_engine`` is a shell: frames become the machine's events
 (deliveries, consume-ok, server cancels, lost links), its actions become frames (acks,
-rejects, consumes, cancels), timers and runs. A run goes to the worker, which is the real
-``Inbox`` driven step by step in virtual time (``Inbox.batch_steps``): each try of a batch
-takes one store latency, and a failing store's backoff lets the rest of the world go on, as
-the worker thread of a real consumer does. A park publishes the copy on a confirm-mode
-channel of its own and reports the confirm, as ``sdk._forward`` does.
+rejects, consumes, cancels), timers and runs, through the SDK's one dispatcher
+(``sdk._core.dispatch.carry_out``: this client is a ``ConsumerShell``). A run goes to the
+worker, which is the real ``Inbox`` driven step by step in virtual time
+(``Inbox.batch_steps``): each try of a batch takes one store latency, and a failing store's
+backoff lets the rest of the world go on, as the worker thread of a real consumer does. A
+park publishes the copy on a confirm-mode channel of its own and reports the confirm, as
+``sdk._forward`` does.
 """
 
 from __future__ import annotations
@@ -30,12 +32,16 @@ from sac.sdk._core.consuming import (
     Halt,
     Park,
     Parking,
+    Release,
+    Replaced,
+    ResubscribeLater,
+    RetryLater,
     RoleChanged,
     Run,
     Subscribe,
-    Wake,
     permanent_failure,
 )
+from sac.sdk._core.dispatch import carry_out
 from sac.sdk._core.poison import parking_headers
 from sac.sdk._core.queues import consume_arguments
 from sac.sdk._delivery import Delivery, delivery_count
@@ -164,7 +170,8 @@ class ConsumerClient(Shell):
         self.inbox = self._inbox_type(self.store, self.effect, policy=self.lookup,
                                       store_retry=self.store_retry,
                                       clock=lambda: self.now, rng=self.rng.random)
-        self.inbox.bind(s.queue.name, self.process, None)
+        self.session = self.inbox.session(queue=s.queue.name, consumer=self.process,
+                                          recorder=None)
         self.tag: str | None = None
         self._tags = 0
         self.stopping = False
@@ -391,7 +398,7 @@ class ConsumerClient(Shell):
             if not self.machine.live(run.generation):
                 self._ran(now, 0, None, None)
                 return
-            work.steps = self.inbox.batch_steps(run.deliveries, run.activation)
+            work.steps = self.session.batch_steps(run.deliveries, run.activation)
         try:
             delay = next(work.steps)
         except ProcessDies:
@@ -501,35 +508,59 @@ class ConsumerClient(Shell):
     # ------------------------------------------------------------------ carrying out
 
     def _carry_out(self, now: float, actions: Sequence[Action[Delivery]]) -> None:
-        for action in actions:
-            if isinstance(action, Ack):
-                if self.up:
-                    self.send(1, BasicAck(action.tag, action.multiple))
-            elif isinstance(action, Reject):
-                if self.up:
-                    self.send(1, BasicReject(action.tag, action.requeue))
-            elif isinstance(action, Run):
-                self._handed.append(action)
-                self._next_run(now)
-            elif isinstance(action, Wake):
-                self._dispatch_at = now
-            elif isinstance(action, RoleChanged):
-                self.roles.append(RoleSeen(now, self.process, action.old.value,
-                                           action.new.value, action.activation))
-            elif isinstance(action, Park):
-                self._park(now, action)
-            elif isinstance(action, Subscribe):
-                if self.up:
-                    self._consume()
-            elif isinstance(action, Cancel):
-                if self.up and self.tag is not None:
-                    self.cancel_pending = True
-                    self.send(1, BasicCancel(self.tag))
-            elif isinstance(action, Halt):
-                self._halt(now, action.why.value, action.error)
-            # Release: the close that follows ends the subscription (``connection.close``
-            # sends no basic.cancel), as the real shell's does.
-            # RetryLater, ResubscribeLater: ``machine.deadline`` says when to tick
+        self.now = now
+        carry_out(actions, self)
+
+    # ------------------------------------------------------------------ ConsumerShell
+
+    def submit(self, run: Run[Delivery]) -> None:
+        self._handed.append(run)
+        self._next_run(self.now)
+
+    def wake(self) -> None:
+        self._dispatch_at = self.now
+
+    def ack(self, ack: Ack) -> None:
+        if self.up:
+            self.send(1, BasicAck(ack.tag, ack.multiple))
+
+    def reject(self, reject: Reject) -> None:
+        if self.up:
+            self.send(1, BasicReject(reject.tag, reject.requeue))
+
+    def retry_later(self, retry: RetryLater[Delivery]) -> None:
+        """Nothing to schedule: ``machine.deadline`` says when to tick."""
+
+    def park(self, park: Park[Delivery]) -> None:
+        self._park(self.now, park)
+
+    def resubscribe_later(self, later: ResubscribeLater) -> None:
+        """Nothing to schedule: ``machine.deadline`` says when to tick."""
+
+    def subscribe(self, subscribe: Subscribe) -> None:
+        if self.up:
+            self._consume()
+
+    def hand_over(self, handover: Cancel | Release) -> None:
+        """Release: the close that follows ends the subscription (``connection.close`` sends
+        no basic.cancel), as the real shell's does. Cancel: cancelled first, and the stop
+        waits for its answer."""
+        if isinstance(handover, Cancel) and self.up and self.tag is not None:
+            self.cancel_pending = True
+            self.send(1, BasicCancel(self.tag))
+
+    def role_changed(self, change: RoleChanged) -> None:
+        self.roles.append(RoleSeen(self.now, self.process, change.old.value, change.new.value,
+                                   change.activation))
+
+    def halt(self, halt: Halt[Delivery]) -> None:
+        self._halt(self.now, halt.why.value, halt.error)
+
+    def replaced(self, replaced: Replaced) -> None:
+        """The simulated consumer has no guard: its machine is built without ``rejoins``, so
+        a fenced run halts it (``Halt``) and ``Replaced`` never comes. One that did would
+        mean the machine changed under the simulator: fail loudly rather than drop it."""
+        raise AssertionError("Replaced from a machine built without rejoins")
 
     def _halt(self, now: float, why: str, error: BaseException | None) -> None:
         """The consumer cannot go on: it stops, and its supervisor starts it again."""

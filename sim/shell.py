@@ -4,8 +4,10 @@ reset, an EOF, a ``connection.close``, or nothing heard for two heartbeat interv
 reconnect goes to the next node under the SDK's own ``Attempts``, whose backoff alone decides
 how long to wait and when to give up.
 
-A subclass (``sim.engines``) says what it sets up on a new link, what a frame means to its
-engine, and what a lost link leaves behind; it decides nothing else.
+A subclass (``sim.consumer``, ``sim.publisher``) says what it sets up on a new link, what a
+frame means to its machine, and what a lost link leaves behind; it decides nothing else. The
+consumer's also implements ``sdk._core.dispatch.ConsumerShell``, as the SDK's engine does, and
+carries the machine's actions out through the same dispatcher.
 """
 
 from __future__ import annotations

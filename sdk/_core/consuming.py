@@ -24,7 +24,8 @@ Events (methods; each returns the actions to carry out, usually none)
     the worker finished ``run``: its first ``done`` deliveries succeeded (handler returned,
     or, with an inbox, their effects are committed: durable), then ``failed`` (an exception)
     ended it at delivery ``done``, or None. Deliveries after those were not run: the worker
-    stops early when ``live(generation)`` turns false. For the inbox this is *commit done*.
+    stops early when the shell tells it that ``live(generation)`` turned false. For the
+    inbox this is *commit done*.
 ``commit_failed(run, error, now, fenced=...)``
     the inbox refused the whole ``Run``: fenced (``StaleEpoch``: a newer consumer holds the
     queue), else the store stayed unavailable past the inbox's own bounded retry. Nothing of
@@ -59,16 +60,17 @@ Events (methods; each returns the actions to carry out, usually none)
     way ends after its delivery in hand, what arrives waits; acks of what is done still go
     out / start work again.
 
-Actions (what the shell carries out)
-------------------------------------
+Actions (what the shell carries out, through ``dispatch.carry_out``)
+--------------------------------------------------------------------
 ``Wake``
     call ``dispatch(now)`` soon (after the current read).
 ``Run(deliveries, generation, activation, seq, barrier, attempt)``
     run the handler for each delivery in order, or the inbox's ``process_batch`` on them
-    (``activation`` tells it when to claim a new epoch), stopping early when
-    ``live(generation)`` is false; report ``ran`` or ``commit_failed``. Runs are run one
-    after another in ``seq`` order; up to ``pipeline`` of them are handed out at once, and
-    the worker skips those its ``Admission`` refuses (their deliveries come back).
+    (``activation`` tells it when to claim a new epoch), stopping early once
+    ``live(generation)`` is false (the shell tells the worker: it never reads the machine);
+    report ``ran`` or ``commit_failed``. Runs are run one after another in ``seq`` order; up
+    to ``pipeline`` of them are handed out at once, and the worker skips those its
+    ``Admission`` refuses (their deliveries come back).
 ``Ack(tag, multiple, count)`` / ``Reject(tag, requeue)``
     on the current channel (``sdk._core.acks``). An ``Ack`` is only ever for deliveries
     whose run reported success (or whose parked copy was confirmed), on the generation they
@@ -90,13 +92,14 @@ Actions (what the shell carries out)
     were delivered, and only then makes the next consumer active: its first message is the
     first one this consumer did not finish.
 ``Cancel``
-    the same point with ``Handover.CANCEL`` (the SDK's order before, kept for the chaos
-    suite's weakening): cancel the subscription, then close. The broker makes the next
+    the same point with ``Handover.CANCEL`` (an order that breaks at each handover, kept only
+    for the chaos suite's weakening): cancel the subscription, then close. The broker makes the next
     consumer active at the cancel, while this one's prefetched messages are still checked
     out to it; they come back at the close, behind what the next one already took.
 ``RoleChanged(old, new, activation)``
     the consumer's role changed (``sdk._core.roles``).
-``Halt(why, error, delivery, attempts)``
+``Halt(why=why, error=error, delivery=delivery,
+                                                    attempts=attempts)``
     the consumer cannot go on: stop it (the shell calls ``stop``) and raise the error from
     ``wait``/``run``. Nothing of the failing run is acked.
 ``Replaced``
@@ -207,7 +210,7 @@ _ACTIVE = Role.ACTIVE
 three times a global's."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Wake:
     pass
 
@@ -215,7 +218,7 @@ class Wake:
 WAKE = Wake()
 
 
-@attrs.frozen(eq=False)
+@attrs.frozen(eq=False, kw_only=True)
 class Run(Generic[D]):
     deliveries: Sequence[D]
     generation: int
@@ -250,7 +253,7 @@ class Admission:
             self._after = run.seq
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class RetryLater(Generic[D]):
     delivery: D
     error: Exception
@@ -260,7 +263,7 @@ class RetryLater(Generic[D]):
     at: float
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Park(Generic[D]):
     delivery: D
     error: Exception
@@ -268,18 +271,18 @@ class Park(Generic[D]):
     target: Parking
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ResubscribeLater:
     at: float
     attempt: int
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Subscribe:
     attempt: int
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Cancel:
     pass
 
@@ -287,7 +290,7 @@ class Cancel:
 CANCEL = Cancel()
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Release:
     pass
 
@@ -295,7 +298,7 @@ class Release:
 RELEASE = Release()
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class RoleChanged:
     old: Role
     new: Role
@@ -303,7 +306,7 @@ class RoleChanged:
     """How many times the consumer became active (the inbox claims an epoch for each)."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Replaced:
     pass
 
@@ -311,7 +314,7 @@ class Replaced:
 REPLACED = Replaced()
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Halt(Generic[D]):
     why: Why
     error: Exception | None
@@ -388,7 +391,7 @@ class ConsumerMachine(Generic[D]):
         self._roles = RoleTracker()
         self.stage = Stage.RUNNING
         self.paused = False
-        """No new work starts (``pause``); read by the worker through ``live``."""
+        """No new work starts (``pause``); see ``live``."""
         self.generation = 0
         """Bumped by every lost channel: runs and tags of an older one are stale."""
         self.activation = 0
@@ -445,8 +448,9 @@ class ConsumerMachine(Generic[D]):
         return min(times) if times else None
 
     def live(self, generation: int) -> bool:
-        """Whether a run of ``generation`` should go on to its next delivery (read by the
-        worker, in whatever thread it runs)."""
+        """Whether a run of ``generation`` should go on to its next delivery. Read on the
+        machine's own thread only: a shell whose runs execute elsewhere tells them when this
+        turns false (the SDK's ``Ticket.cut``)."""
         return self.stage is RUNNING and not self.paused and generation == self.generation
 
     # ------------------------------------------------------------------ events
@@ -653,7 +657,7 @@ class ConsumerMachine(Generic[D]):
         state = self._resubscribing
         if state is not None and state.at is not None and now >= state.at:
             state.at = None
-            actions.append(Subscribe(state.attempt))
+            actions.append(Subscribe(attempt=state.attempt))
         return actions
 
     # ------------------------------------------------------------------ decisions
@@ -663,8 +667,9 @@ class ConsumerMachine(Generic[D]):
 
     def _hand_out(self, deliveries: list[D], attempt: int = 1) -> Run[D]:
         self._seq += 1
-        run = Run(deliveries, self.generation, self.activation, self._seq, self._barrier,
-                  attempt)
+        run = Run(deliveries=deliveries, generation=self.generation,
+                  activation=self.activation, seq=self._seq, barrier=self._barrier,
+                  attempt=attempt)
         self._runs.append(run)
         return run
 
@@ -744,14 +749,16 @@ class ConsumerMachine(Generic[D]):
             # Acks of what is done go out now: nothing else runs while this one waits.
             failing.at = now + step.delay
             return [*self._acks.flush(),
-                    RetryLater(delivery, error, failing.attempts, step.delay, failing.at)]
+                    RetryLater(delivery=delivery, error=error, attempts=failing.attempts,
+                               delay=step.delay, at=failing.at)]
         return self._park(failing, error)
 
     def _park(self, failing: _Failing[D], error: Exception) -> Actions[D]:
         """``failing`` leaves the queue for good: parked, dead-lettered, or the consumer
         halts (nowhere to put it)."""
         delivery = failing.delivery
-        park = Park(delivery, error, failing.attempts, self._parking)
+        park = Park(delivery=delivery, error=error, attempts=failing.attempts,
+                    target=self._parking)
         if self._parking is Parking.QUEUE:
             failing.parking = True
             return [*self._acks.flush(), park]
@@ -770,7 +777,8 @@ class ConsumerMachine(Generic[D]):
         self._unfit.clear()
         self._resubscribing = None
         # What is done is acked: a fenced batch refuses only its own messages.
-        return [*self._acks.flush(), Halt(why, error, delivery, attempts)]
+        return [*self._acks.flush(), Halt(why=why, error=error, delivery=delivery,
+                                                    attempts=attempts)]
 
     def _next_subscribe(
         self, state: _Resubscribing, now: float, error: Exception | None
@@ -780,11 +788,11 @@ class ConsumerMachine(Generic[D]):
             self._resubscribing = None
             return self._halt(Why.NOT_RESUBSCRIBED, error, attempts=state.attempt - 1)
         state.at = now + delay
-        return [ResubscribeLater(state.at, state.attempt)]
+        return [ResubscribeLater(at=state.at, attempt=state.attempt)]
 
     def _changed(self, change: Change | None) -> Actions[D]:
         if change is None:
             return NONE
         if change.new is Role.ACTIVE:
             self.activation += 1
-        return [RoleChanged(change.old, change.new, self.activation)]
+        return [RoleChanged(old=change.old, new=change.new, activation=self.activation)]

@@ -54,7 +54,7 @@ def names_one_instance(connection: str) -> bool:
     return _INSTANCE.search(connection) is not None
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Evict:
     """Close every connection the client named ``connection`` (one consumer instance),
     telling it ``reason``."""
@@ -66,7 +66,7 @@ class Evict:
     previous: LeaderRecord
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Keep:
     """Close nothing, because ``why``."""
 
@@ -94,31 +94,32 @@ def decide_eviction(
     connection (see the module docstring for why each rule holds)."""
     previous = leadership.previous
     if not enabled:
-        return Keep("eviction is off (GuardSettings.evict)")
+        return Keep(why="eviction is off (GuardSettings.evict)")
     if not management:
-        return Keep("no management URL (ConsumerSettings.management): the broker hands the "
+        return Keep(why="no management URL (ConsumerSettings.management): the broker hands the "
                     "queue over after missed heartbeats")
     if not single_active:
-        return Keep("the queue has no native single active consumer: the broker hands "
+        return Keep(why="the queue has no native single active consumer: the broker hands "
                     "nothing over")
     if previous is None:
-        return Keep("no previous leader on record")
+        return Keep(why="no previous leader on record")
     if previous.token >= leadership.token:
-        return Keep(f"the record's token {previous.token} is not older than ours "
+        return Keep(why=f"the record's token {previous.token} is not older than ours "
                     f"({leadership.token}): not our predecessor's")
     connection = previous.connection
     if connection is None:
-        return Keep(f"the record of token {previous.token} names no connection")
+        return Keep(why=f"the record of token {previous.token} names no connection")
     if connection == own_connection:
-        return Keep("the previous leader was this consumer: its own connection stays")
+        return Keep(why="the previous leader was this consumer: its own connection stays")
     if not names_one_instance(connection):
-        return Keep(f"the connection name {connection!r} may be shared by several "
+        return Keep(why=f"the connection name {connection!r} may be shared by several "
                     "consumers: closing it could close a live one")
-    return Evict(connection, eviction_reason(leadership.token, previous, group),
-                 leadership.token, previous)
+    return Evict(connection=connection,
+                 reason=eviction_reason(leadership.token, previous, group),
+                 token=leadership.token, previous=previous)
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Spared:
     """A connection bearing the record's name that is not closed, because ``why``."""
 
@@ -139,14 +140,16 @@ def targets(
     spared: list[Spared] = []
     for connection in named:
         if connection.vhost != vhost:
-            spared.append(Spared(connection, f"it is in vhost {connection.vhost!r}, not "
-                                             f"{vhost!r}"))
+            spared.append(Spared(connection=connection,
+                                 why=f"it is in vhost {connection.vhost!r}, not {vhost!r}"))
         elif connection.user not in users:
-            spared.append(Spared(connection, f"it belongs to user {connection.user!r}, not "
-                                             f"{' or '.join(map(repr, sorted(users)))}"))
+            spared.append(Spared(connection=connection,
+                                 why=f"it belongs to user {connection.user!r}, not "
+                                     f"{' or '.join(map(repr, sorted(users)))}"))
         elif connection.name not in consumers:
-            spared.append(Spared(connection, f"it is not a consumer of queue {queue!r} in "
-                                             f"vhost {vhost!r}"))
+            spared.append(Spared(connection=connection,
+                                 why=f"it is not a consumer of queue {queue!r} in "
+                                     f"vhost {vhost!r}"))
         else:
             close.append(connection)
     return tuple(close), tuple(spared)

@@ -72,7 +72,7 @@ def fencing_token(czxid: int) -> int:
     return czxid
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class GroupPaths:
     """Where a group lives in ZooKeeper: contenders under ``election``, the current leader's
     record in ``leader``."""
@@ -88,7 +88,7 @@ class GroupPaths:
         return f"{self.group}/leader"
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class LeaderRecord:
     """What a leader writes into its group's ``leader`` node when it wins: its token and who
     it is. The next leader reads it before writing its own, so it knows whom it replaced
@@ -124,11 +124,11 @@ class LeaderRecord:
         texts = {k: raw.get(k) if isinstance(raw.get(k), str) else None
                  for k in ("consumer", "connection", "host")}
         pid = raw.get("pid")
-        return cls(token, pid=pid if isinstance(pid, int) and not isinstance(pid, bool)
+        return cls(token=token, pid=pid if isinstance(pid, int) and not isinstance(pid, bool)
                    else None, **texts)
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Leadership:
     """This consumer leads its group: the fencing token its commits carry, its election
     node, and the record of the leader before it (None for a group's first leader)."""
@@ -138,7 +138,7 @@ class Leadership:
     previous: LeaderRecord | None = None
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class GuardStatus:
     """What a guarded consumer knows about its standing (``Consumer.guard``)."""
 
@@ -167,14 +167,14 @@ def lease_mismatch(asked_ms: int, negotiated_ms: int, hosts: str) -> str | None:
 
 # ---------------------------------------------------------------------------------- actions
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Contend:
     """Join the election (a new node) as attempt ``attempt``; report ``won``/``failed``."""
 
     attempt: int
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ContendLater:
     """Contend as ``attempt`` when ``tick`` passes ``at`` (a failed attempt, with jitter)."""
 
@@ -182,38 +182,38 @@ class ContendLater:
     at: float
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Withdraw:
     """Give up attempt ``attempt``: cancel it if it still waits, delete its node if it won."""
 
     attempt: int
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Lead:
     """Subscribe: this consumer leads with ``leadership.token``."""
 
     leadership: Leadership
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Pause:
     """Start no new work; what runs finishes."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Resume:
     """Start work again."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Abandon:
     """Give the channel up (the subscription with it), acking nothing in hand."""
 
     why: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class GiveUp:
     """Joining the election kept failing while connected (``GuardSettings.retry`` spent):
     the consumer stops with ``error``."""
@@ -263,7 +263,7 @@ class GuardMachine:
 
     @property
     def status(self) -> GuardStatus:
-        return GuardStatus(self.session, self.leadership, self.paused)
+        return GuardStatus(session=self.session, leadership=self.leadership, paused=self.paused)
 
     @property
     def deadline(self) -> float | None:
@@ -308,11 +308,11 @@ class GuardMachine:
 
     def won(self, attempt: int, leadership: Leadership, now: float) -> Sequence[GuardAction]:
         if attempt != self.attempt or self.standing is not Standing.CONTENDING:
-            return [Withdraw(attempt)]  # an attempt given up meanwhile: its node goes
+            return [Withdraw(attempt=attempt)]  # an attempt given up meanwhile: its node goes
         self.standing = Standing.LEADING
         self.leadership = leadership
         self._failures = 0
-        return [Lead(leadership)]
+        return [Lead(leadership=leadership)]
 
     def failed(self, attempt: int, error: Exception, now: float) -> Sequence[GuardAction]:
         if attempt != self.attempt or self.standing is not Standing.CONTENDING:
@@ -326,9 +326,9 @@ class GuardMachine:
         delay = self._retry.delay(self._failures, now - self._first_failure, self._rng)
         if delay is None:
             self.standing = Standing.STOPPED
-            return [GiveUp(error, self._failures)]
+            return [GiveUp(error=error, attempts=self._failures)]
         self._due = now + delay
-        return [ContendLater(self.attempt + 1, self._due)]
+        return [ContendLater(attempt=self.attempt + 1, at=self._due)]
 
     def fenced(self, now: float) -> Sequence[GuardAction]:
         """A commit under this leader's token was refused: a newer token exists, so this
@@ -356,21 +356,21 @@ class GuardMachine:
         self.leadership = None
         self._due = None
         if standing in (Standing.CONTENDING, Standing.LEADING):
-            return [Withdraw(self.attempt)]
+            return [Withdraw(attempt=self.attempt)]
         return ()
 
     def _contend(self) -> Contend:
         self.attempt += 1
         self._due = None
-        return Contend(self.attempt)
+        return Contend(attempt=self.attempt)
 
     def _step_down(self, why: str) -> list[GuardAction]:
         """Leading or not: give up the current attempt; a leader also abandons its work."""
         actions: list[GuardAction] = []
         if self.standing is Standing.LEADING:
-            actions.append(Abandon(why))
+            actions.append(Abandon(why=why))
         if self.standing in (Standing.CONTENDING, Standing.LEADING):
-            actions.append(Withdraw(self.attempt))
+            actions.append(Withdraw(attempt=self.attempt))
         self.standing = Standing.CONTENDING
         self.leadership = None
         self._due = None

@@ -192,11 +192,21 @@ class Inbox:
         return self._executor
 
     def bind(self, queue: str, consumer: str | None, recorder: HistoryRecorder | None) -> None:
+        """Serve ``queue`` for the consumer named ``consumer`` (an inbox serves one queue),
+        recording into ``recorder``. A consumer calls ``session`` instead."""
         if self.queue is not None and self.queue != queue:
             raise ValueError(f"this inbox already serves queue {self.queue!r}")
         self.queue = queue
         self.consumer = consumer
         self.recorder = recorder
+
+    def session(self, *, queue: str, consumer: str | None,
+                recorder: HistoryRecorder | None) -> InboxSession:
+        """The consumer's handle on this inbox: it binds the inbox to ``queue`` (raises
+        ``ValueError`` if it serves another one) and takes each batch's epoch source with
+        the batch, so the consumer sets nothing on the inbox itself."""
+        self.bind(queue, consumer, recorder)
+        return InboxSession(self)
 
     def open(self) -> None:
         """Open the store (raises ``StoreUnavailable``/``SchemaMismatch``), check the
@@ -244,11 +254,13 @@ class Inbox:
 
     # ------------------------------------------------------------------ per message
 
-    def activate(self) -> int:
-        """Claim (or adopt) the epoch for a new activation of this consumer."""
+    def activate(self, epoch_source: Callable[[], int] | None = None) -> int:
+        """Claim (or adopt) the epoch for a new activation of this consumer: adopted from
+        ``epoch_source`` (else the inbox's own ``epoch_source``) when there is one."""
         queue = self._queue()
-        if self.epoch_source is not None:
-            epoch = self.store.adopt_epoch(queue, int(self.epoch_source()))
+        source = self.epoch_source if epoch_source is None else epoch_source
+        if source is not None:
+            epoch = self.store.adopt_epoch(queue, int(source()))
         else:
             epoch = self.store.claim_epoch(queue)
         self._epoch = epoch
@@ -265,7 +277,8 @@ class Inbox:
         return result
 
     def process_batch(
-        self, deliveries: Sequence[Delivery], activation: int
+        self, deliveries: Sequence[Delivery], activation: int, *,
+        epoch: Callable[[], int] | None = None,
     ) -> list[Outcome | Exception]:
         """Run each message's effect at most once per message id, all in one store
         transaction (one commit for the batch; each effect isolated in a savepoint).
@@ -275,16 +288,18 @@ class Inbox:
         committed), which ends the list: the deliveries after a failed one are not run (the
         consumer retries or parks the failed one first, which keeps the queue's order), and
         the list is then shorter than ``deliveries``. ``activation`` changes each time the
-        consumer becomes active; the first batch of a new activation claims the epoch first.
+        consumer becomes active; the first batch of a new activation claims the epoch first
+        (adopting it from ``epoch``, when given, instead of ``epoch_source``).
         Raises ``StaleEpoch`` when this consumer was replaced: nothing of the batch was
         committed, ack none of it. A failing store is tried again under ``store_retry``;
         raises ``StoreUnavailable`` when that is exhausted or ``interrupt()`` was called:
         ack none of it either.
         """
-        return drive(self.batch_steps(deliveries, activation), self._retry.sleep)
+        return drive(self.batch_steps(deliveries, activation, epoch=epoch), self._retry.sleep)
 
     def batch_steps(
-        self, deliveries: Sequence[Delivery], activation: int
+        self, deliveries: Sequence[Delivery], activation: int, *,
+        epoch: Callable[[], int] | None = None,
     ) -> Generator[float, None, list[Outcome | Exception]]:
         """``process_batch`` as a generator: it yields each wait for a failing store instead
         of sleeping it, and returns (or raises) what ``process_batch`` does. A driver on
@@ -294,7 +309,7 @@ class Inbox:
         def attempt() -> list[Outcome | Exception] | StaleEpoch | _Isolate:
             try:
                 if activation != self._activation:
-                    self.activate()
+                    self.activate(epoch)
                     self._activation = activation
                 return self._attempt(queue, deliveries)
             except StaleEpoch as exc:
@@ -335,7 +350,7 @@ class Inbox:
         if isinstance(result, _Isolate):
             results: list[Outcome | Exception] = []
             for delivery in deliveries:
-                [one] = yield from self.batch_steps([delivery], activation)
+                [one] = yield from self.batch_steps([delivery], activation, epoch=epoch)
                 results.append(one)
                 if isinstance(one, Exception):
                     break  # as in a batch: what follows waits for this one
@@ -430,3 +445,41 @@ class Inbox:
         if self.queue is None:
             raise RuntimeError("the inbox is not bound to a consumer's queue yet")
         return self.queue
+
+
+class InboxSession:
+    """One consumer's use of an ``Inbox`` (``Inbox.session``): what the consumer calls, so it
+    never sets anything on the user's inbox. The epoch source of a guarded consumer comes
+    with each batch (``epoch``): the leadership the batch's channel was subscribed under."""
+
+    __slots__ = ("inbox",)
+
+    def __init__(self, inbox: Inbox) -> None:
+        self.inbox = inbox
+
+    @property
+    def executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        return self.inbox.executor
+
+    def open(self) -> None:
+        self.inbox.open()
+
+    def close(self) -> None:
+        self.inbox.close()
+
+    def interrupt(self) -> None:
+        self.inbox.interrupt()
+
+    def process_batch(
+        self, deliveries: Sequence[Delivery], activation: int, *,
+        epoch: Callable[[], int] | None = None,
+    ) -> list[Outcome | Exception]:
+        """``Inbox.process_batch``."""
+        return self.inbox.process_batch(deliveries, activation, epoch=epoch)
+
+    def batch_steps(
+        self, deliveries: Sequence[Delivery], activation: int, *,
+        epoch: Callable[[], int] | None = None,
+    ) -> Generator[float, None, list[Outcome | Exception]]:
+        """``Inbox.batch_steps``."""
+        return self.inbox.batch_steps(deliveries, activation, epoch=epoch)

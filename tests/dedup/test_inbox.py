@@ -173,6 +173,28 @@ def test_an_epoch_from_outside(make_store: StoreFactory) -> None:
         inbox.close()
 
 
+def test_a_consumers_session_passes_the_epoch_with_each_batch(
+        make_store: StoreFactory) -> None:
+    """A guarded consumer gives the leadership's token with the batch (``epoch``): the inbox
+    adopts it and refuses an older one, with nothing set on the inbox itself."""
+    store = make_store()
+    inbox = Inbox(store, Sink(store))
+    session = inbox.session(queue=Q, consumer="consumer-a", recorder=None)
+    inbox.open()
+    effect_table(store)
+    try:
+        assert session.process_batch([delivery("m-1")], 1, epoch=lambda: 41) == [
+            Outcome.COMMITTED]
+        assert inbox.epoch == 41
+        assert inbox.epoch_source is None
+        with pytest.raises(StaleEpoch):
+            session.process_batch([delivery("m-2")], 2, epoch=lambda: 40)
+        with pytest.raises(ValueError, match="already serves queue 'orders'"):
+            inbox.session(queue="payments", consumer="consumer-b", recorder=None)
+    finally:
+        inbox.close()
+
+
 def test_a_message_without_id_is_refused(make_store: StoreFactory) -> None:
     inbox, sink = make_inbox(make_store())
     try:

@@ -69,11 +69,13 @@ def test_without_the_credentials_nobody_reads_or_writes_the_groups_nodes(
 ) -> None:
     anyone = plain_client()
     # Made open before, as a guard without credentials (or an older version) leaves them.
-    anyone.create(f"{group}/leader", LeaderRecord(1, "old", "old-conn").encode(),
+    anyone.create(f"{group}/leader", LeaderRecord(
+        token=1, consumer="old", connection="old-conn").encode(),
                   makepath=True)
     settings = GuardSettings(zookeeper.hosts, group, auth=AUTH)
     with leading(settings) as leadership:
-        forged = LeaderRecord(leadership.token - 1, "x", "stranger#sac-0123456789abcdef")
+        forged = LeaderRecord(token=leadership.token - 1, consumer="x",
+                              connection="stranger#sac-0123456789abcdef")
         for client in (anyone, plain_client(("sac-app", "wrong")), plain_client(("other", "x"))):
             with pytest.raises(NoAuthError):
                 client.set(f"{group}/leader", forged.encode())

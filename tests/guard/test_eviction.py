@@ -212,7 +212,8 @@ def test_a_live_leader_is_never_evicted(
     zk = KazooClient(hosts=zookeeper_short_tick.hosts)
     zk.start(timeout=10)
     try:
-        zk.create(f"{other}/leader", LeaderRecord(2**62, "a", a_connection).encode(),
+        zk.create(f"{other}/leader", LeaderRecord(
+            token=2**62, consumer="a", connection=a_connection).encode(),
                   makepath=True)
     finally:
         zk.stop()
@@ -282,7 +283,8 @@ def test_a_forged_record_never_closes_a_strangers_connection(
         if user is not None:
             wait_until(lambda: api.queue(queue_name).consumers, WAIT,
                        "the stranger listed as the queue's consumer")
-        _forge_record(zookeeper_short_tick, group, LeaderRecord(1, "stranger", name))
+        _forge_record(zookeeper_short_tick, group,
+                      LeaderRecord(token=1, consumer="stranger", connection=name))
 
         def idle(_delivery: Delivery) -> None:
             pass

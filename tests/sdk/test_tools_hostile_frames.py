@@ -195,11 +195,11 @@ def test_a_delivery_that_pika_decodes_is_parked_when_its_headers_cannot_be(
     declare(cluster, conn, queue)
     consumer = consumers("async", ConsumerSettings(
         attrs.evolve(conn, name=f"{queue.name}-c"), queue)).start()
-    engine = consumer.inner._engine  # type: ignore[union-attr]
-    link = engine._link
+    room = consumer.inner._engine.link  # type: ignore[union-attr]
+    link = room.link
 
     async def to_pika() -> None:
-        link.release_deliveries(engine._consumer_tag)
+        link.release_deliveries(room.consumer_tag)
 
     # On the consumer's loop, which owns the link (its futures are bound to it).
     asyncio.run_coroutine_threadsafe(to_pika(), link.closed.get_loop()).result(10)

@@ -273,3 +273,144 @@ def test_no_file_points_outside_the_checkout() -> None:
         text = path.read_bytes().decode("utf-8", "replace")
         offences += [f"{name}: {needle}" for needle in (outside, *notes) if needle in text]
     assert offences == []
+
+
+# ------------------------------------------------------------ the consumer's rooms (issue 23)
+
+CONSUMER_ROOMS = (
+    *(str(path.relative_to(ROOT)) for path in sorted((ROOT / "sdk").glob("_consumer_*.py"))),
+    "sdk/_role_poll.py", "sdk/_core/dispatch.py")
+RUN_SIDE = ("sdk/_consumer_runs.py", "sdk/_consumer_workers.py")
+"""Where runs execute, in whatever thread: told by their ticket, never reading the machine."""
+MACHINE_STATE = {"machine", "_machine", "stage", "paused", "generation", "live"}
+
+
+def _sdk_modules() -> dict[str, set[str]]:
+    """Each module of ``sac.sdk`` and the modules of ``sac.sdk`` it imports (any import,
+    ``TYPE_CHECKING`` and function-level ones too: a circle is a circle to a reader)."""
+    graph: dict[str, set[str]] = {}
+    for path in (ROOT / "sdk").rglob("*.py"):
+        parts = ["sac", *path.relative_to(ROOT).with_suffix("").parts]
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        home = parts if parts[-1] == "__init__" else parts[:-1]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(home[: len(home) - node.level + 1]) if node.level else ""
+                module = ".".join(filter(None, (base, node.module)))
+                for alias in node.names:
+                    targets.add(f"{module}.{alias.name}")
+                    targets.add(module)
+            elif isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+        graph[name] = targets
+    return {name: {t for t in targets if t in graph and t != name and not (
+        name.startswith(t + ".") and (ROOT / t.replace("sac.", "", 1).replace(".", "/")
+                                      / "__init__.py").exists())}
+        for name, targets in graph.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph`` (strongly connected parts of more than one module)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                top = stack.pop()
+                part.append(top)
+                if top == node:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_sdk_has_no_import_circles() -> None:
+    """The engine and its workers imported each other; every room now points one way."""
+    graph = _sdk_modules()
+    assert "sac.sdk._consumer_runs" in graph["sac.sdk._consumer_workers"]
+    assert _cycles(graph) == []
+
+
+def test_the_circle_check_finds_a_circle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _machine_reads(path: Path) -> list[str]:
+    """Where ``path`` names the consumer machine or the state a run used to read off it."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr in MACHINE_STATE:
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.ImportFrom) and node.module and "consuming" in node.module:
+            found += [f"{node.lineno}: imports {alias.name}" for alias in node.names
+                      if alias.name not in ("Run", "Admission")]
+    return found
+
+
+def test_a_run_never_reads_the_machine() -> None:
+    """One owner: the loop thread owns the consumer machine. The code that executes runs (in
+    the blocking face's thread, or the inbox's) imports only the run's values and reads no
+    machine state: what it must know comes with its ticket."""
+    rooms = _sdk_modules()
+    for path in RUN_SIDE:
+        module = "sac." + path.removesuffix(".py").replace("/", ".")
+        assert not {m for m in rooms[module]
+                    if m.startswith("sac.sdk._consumer_") and m not in (
+                        "sac.sdk._consumer_runs",)}, path
+        assert _machine_reads(ROOT / path) == [], path
+
+
+def test_the_machine_read_check_sees_what_it_should(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("from ._core.consuming import ConsumerMachine, Run\n"
+                      "def f(engine, run):\n"
+                      "    return engine.machine.generation == run.generation\n")
+    assert len(_machine_reads(sample)) == 4  # the import, .machine, two .generation
+
+
+def test_the_consumer_rooms_stay_small_and_touch_no_private_machine_state() -> None:
+    """Rooms a reader can take in at once; the machines' insides stay theirs."""
+    assert len(CONSUMER_ROOMS) >= 10, CONSUMER_ROOMS
+    for path in CONSUMER_ROOMS:
+        source = (ROOT / path).read_text()
+        assert len(source.splitlines()) <= 320, path
+        for node in ast.walk(ast.parse(source, path)):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not \
+                    node.attr.startswith("__"):
+                owner = ast.unparse(node.value)
+                assert not owner.endswith(("machine", "_consumer")), f"{path}: {owner}"
+
+
+def test_the_sdk_sets_nothing_on_a_users_inbox() -> None:
+    """The inbox is the user's object: the consumer takes a session from it
+    (``Inbox.session``) and passes each batch's epoch with the batch."""
+    offences = []
+    for path in (ROOT / "sdk").rglob("*.py"):
+        if "dedup" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            offences += [f"{path.name}:{node.lineno}" for t in targets
+                         if isinstance(t, ast.Attribute) and "inbox" in ast.unparse(t.value)]
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "bind" and "inbox" in ast.unparse(node.func.value)):
+                offences.append(f"{path.name}:{node.lineno}")
+    assert offences == []

@@ -127,7 +127,7 @@ def test_first_delivery_makes_it_active_and_wakes_the_worker_once() -> None:
     m = running(machine())
     assert m.role is Role.WAITING
     first = m.deliver(Msg(1))
-    assert first == [RoleChanged(Role.WAITING, Role.ACTIVE, 1), WAKE]
+    assert first == [RoleChanged(old=Role.WAITING, new=Role.ACTIVE, activation=1), WAKE]
     assert m.deliver(Msg(2)) == ()
     [run] = m.dispatch(1.0)
     assert isinstance(run, Run)
@@ -189,7 +189,7 @@ def test_a_failure_is_retried_in_place_after_the_backoff_then_acked() -> None:
     error = ValueError("boom")
     actions = m.done(1, error, 10.0)
     assert actions == [Ack(1, multiple=False),
-                       RetryLater(Msg(2), error, 1, 1.0, 11.0)]
+                       RetryLater(delivery=Msg(2), error=error, attempts=1, delay=1.0, at=11.0)]
     assert m.deadline == 11.0
     assert m.tick(10.5) == []
     assert m.deliver(Msg(4)) == ()  # waits behind the failing message
@@ -255,7 +255,8 @@ def test_with_nowhere_to_park_it_halts_and_acks_only_what_is_done() -> None:
     m.dispatch(0.0)
     error = Permanent("x")
     actions = m.done(1, error, 0.0)
-    assert actions[1:] == [Ack(1, multiple=False), Halt(Why.NOWHERE_TO_PARK, error, Msg(2), 1)]
+    assert actions[1:] == [Ack(1, multiple=False), Halt(why=Why.NOWHERE_TO_PARK, error=error,
+                                                       delivery=Msg(2), attempts=1)]
     assert m.stage is Stage.HALTED
     assert m.deliver(Msg(4)) == ()
     assert m.dispatch(0.0) == ()
@@ -264,7 +265,8 @@ def test_with_nowhere_to_park_it_halts_and_acks_only_what_is_done() -> None:
 def test_a_park_that_fails_on_a_live_channel_halts_instead_of_passing_it_over() -> None:
     m = failed_once(Permanent("x"))
     error = RuntimeError("the parking queue refused it")
-    assert m.park_failed(1.0, error) == [Halt(Why.PARKING_FAILED, error, Msg(1), 1)]
+    assert m.park_failed(1.0, error) == [
+        Halt(why=Why.PARKING_FAILED, error=error, delivery=Msg(1), attempts=1)]
 
 
 def test_a_park_cut_by_a_lost_channel_is_no_error() -> None:
@@ -287,7 +289,7 @@ def test_a_fenced_commit_halts_and_acks_nothing_of_its_run() -> None:
     assert ack == Ack(2, multiple=True)
     assert tags(run) == [3, 4]
     error = RuntimeError("stale epoch")
-    assert m.refused(error, 1.0, True) == [Halt(Why.FENCED, error)]
+    assert m.refused(error, 1.0, True) == [Halt(why=Why.FENCED, error=error)]
     assert m.unacked_done == 0
     assert m.finish(2.0) == [RELEASE]
 
@@ -302,7 +304,7 @@ def test_a_run_fenced_after_its_channel_was_lost_still_halts() -> None:
     m.channel_lost(1.0)
     m.subscribed(2.0)
     error = RuntimeError("stale epoch")
-    assert m.refused(error, 3.0, True) == [Halt(Why.FENCED, error)]
+    assert m.refused(error, 3.0, True) == [Halt(why=Why.FENCED, error=error)]
     assert m.stage is Stage.HALTED
 
 
@@ -311,7 +313,7 @@ def test_a_store_failure_halts_unless_stopping() -> None:
     m.deliver(Msg(1))
     m.dispatch(0.0)
     error = RuntimeError("store down")
-    assert m.refused(error, 0.0, False) == [Halt(Why.STORE_UNAVAILABLE, error)]
+    assert m.refused(error, 0.0, False) == [Halt(why=Why.STORE_UNAVAILABLE, error=error)]
     m = running(machine())
     m.deliver(Msg(1))
     m.dispatch(0.0)
@@ -327,10 +329,11 @@ def test_a_lost_channel_makes_its_runs_and_tags_stale() -> None:
     m.deliver(Msg(1))
     m.deliver(Msg(2))
     m.dispatch(0.0)
-    assert m.channel_lost(1.0) == [RoleChanged(Role.ACTIVE, Role.CONNECTING, 1)]
+    assert m.channel_lost(1.0) == [RoleChanged(old=Role.ACTIVE, new=Role.CONNECTING, activation=1)]
     assert not m.live(0)
     # Active again (a new activation), but no wake: the old run is still out.
-    assert m.deliver(Msg(1, "new channel")) == [RoleChanged(Role.CONNECTING, Role.ACTIVE, 2)]
+    assert m.deliver(Msg(1, "new channel")) == [
+        RoleChanged(old=Role.CONNECTING, new=Role.ACTIVE, activation=2)]
     actions = m.done(2, None, 2.0)
     assert of(actions, Ack) == []
     [run] = actions
@@ -346,12 +349,13 @@ def test_a_server_cancel_flushes_then_resubscribes_with_backoff() -> None:
     m.dispatch(0.0)
     m.done(1, None, 0.0)  # not idle yet: 2 comes next
     actions = m.server_cancel(5.0)
-    assert actions == [RoleChanged(Role.ACTIVE, Role.CONNECTING, 1),
-                       Ack(1, multiple=False), ResubscribeLater(5.5, 1)]
-    assert m.tick(5.5) == [Subscribe(1)]
-    assert m.subscribe_failed(6.0, RuntimeError("queue gone")) == [ResubscribeLater(7.0, 2)]
-    assert m.tick(7.0) == [Subscribe(2)]
-    assert m.subscribed(7.1) == [RoleChanged(Role.CONNECTING, Role.WAITING, 1)]
+    assert actions == [RoleChanged(old=Role.ACTIVE, new=Role.CONNECTING, activation=1),
+                       Ack(1, multiple=False), ResubscribeLater(at=5.5, attempt=1)]
+    assert m.tick(5.5) == [Subscribe(attempt=1)]
+    assert m.subscribe_failed(6.0, RuntimeError("queue gone")) == [
+        ResubscribeLater(at=7.0, attempt=2)]
+    assert m.tick(7.0) == [Subscribe(attempt=2)]
+    assert m.subscribed(7.1) == [RoleChanged(old=Role.CONNECTING, new=Role.WAITING, activation=1)]
     assert m.counts.resubscribes == 1
 
 
@@ -359,12 +363,12 @@ def test_resubscribing_gives_up_when_the_backoff_is_spent() -> None:
     m = running(machine())
     actions = m.server_cancel(0.0)
     for attempt in (1, 2):
-        assert m.tick(actions[-1].at) == [Subscribe(attempt)]
+        assert m.tick(actions[-1].at) == [Subscribe(attempt=attempt)]
         actions = m.subscribe_failed(actions[-1].at, RuntimeError("no queue"))
-    assert m.tick(actions[-1].at) == [Subscribe(3)]
+    assert m.tick(actions[-1].at) == [Subscribe(attempt=3)]
     error = RuntimeError("still no queue")
     [halt] = m.subscribe_failed(10.0, error)
-    assert halt == Halt(Why.NOT_RESUBSCRIBED, error, attempts=3)
+    assert halt == Halt(why=Why.NOT_RESUBSCRIBED, error=error, attempts=3)
 
 
 # ---------------------------------------------------------------------- stopping
@@ -376,14 +380,14 @@ def test_a_graceful_stop_finishes_the_run_acks_it_and_leaves_the_rest() -> None:
         m.deliver(Msg(tag))
     [run] = m.dispatch(0.0)
     m.deliver(Msg(4))
-    assert m.stop(1.0) == [RoleChanged(Role.ACTIVE, Role.STOPPING, 1)]
+    assert m.stop(1.0) == [RoleChanged(old=Role.ACTIVE, new=Role.STOPPING, activation=1)]
     assert not m.live(run.generation)  # the worker stops after the running handler
     assert m.busy
     assert m.done(1, None, 2.0) == [Ack(1, multiple=False)]
     assert not m.busy
     assert m.waiting == 0
     assert m.finish(2.0) == [RELEASE]  # only now: no overlap with the next
-    assert m.closed(2.0) == [RoleChanged(Role.STOPPING, Role.STOPPED, 1)]
+    assert m.closed(2.0) == [RoleChanged(old=Role.STOPPING, new=Role.STOPPED, activation=1)]
 
 
 def test_a_stop_closes_with_the_subscription_in_place_unless_told_to_cancel() -> None:

@@ -27,13 +27,14 @@ OWN = instance_connection_name("orders-consumer", "fedcba9876543210")
 def decide(previous: LeaderRecord | None, token: int = 200, *, own: str = OWN,
            single_active: bool = True, management: bool = True,
            enabled: bool = True) -> Evict | Keep:
-    return decide_eviction(Leadership(token, "/g/election/n", previous), own, "/sac/orders",
+    return decide_eviction(Leadership(token=token, node="/g/election/n", previous=previous),
+                           own, "/sac/orders",
                            single_active=single_active, management=management,
                            enabled=enabled)
 
 
 def test_a_predecessor_with_an_older_token_is_evicted_by_its_own_connection_name() -> None:
-    previous = LeaderRecord(100, "a", OLD, "host", 42)
+    previous = LeaderRecord(token=100, consumer="a", connection=OLD, host="host", pid=42)
     decision = decide(previous)
     assert isinstance(decision, Evict)
     assert (decision.connection, decision.token, decision.previous) == (OLD, 200, previous)
@@ -44,14 +45,16 @@ def test_a_predecessor_with_an_older_token_is_evicted_by_its_own_connection_name
 
 @pytest.mark.parametrize(("previous", "kwargs", "why"), [
     (None, {}, "no previous leader"),
-    (LeaderRecord(200, "a", OLD), {}, "not older"),
-    (LeaderRecord(300, "a", OLD), {}, "not older"),
-    (LeaderRecord(100, "a", None), {}, "names no connection"),
-    (LeaderRecord(100, "a", OWN), {}, "this consumer"),
-    (LeaderRecord(100, "a", "orders-consumer"), {}, "shared"),
-    (LeaderRecord(100, "a", OLD), {"single_active": False}, "no native single active"),
-    (LeaderRecord(100, "a", OLD), {"management": False}, "no management URL"),
-    (LeaderRecord(100, "a", OLD), {"enabled": False}, "eviction is off"),
+    (LeaderRecord(token=200, consumer="a", connection=OLD), {}, "not older"),
+    (LeaderRecord(token=300, consumer="a", connection=OLD), {}, "not older"),
+    (LeaderRecord(token=100, consumer="a", connection=None), {}, "names no connection"),
+    (LeaderRecord(token=100, consumer="a", connection=OWN), {}, "this consumer"),
+    (LeaderRecord(token=100, consumer="a", connection="orders-consumer"), {}, "shared"),
+    (LeaderRecord(token=100, consumer="a", connection=OLD), {"single_active": False},
+     "no native single active"),
+    (LeaderRecord(token=100, consumer="a", connection=OLD), {"management": False},
+     "no management URL"),
+    (LeaderRecord(token=100, consumer="a", connection=OLD), {"enabled": False}, "eviction is off"),
 ])
 def test_nothing_is_closed_unless_every_rule_allows(
     previous: LeaderRecord | None, kwargs: dict[str, bool], why: str
@@ -72,7 +75,7 @@ def test_instance_names_are_recognised_and_ids_checked() -> None:
 def test_only_our_eviction_reason_names_a_token() -> None:
     assert evicted_by("CONNECTION_FORCED - Closed via management plugin") is None
     assert evicted_by("") is None
-    reason = eviction_reason(7, LeaderRecord(5), "/sac/ördérs")
+    reason = eviction_reason(7, LeaderRecord(token=5), "/sac/ördérs")
     assert reason.isascii()
     assert evicted_by(reason) == 7
 

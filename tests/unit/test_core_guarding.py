@@ -53,7 +53,7 @@ RETRY = Backoff(initial=0.5, maximum=2.0, max_attempts=None, max_elapsed=10.0)
 
 
 def lead(token: int) -> Leadership:
-    return Leadership(token, f"/g/election/n{token}")
+    return Leadership(token=token, node=f"/g/election/n{token}")
 
 
 def kinds(actions: Sequence[GuardAction]) -> list[str]:
@@ -62,7 +62,7 @@ def kinds(actions: Sequence[GuardAction]) -> list[str]:
 
 def started(rng: float = 1.0) -> GuardMachine:
     machine = GuardMachine(RETRY, rng=lambda: rng)
-    assert machine.start(0.0) == [Contend(1)]
+    assert machine.start(0.0) == [Contend(attempt=1)]
     return machine
 
 
@@ -77,19 +77,19 @@ def test_the_token_is_the_nodes_czxid() -> None:
 
 
 def test_group_paths() -> None:
-    paths = GroupPaths("/sac/orders")
+    paths = GroupPaths(group="/sac/orders")
     assert (paths.election, paths.leader) == ("/sac/orders/election", "/sac/orders/leader")
 
 
 def test_a_leader_record_round_trips_and_foreign_data_is_no_record() -> None:
-    record = LeaderRecord(42, "c1", "conn-1", "host-a", 1234)
+    record = LeaderRecord(token=42, consumer="c1", connection="conn-1", host="host-a", pid=1234)
     assert LeaderRecord.decode(record.encode()) == record
-    assert LeaderRecord.decode(LeaderRecord(7).encode()) == LeaderRecord(7)
+    assert LeaderRecord.decode(LeaderRecord(token=7).encode()) == LeaderRecord(token=7)
     for foreign in (None, b"", b"not json", b"[1, 2]", b'{"token": "7"}', b'{"token": true}',
                     b'{"consumer": "x"}'):
         assert LeaderRecord.decode(foreign) is None
     odd = LeaderRecord.decode(b'{"token": 3, "consumer": 5, "pid": "x", "host": "h"}')
-    assert odd == LeaderRecord(3, None, None, "h", None)
+    assert odd == LeaderRecord(token=3, host="h")
 
 
 def test_a_lease_other_than_the_one_asked_for_is_refused_naming_the_bound() -> None:
@@ -111,7 +111,7 @@ def test_a_lease_other_than_the_one_asked_for_is_refused_naming_the_bound() -> N
 
 def test_a_leader_pauses_while_suspended_and_resumes_on_the_same_session() -> None:
     m = started()
-    assert m.won(1, lead(9), 0.1) == [Lead(lead(9))]
+    assert m.won(1, lead(9), 0.1) == [Lead(leadership=lead(9))]
     assert m.leading
     assert m.status.leadership == lead(9)
     assert m.session_changed(SUSPENDED, 1.0) == [Pause()]
@@ -129,14 +129,14 @@ def test_a_lost_session_abandons_the_work_and_contends_again_on_a_new_session() 
     m.session_changed(SUSPENDED, 1.0)
     actions = m.session_changed(LOST, 5.0)
     assert kinds(actions) == ["Abandon", "Withdraw"]
-    assert actions[1] == Withdraw(1)
+    assert actions[1] == Withdraw(attempt=1)
     assert not m.leading
     assert m.leadership is None
     assert m.status.paused
-    assert m.session_changed(CONNECTED, 6.0) == [Resume(), Contend(2)]
+    assert m.session_changed(CONNECTED, 6.0) == [Resume(), Contend(attempt=2)]
     # the old attempt's late win is refused and its node given up
-    assert m.won(1, lead(10), 6.1) == [Withdraw(1)]
-    assert m.won(2, lead(12), 6.2) == [Lead(lead(12))]
+    assert m.won(1, lead(10), 6.1) == [Withdraw(attempt=1)]
+    assert m.won(2, lead(12), 6.2) == [Lead(leadership=lead(12))]
 
 
 def test_lost_straight_from_connected_pauses_too() -> None:
@@ -148,20 +148,20 @@ def test_lost_straight_from_connected_pauses_too() -> None:
 def test_a_contender_that_loses_its_session_joins_again_without_abandoning() -> None:
     m = started()
     assert m.session_changed(SUSPENDED, 1.0) == [Pause()]
-    assert m.session_changed(LOST, 2.0) == [Withdraw(1)]
-    assert m.session_changed(CONNECTED, 3.0) == [Resume(), Contend(2)]
+    assert m.session_changed(LOST, 2.0) == [Withdraw(attempt=1)]
+    assert m.session_changed(CONNECTED, 3.0) == [Resume(), Contend(attempt=2)]
 
 
 def test_a_failed_attempt_is_retried_with_jitter_then_given_up() -> None:
     m = started(rng=0.5)
     error = RuntimeError("no permission")
-    assert m.failed(1, error, 1.0) == [ContendLater(2, 1.25)]  # 0.5 x cap 0.5
+    assert m.failed(1, error, 1.0) == [ContendLater(attempt=2, at=1.25)]  # 0.5 x cap 0.5
     assert m.deadline == 1.25
     assert m.tick(1.2) == ()
-    assert m.tick(1.25) == [Contend(2)]
+    assert m.tick(1.25) == [Contend(attempt=2)]
     assert m.failed(1, error, 1.3) == ()  # an older attempt's report
     later = m.failed(2, error, 2.0)
-    assert later == [ContendLater(3, 2.5)]  # 0.5 x cap 1.0
+    assert later == [ContendLater(attempt=3, at=2.5)]  # 0.5 x cap 1.0
     m.tick(2.5)
     assert kinds(m.failed(3, error, 11.0)) == ["GiveUp"]  # 10 s since the first failure
     assert m.standing is Standing.STOPPED
@@ -171,7 +171,7 @@ def test_a_failure_while_disconnected_waits_for_the_connection() -> None:
     m = started()
     m.session_changed(SUSPENDED, 1.0)
     assert m.failed(1, RuntimeError("connection loss"), 1.5) == ()
-    assert m.session_changed(CONNECTED, 2.0) == [Resume(), Contend(2)]
+    assert m.session_changed(CONNECTED, 2.0) == [Resume(), Contend(attempt=2)]
 
 
 def test_a_retry_due_while_disconnected_waits_for_the_connection() -> None:
@@ -179,7 +179,7 @@ def test_a_retry_due_while_disconnected_waits_for_the_connection() -> None:
     m.failed(1, RuntimeError("x"), 1.0)
     m.session_changed(SUSPENDED, 1.1)
     assert m.tick(2.0) == ()
-    assert m.session_changed(CONNECTED, 3.0) == [Resume(), Contend(2)]
+    assert m.session_changed(CONNECTED, 3.0) == [Resume(), Contend(attempt=2)]
 
 
 def test_a_fenced_leader_steps_down_and_contends_again() -> None:
@@ -187,28 +187,28 @@ def test_a_fenced_leader_steps_down_and_contends_again() -> None:
     m.won(1, lead(9), 0.1)
     actions = m.fenced(1.0)
     assert kinds(actions) == ["Abandon", "Withdraw", "Contend"]
-    assert actions[1:] == [Withdraw(1), Contend(2)]
+    assert actions[1:] == [Withdraw(attempt=1), Contend(attempt=2)]
     assert m.fenced(1.1) == ()  # not leading any more
 
 
 def test_stop_withdraws_and_ends_everything() -> None:
     m = started()
     m.won(1, lead(9), 0.1)
-    assert m.stop(1.0) == [Withdraw(1)]
+    assert m.stop(1.0) == [Withdraw(attempt=1)]
     assert m.status.leadership is None
     assert m.session_changed(LOST, 2.0) == ()
-    assert m.won(1, lead(9), 2.1) == [Withdraw(1)]
+    assert m.won(1, lead(9), 2.1) == [Withdraw(attempt=1)]
     assert m.stop(3.0) == ()
 
 
 def test_a_session_that_changed_while_the_shell_started_is_taken_into_account() -> None:
     m = GuardMachine(RETRY)
     assert m.session_changed(SUSPENDED, 0.0) == ()  # not started: recorded only
-    assert m.start(0.1) == [Pause(), Contend(1)]
+    assert m.start(0.1) == [Pause(), Contend(attempt=1)]
     lost = GuardMachine(RETRY)
     lost.session_changed(LOST, 0.0)
     assert lost.start(0.1) == [Pause()]
-    assert lost.session_changed(CONNECTED, 0.2) == [Resume(), Contend(1)]
+    assert lost.session_changed(CONNECTED, 0.2) == [Resume(), Contend(attempt=1)]
 
 
 EVENTS = st.lists(st.one_of(
@@ -246,9 +246,9 @@ def test_what_the_consumer_is_told_stays_consistent(
             was = (m.standing, m.attempt)
             out = m.won(attempt, lead(tokens), now)
             if was == (Standing.CONTENDING, attempt):
-                assert out == [Lead(lead(tokens))]
+                assert out == [Lead(leadership=lead(tokens))]
             else:
-                assert out == [Withdraw(attempt)]
+                assert out == [Withdraw(attempt=attempt)]
             told += out
         elif kind == "failed":
             assert isinstance(arg, int)

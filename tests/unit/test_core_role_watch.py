@@ -107,11 +107,13 @@ def test_the_machine_counts_a_confirmed_activation_and_a_demotion_starts_a_new_o
         batch=10, retry=Backoff(), resubscribe=Backoff(), parking=Parking.QUEUE)
     machine.start(0.0)
     machine.subscribed(0.0)
-    assert machine.confirmed_active(1.0) == [RoleChanged(Role.WAITING, Role.ACTIVE, 1)]
+    assert machine.confirmed_active(1.0) == [
+        RoleChanged(old=Role.WAITING, new=Role.ACTIVE, activation=1)]
     assert machine.confirmed_active(2.0) == ()
-    assert machine.demoted(3.0) == [RoleChanged(Role.ACTIVE, Role.WAITING, 1)]
+    assert machine.demoted(3.0) == [RoleChanged(old=Role.ACTIVE, new=Role.WAITING, activation=1)]
     assert machine.role is Role.WAITING
-    assert machine.confirmed_active(4.0) == [RoleChanged(Role.WAITING, Role.ACTIVE, 2)]
+    assert machine.confirmed_active(4.0) == [
+        RoleChanged(old=Role.WAITING, new=Role.ACTIVE, activation=2)]
     assert machine.activation == 2
 
 
