@@ -15,7 +15,7 @@ b. waits until the queue has no consumer: **consumers are switched by a graceful
    running message and gives the prefetched rest back), so nothing is handled twice and the
    order stays;
 c. moves the messages in order, each confirmed in the twin before it is acked in the old
-   queue (``sac.sdk.move_messages``): never in neither;
+   queue (``sac.sdk.Mover``): never in neither;
 d. switches the bindings (the twin bound first: a message published in between is a
    duplicate with one id, never lost) and moves what arrived meanwhile; publishers that
    publish *to the queue's name* must be pointed at the twin by you;
@@ -68,11 +68,11 @@ from sac.sdk import (
     Delivery,
     Management,
     ManagementSettings,
+    Mover,
     Publisher,
     PublisherSettings,
     QueueSettings,
     SacError,
-    move_messages,
 )
 from sac.sdk.management import ChannelInfo, QueueInfo
 
@@ -206,7 +206,7 @@ def migrate(broker: Reach, assessment: Assessment, twin: str, *, wait: float,
           f"{settings.single_active_consumer}, parking queue {settings.parking_queue!r}")
     print(f"  b. waiting until {source!r} has no consumer (stop them gracefully) ...")
     wait_without_consumers(broker, source, wait)
-    first = move_messages(conn, source, twin)
+    first = Mover(conn).move(source, twin)
     print(f"  c. moved {first.moved} message(s), each confirmed in {twin!r} before it was "
           f"acked in {source!r}")
     bindings = [b for b in api.queue_bindings(source, vhost) if b.source]
@@ -214,7 +214,7 @@ def migrate(broker: Reach, assessment: Assessment, twin: str, *, wait: float,
         api.bind_queue(twin, binding.source, binding.routing_key, binding.arguments, vhost)
     for binding in bindings:
         api.unbind_queue(source, binding, vhost)
-    again = move_messages(conn, source, twin)
+    again = Mover(conn).move(source, twin)
     print(f"  d. switched {len(bindings)} binding(s) to {twin!r}; moved {again.moved} more "
           "that arrived meanwhile")
     result = Migrated(source, twin, first.moved + again.moved, again.target_after,

@@ -25,9 +25,10 @@ PAIRS = [
 ]
 
 KNOWN_GAPS = {("AsyncConsumer", "wait")}
-"""Members an asyncio face has and its blocking twin lacks, each to be closed: the blocking
-``Consumer`` blocks in ``run`` instead (``sdk/consumer.py`` is being reshaped meanwhile). The
-test fails once a gap is closed, so that it leaves this set."""
+"""Members an asyncio face has and its blocking twin lacks by design. The blocking ``Consumer``
+runs its handler in the thread that calls ``run()``, so ``run()`` is where that thread waits
+until the consumer stops: a separate ``wait()`` would have no handler thread to wait beside.
+Should a blocking ``wait`` ever be added, the test fails, so that it leaves this set."""
 
 _AWAITABLE = re.compile(r"^(?:Awaitable|Coroutine\[Any, Any,)\[?(?P<inner>.*)\]$")
 
