@@ -105,7 +105,7 @@ class Connected:
     KIND: ClassVar[str] = "connected"
     WRITER: ClassVar[str] = "any client"
     node: str = field(metadata=_doc("host:port"))
-    reason: str = field(metadata=_doc("`start` or `retry`"))
+    reason: str = field(metadata=_doc("why: the SDK writes `start` or `retry`"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
