@@ -48,25 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from sac import history as h
 from sac.checker import spec
-from sac.history import (
-    Ack,
-    Active,
-    Cancelled,
-    Commit,
-    CommitRejected,
-    Confirm,
-    Connected,
-    ConnectionLost,
-    Deliver,
-    DuplicateSkipped,
-    FaultEnd,
-    FaultStart,
-    Nack,
-    Publish,
-    Retransmit,
-    Subscribed,
-)
 
 INJECTIONS = (
     "lost",
@@ -276,32 +259,33 @@ class _Simulation:
         self.last_publisher = pub
         ts = max(self.t, self.publisher_free[pub])
         self.seq[pub] += 1
-        w.event(ts, pub, Publish.KIND,
+        w.event(ts, pub, h.Publish.KIND,
                 f', "msg": "{msg}", "seq": {self.seq[pub]}, "queue": "{queue}"')
         self.copy_at = None
         roll = rng.random() if not plain else 1.0
         if roll < P_NACK:
             nack = ts + self.u(CONFIRM)
-            w.event(nack, pub, Nack.KIND, f', "msg": "{msg}"')
+            w.event(nack, pub, h.Nack.KIND, f', "msg": "{msg}"')
             return self._retransmit(pub, msg, nack + rng.uniform(0.005, 0.03))
         if roll < P_NACK + P_RECONNECT:
             lost = ts + rng.uniform(0.0002, 0.001)
-            w.event(lost, pub, ConnectionLost.KIND, ', "node": "rabbit-1:5672", "reason": "reset"')
+            w.event(lost, pub, h.ConnectionLost.KIND,
+                    ', "node": "rabbit-1:5672", "reason": "reset"')
             back = lost + rng.uniform(0.02, 0.1)
-            w.event(back, pub, Connected.KIND, ', "node": "rabbit-2:5672", "reason": "reconnect"')
+            w.event(back, pub, h.Connected.KIND, ', "node": "rabbit-2:5672", "reason": "reconnect"')
             self.publisher_free[pub] = back
             arrival = self._retransmit(pub, msg, back + 0.0001)
             if rng.random() < P_COPY_ARRIVED:
                 self.copy_at = arrival
                 return ts + self.u(NETWORK)
             return arrival
-        w.event(ts + self.u(CONFIRM), pub, Confirm.KIND, f', "msg": "{msg}"')
+        w.event(ts + self.u(CONFIRM), pub, h.Confirm.KIND, f', "msg": "{msg}"')
         return ts + self.u(NETWORK)
 
     def _retransmit(self, pub: str, msg: str, ts: float) -> float:
         self.seq[pub] += 1
-        self.w.event(ts, pub, Retransmit.KIND, f', "msg": "{msg}", "seq": {self.seq[pub]}')
-        self.w.event(ts + self.u(CONFIRM), pub, Confirm.KIND, f', "msg": "{msg}"')
+        self.w.event(ts, pub, h.Retransmit.KIND, f', "msg": "{msg}", "seq": {self.seq[pub]}')
+        self.w.event(ts + self.u(CONFIRM), pub, h.Confirm.KIND, f', "msg": "{msg}"')
         return ts + self.u(NETWORK)
 
     def process(
@@ -323,7 +307,7 @@ class _Simulation:
         if commit:
             self.commit(c, who, msg, q.epoch)
         ack = c + self.u(ACK)
-        self.w.event(ack, who, Ack.KIND, f', "msg": "{msg}"', corrupt)
+        self.w.event(ack, who, h.Ack.KIND, f', "msg": "{msg}"', corrupt)
         q.free = ack
         return d, c
 
@@ -332,14 +316,14 @@ class _Simulation:
         self.w.event(
             ts,
             who,
-            Deliver.KIND,
+            h.Deliver.KIND,
             f', "msg": "{msg}", "redelivered": {"true" if redelivered else "false"}, '
             f'"delivery_count": {count}',
         )
 
     def commit(self, ts: float, who: str, msg: str, epoch: int) -> None:
         """A commit event and its effect row."""
-        self.w.event(ts, who, Commit.KIND, f', "msg": "{msg}", "epoch": {epoch}')
+        self.w.event(ts, who, h.Commit.KIND, f', "msg": "{msg}", "epoch": {epoch}')
         self.w.effect(ts, who, msg, epoch)
 
     def skip_copy(self, q: _Queue, msg: str, arrival: float) -> None:
@@ -350,9 +334,9 @@ class _Simulation:
 
     def skip_seen(self, q: _Queue, msg: str, ts: float) -> None:
         """The active consumer's dedup skips ``msg`` (an id it has seen) at ``ts``, acks it."""
-        self.w.event(ts, q.active, DuplicateSkipped.KIND, f', "msg": "{msg}", "why": "id-seen"')
+        self.w.event(ts, q.active, h.DuplicateSkipped.KIND, f', "msg": "{msg}", "why": "id-seen"')
         ack = ts + self.u(ACK)
-        self.w.event(ack, q.active, Ack.KIND, f', "msg": "{msg}"')
+        self.w.event(ack, q.active, h.Ack.KIND, f', "msg": "{msg}"')
         q.free = ack
 
     def handover(self, q: _Queue, next_msg: str, arrival: float) -> bool:
@@ -373,7 +357,7 @@ class _Simulation:
             w.event(
                 back,
                 old,
-                CommitRejected.KIND,
+                h.CommitRejected.KIND,
                 f', "msg": "{next_msg}", "epoch": {q.epoch - 1}, "why": "stale-epoch"',
             )
             back += 0.001
@@ -406,7 +390,7 @@ class _Simulation:
         c2 = q.free + self.u(PROCESS)
         self.commit(c2, new, second, q.epoch)
         q.free = c2 + self.u(ACK)
-        self.w.event(q.free, new, Ack.KIND, f', "msg": "{second}"')
+        self.w.event(q.free, new, h.Ack.KIND, f', "msg": "{second}"')
         self.come_back(q, old, start + 0.001)
 
     def hand_back(self, q: _Queue, msg: str, arrival: float, second: str, new: str,
@@ -422,7 +406,7 @@ class _Simulation:
         self.deliver(d, old, msg)
         if graceful:
             gone = d + 0.0001
-            w.event(gone, old, Cancelled.KIND, f', "queue": "{q.name}", "by": "client"')
+            w.event(gone, old, h.Cancelled.KIND, f', "queue": "{q.name}", "by": "client"')
         else:
             gone = self.lose(old, d)
         start = self.claim(q, new, gone + self.u(HANDED))
@@ -432,7 +416,7 @@ class _Simulation:
             c = delivered + self.u(PROCESS)
             self.commit(c, new, m, q.epoch)
             q.free = c + self.u(ACK)
-            w.event(q.free, new, Ack.KIND, f', "msg": "{m}"')
+            w.event(q.free, new, h.Ack.KIND, f', "msg": "{m}"')
         if old != new:
             self.come_back(q, old, q.free + 0.001)
 
@@ -440,7 +424,7 @@ class _Simulation:
         """``old``'s connection is found dead (missed heartbeats) just after ``now``."""
         lost = now + 0.0005
         self.w.event(
-            lost, old, ConnectionLost.KIND, ', "node": "rabbit-1:5672", "reason": "heartbeat"'
+            lost, old, h.ConnectionLost.KIND, ', "node": "rabbit-1:5672", "reason": "heartbeat"'
         )
         return lost
 
@@ -448,14 +432,16 @@ class _Simulation:
         """``new`` claims ``q`` with the next epoch at ``start`` (its ``active`` event)."""
         q.active = new
         q.epoch += 1
-        self.w.event(start, new, Active.KIND, f', "queue": "{q.name}", "epoch": {q.epoch}')
+        self.w.event(start, new, h.Active.KIND, f', "queue": "{q.name}", "epoch": {q.epoch}')
         q.free = start
         return start
 
     def come_back(self, q: _Queue, old: str, back: float) -> None:
         """``old`` reconnects and subscribes again, a standby now."""
-        self.w.event(back, old, Connected.KIND, ', "node": "rabbit-2:5672", "reason": "reconnect"')
-        self.w.event(back + 0.0001, old, Subscribed.KIND, f', "queue": "{q.name}", "by": "client"')
+        self.w.event(back, old, h.Connected.KIND,
+                     ', "node": "rabbit-2:5672", "reason": "reconnect"')
+        self.w.event(back + 0.0001, old, h.Subscribed.KIND,
+                     f', "queue": "{q.name}", "by": "client"')
         q.handover_due = False
 
 
@@ -506,12 +492,13 @@ def generate_run(
 
     for actor in [*publisher_names, *consumer_names]:
         writer.event(
-            start - 1.0, actor, Connected.KIND, ', "node": "rabbit-1:5672", "reason": "start"'
+            start - 1.0, actor, h.Connected.KIND, ', "node": "rabbit-1:5672", "reason": "start"'
         )
     for q in qs:
         for c in q.consumers:
-            writer.event(start - 0.5, c, Subscribed.KIND, f', "queue": "{q.name}", "by": "client"')
-        writer.event(start - 0.1, q.active, Active.KIND, f', "queue": "{q.name}", "epoch": 1')
+            writer.event(start - 0.5, c, h.Subscribed.KIND,
+                         f', "queue": "{q.name}", "by": "client"')
+        writer.event(start - 0.1, q.active, h.Active.KIND, f', "queue": "{q.name}", "epoch": 1')
 
     planned = max(1, events // _EVENTS_PER_MESSAGE)
     targets = _targets(rng, [i for i in inject if i != "no_effects"], planned)
@@ -574,8 +561,8 @@ def _fault(sim: _Simulation, k: int) -> float:
         target = sim.rng.choice(sim.publishers)
     end = sim.t + sim.u(FAULT_DURATION)
     rest = f', "fault": "{kind}", "target": "{target}", "params": {{}}'
-    sim.w.event(sim.t, NEMESIS, FaultStart.KIND, rest)
-    sim.w.event(end, NEMESIS, FaultEnd.KIND, rest)
+    sim.w.event(sim.t, NEMESIS, h.FaultStart.KIND, rest)
+    sim.w.event(end, NEMESIS, h.FaultEnd.KIND, rest)
     return end
 
 
@@ -645,7 +632,7 @@ def _concurrent(sim: _Simulation, q: _Queue, i: int, msg: str, arrival: float) -
     for who, m, start, end in ((q.active, msg, d, c), (rogue, second, d2, c2)):
         sim.deliver(start, who, m)
         sim.commit(end, who, m, q.epoch)
-        w.event(end + 0.0001, who, Ack.KIND, f', "msg": "{m}"')
+        w.event(end + 0.0001, who, h.Ack.KIND, f', "msg": "{m}"')
     q.free = c2 + 0.0001
     sim.injected.concurrent.append({"queue": q.name, "msgs": [msg, second]})
 
