@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import jsonschema
@@ -71,6 +72,12 @@ def test_each_kind_once_with_a_meaning_and_documented_fields() -> None:
             assert f.metadata["doc"], (cls, f.name)
     assert {"publish", "confirm", "deliver", "commit", "ack"} <= MESSAGE_KINDS
     assert "active" not in MESSAGE_KINDS
+
+
+def test_the_union_of_events_is_the_list_of_events() -> None:
+    """A kind added to one and not the other would escape mypy's exhaustive matches, or the
+    schema and the docs."""
+    assert typing.get_args(history.HistoryEvent) == EVENTS
 
 
 def test_the_anomalies_are_named_once_with_a_meaning() -> None:
