@@ -111,8 +111,8 @@ def one(engine: str, run: Path) -> None:
         spark.stop()
     seconds = time.perf_counter() - began
     print(json.dumps({"engine": engine, "events": events, "seconds": round(seconds, 3),
-                      "startup_s": round(startup, 3), "valid": verdict["valid"],
-                      "effects": verdict["effects"]}))
+                      "startup_s": round(startup, 3), "valid": verdict.valid,
+                      "effects": verdict.effects}))
 
 
 def ensure_run(data: Path, size: int, seed: int) -> Path:

@@ -18,6 +18,8 @@ from sac.chaos.errors import ChaosError
 from sac.chaos.runner import RunResult, Scenario, run
 from sac.chaos.scenarios import SCENARIOS
 from sac.chaos.settings import RunSettings
+from sac.checker.verdict import Verdict
+from sac.history import CONCURRENT, DUPLICATED, LOST, REORDERED
 from sac.server import LocalCluster, LocalPostgres
 
 COLUMNS = ("scenario", "seed", "config", "messages", "lost", "duplicated", "concurrent",
@@ -95,15 +97,15 @@ class Row:
                 self.verdict)
 
 
-def row(result: RunResult, verdict: dict[str, Any] | None = None) -> Row:
+def row(result: RunResult, verdict: Verdict | None = None) -> Row:
     """``verdict``: another engine's verdict of the same run (default: the run's own)."""
     v = verdict if verdict is not None else result.verdict
     checked = attrs.evolve(result, verdict=v)
-    recoveries = [r["recovery_s"] for r in v["recovery"] if r["recovery_s"] is not None]
+    recoveries = [r["recovery_s"] for r in v.recovery if r["recovery_s"] is not None]
     s = result.settings
-    return Row(s.scenario, s.seed, s.weakened or "default", v["published"],
-               v["lost"]["count"], v["duplicated"]["count"], v["concurrent"]["count"],
-               v["reordered"]["count"], max(recoveries) if recoveries else None, checked.outcome)
+    return Row(s.scenario, s.seed, s.weakened or "default", v.published,
+               v.count(LOST), v.count(DUPLICATED), v.count(CONCURRENT),
+               v.count(REORDERED), max(recoveries) if recoveries else None, checked.outcome)
 
 
 def table(rows: Sequence[Row]) -> str:

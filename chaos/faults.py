@@ -21,6 +21,7 @@ from toxiproxy.proxy import Proxy
 
 from sac.chaos.errors import ChaosError
 from sac.chaos.proxy import ProxyThread
+from sac.history import FaultEnd, FaultStart
 from sac.sdk import HistoryRecorder
 
 
@@ -109,11 +110,11 @@ class Nemesis:
     @contextlib.contextmanager
     def fault(self, fault: str, target: str, **params: Any) -> Iterator[None]:
         self.faults += 1
-        self.recorder.record("fault_start", fault=fault, target=target, params=params)
+        self.recorder.record(FaultStart(fault=fault, target=target, params=params))
         try:
             yield
         finally:
-            self.recorder.record("fault_end", fault=fault, target=target, params=params)
+            self.recorder.record(FaultEnd(fault=fault, target=target, params=params))
 
     def close(self) -> None:
         self.recorder.close()

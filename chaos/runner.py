@@ -25,9 +25,11 @@ from sac.chaos.actors import Sink
 from sac.chaos.errors import ChaosError, UnknownScenario
 from sac.chaos.faults import FaultProxy
 from sac.chaos.federation import federate, unfederate
-from sac.chaos.settings import ANOMALIES, GUARD_LEASE_S, GUARD_TICK_MS, RunSettings, Weakening
+from sac.chaos.settings import GUARD_LEASE_S, GUARD_TICK_MS, RunSettings, Weakening
 from sac.chaos.world import World
 from sac.checker.errors import CheckerError
+from sac.checker.verdict import Verdict
+from sac.history import MESSAGE_ANOMALIES
 from sac.sdk import ManagementError
 from sac.server import LocalCluster, LocalPostgres, LocalZooKeeper
 
@@ -36,7 +38,7 @@ from sac.server import LocalCluster, LocalPostgres, LocalZooKeeper
 class RunResult:
     path: Path
     settings: RunSettings
-    verdict: dict[str, Any]
+    verdict: Verdict
     expected: tuple[str, ...]
     """Anomalies a weakened run must show; empty for a run of the real configuration."""
     seconds: float
@@ -52,9 +54,9 @@ class RunResult:
         or a weakened run that looked valid)."""
         if self.error is not None:
             return "ERROR"
-        found = {name for name in ANOMALIES if self.verdict[name]["count"]}
+        found = {name for name in MESSAGE_ANOMALIES if self.verdict.count(name)}
         if not self.expected:
-            return "pass" if self.verdict["valid"] else "FAIL"
+            return "pass" if self.verdict.valid else "FAIL"
         return "caught" if found & set(self.expected) else "FAIL"
 
 
@@ -295,12 +297,13 @@ def _drain(world: World) -> None:
         world.pause(0.1)
 
 
-def _check(run_dir: Path, engine: str) -> dict[str, Any]:
+def _check(run_dir: Path, engine: str) -> Verdict:
     if engine == "python":
         from sac.checker.python_engine import check_run
 
         verdict = check_run(run_dir)
     else:
         raise ChaosError(f"unknown engine {engine!r}")
-    (run_dir / "verdict.json").write_text(json.dumps(verdict, indent=2, sort_keys=True))
+    (run_dir / "verdict.json").write_text(json.dumps(verdict.to_json(), indent=2,
+                                                     sort_keys=True))
     return verdict

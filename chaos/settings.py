@@ -9,11 +9,13 @@ import attrs
 
 from sac.chaos.actors import Face
 from sac.chaos.errors import ChaosError
+from sac.history import MESSAGE_ANOMALIES
 
 Weakening = Literal["dedup-off", "redelivered-only", "fencing-off", "cancel-first"]
 WEAKENINGS: tuple[Weakening, ...] = ("dedup-off", "redelivered-only", "fencing-off",
                                      "cancel-first")
-ANOMALIES = ("lost", "duplicated", "unexpected", "concurrent", "reordered")
+ANOMALIES = MESSAGE_ANOMALIES
+"""What a run's verdict may find among its messages (``sac.history``, where they are named)."""
 CONSUMER_STOP_S = 30.0
 """A graceful stop finishes the running effect and acks: far less than this."""
 GUARD_LEASE_S = 1.0

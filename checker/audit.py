@@ -34,12 +34,14 @@ from sac.checker.errors import InputError
 from sac.checker.inbox import InboxSource
 from sac.checker.runs import require_checkable
 from sac.checker.spark_read import History, read_history
+from sac.history import CONCURRENT, DUPLICATED, LOST, UNEXPECTED
 
 ID_CAP = 100
 """Ids listed per anomaly and row (and malformed lines listed); ``more`` counts the rest."""
 DEFAULT_SETTLE_S = 300.0
-ANOMALIES = ("lost", "duplicated", "unexpected", "concurrent")
-"""What makes a row anomalous (``concurrent``: an overlapping pair)."""
+ANOMALIES = (LOST, DUPLICATED, UNEXPECTED, CONCURRENT)
+"""What makes a row anomalous (``concurrent``: an overlapping pair): the anomalies of messages
+but ``reordered``, which a fleet's history cannot tell (SPEC, "sac audit")."""
 ID_LISTS = ("lost", "pending", "duplicated", "unexpected", "concurrent")
 TOTALS = (
     "published",

@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 
 from sac.checker import spark_rules as rules
 from sac.checker import spec
+from sac.history import Commit, Confirm
 
 SECONDS_PER_DAY = 86_400
 ROW = ("queue", "day")
@@ -45,7 +46,7 @@ def effects_from_events(events: DataFrame, published: DataFrame) -> DataFrame:
     latest ``active`` event at or before it (``""`` when there is none). Only those orphans
     are sorted with the actors' ``active`` events, per actor.
     """
-    commits = events.filter(F.col("type") == "commit").select("run", "msg", "actor", "ts")
+    commits = events.filter(F.col("type") == Commit.KIND).select("run", "msg", "actor", "ts")
     named = published.select(
         "run", "msg", F.when(F.col("queue") != spec.UNKNOWN_QUEUE, F.col("queue")).alias("pq")
     )
@@ -109,7 +110,7 @@ def message_side(
 
     merged = (
         part(published, first_pub=F.col("first_pub"), queue=F.col("queue"))
-        .unionByName(part(events.filter(F.col("type") == "confirm"), first_confirm=F.col("ts")))
+        .unionByName(part(events.filter(F.col("type") == Confirm.KIND), first_confirm=F.col("ts")))
         .unionByName(part(effects, has_effect=F.lit(True)))
         .groupBy("run", "msg")
         .agg(

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from sac import history as h
 from sac.checker import spec
 
 INJECTIONS = (
@@ -258,31 +259,33 @@ class _Simulation:
         self.last_publisher = pub
         ts = max(self.t, self.publisher_free[pub])
         self.seq[pub] += 1
-        w.event(ts, pub, "publish", f', "msg": "{msg}", "seq": {self.seq[pub]}, "queue": "{queue}"')
+        w.event(ts, pub, h.Publish.KIND,
+                f', "msg": "{msg}", "seq": {self.seq[pub]}, "queue": "{queue}"')
         self.copy_at = None
         roll = rng.random() if not plain else 1.0
         if roll < P_NACK:
             nack = ts + self.u(CONFIRM)
-            w.event(nack, pub, "nack", f', "msg": "{msg}"')
+            w.event(nack, pub, h.Nack.KIND, f', "msg": "{msg}"')
             return self._retransmit(pub, msg, nack + rng.uniform(0.005, 0.03))
         if roll < P_NACK + P_RECONNECT:
             lost = ts + rng.uniform(0.0002, 0.001)
-            w.event(lost, pub, "connection_lost", ', "node": "rabbit-1:5672", "reason": "reset"')
+            w.event(lost, pub, h.ConnectionLost.KIND,
+                    ', "node": "rabbit-1:5672", "reason": "reset"')
             back = lost + rng.uniform(0.02, 0.1)
-            w.event(back, pub, "connected", ', "node": "rabbit-2:5672", "reason": "reconnect"')
+            w.event(back, pub, h.Connected.KIND, ', "node": "rabbit-2:5672", "reason": "reconnect"')
             self.publisher_free[pub] = back
             arrival = self._retransmit(pub, msg, back + 0.0001)
             if rng.random() < P_COPY_ARRIVED:
                 self.copy_at = arrival
                 return ts + self.u(NETWORK)
             return arrival
-        w.event(ts + self.u(CONFIRM), pub, "confirm", f', "msg": "{msg}"')
+        w.event(ts + self.u(CONFIRM), pub, h.Confirm.KIND, f', "msg": "{msg}"')
         return ts + self.u(NETWORK)
 
     def _retransmit(self, pub: str, msg: str, ts: float) -> float:
         self.seq[pub] += 1
-        self.w.event(ts, pub, "retransmit", f', "msg": "{msg}", "seq": {self.seq[pub]}')
-        self.w.event(ts + self.u(CONFIRM), pub, "confirm", f', "msg": "{msg}"')
+        self.w.event(ts, pub, h.Retransmit.KIND, f', "msg": "{msg}", "seq": {self.seq[pub]}')
+        self.w.event(ts + self.u(CONFIRM), pub, h.Confirm.KIND, f', "msg": "{msg}"')
         return ts + self.u(NETWORK)
 
     def process(
@@ -304,7 +307,7 @@ class _Simulation:
         if commit:
             self.commit(c, who, msg, q.epoch)
         ack = c + self.u(ACK)
-        self.w.event(ack, who, "ack", f', "msg": "{msg}"', corrupt)
+        self.w.event(ack, who, h.Ack.KIND, f', "msg": "{msg}"', corrupt)
         q.free = ack
         return d, c
 
@@ -313,14 +316,14 @@ class _Simulation:
         self.w.event(
             ts,
             who,
-            "deliver",
+            h.Deliver.KIND,
             f', "msg": "{msg}", "redelivered": {"true" if redelivered else "false"}, '
             f'"delivery_count": {count}',
         )
 
     def commit(self, ts: float, who: str, msg: str, epoch: int) -> None:
         """A commit event and its effect row."""
-        self.w.event(ts, who, "commit", f', "msg": "{msg}", "epoch": {epoch}')
+        self.w.event(ts, who, h.Commit.KIND, f', "msg": "{msg}", "epoch": {epoch}')
         self.w.effect(ts, who, msg, epoch)
 
     def skip_copy(self, q: _Queue, msg: str, arrival: float) -> None:
@@ -331,9 +334,9 @@ class _Simulation:
 
     def skip_seen(self, q: _Queue, msg: str, ts: float) -> None:
         """The active consumer's dedup skips ``msg`` (an id it has seen) at ``ts``, acks it."""
-        self.w.event(ts, q.active, "duplicate_skipped", f', "msg": "{msg}", "why": "id-seen"')
+        self.w.event(ts, q.active, h.DuplicateSkipped.KIND, f', "msg": "{msg}", "why": "id-seen"')
         ack = ts + self.u(ACK)
-        self.w.event(ack, q.active, "ack", f', "msg": "{msg}"')
+        self.w.event(ack, q.active, h.Ack.KIND, f', "msg": "{msg}"')
         q.free = ack
 
     def handover(self, q: _Queue, next_msg: str, arrival: float) -> bool:
@@ -354,7 +357,7 @@ class _Simulation:
             w.event(
                 back,
                 old,
-                "commit_rejected",
+                h.CommitRejected.KIND,
                 f', "msg": "{next_msg}", "epoch": {q.epoch - 1}, "why": "stale-epoch"',
             )
             back += 0.001
@@ -387,7 +390,7 @@ class _Simulation:
         c2 = q.free + self.u(PROCESS)
         self.commit(c2, new, second, q.epoch)
         q.free = c2 + self.u(ACK)
-        self.w.event(q.free, new, "ack", f', "msg": "{second}"')
+        self.w.event(q.free, new, h.Ack.KIND, f', "msg": "{second}"')
         self.come_back(q, old, start + 0.001)
 
     def hand_back(self, q: _Queue, msg: str, arrival: float, second: str, new: str,
@@ -403,7 +406,7 @@ class _Simulation:
         self.deliver(d, old, msg)
         if graceful:
             gone = d + 0.0001
-            w.event(gone, old, "cancelled", f', "queue": "{q.name}", "by": "client"')
+            w.event(gone, old, h.Cancelled.KIND, f', "queue": "{q.name}", "by": "client"')
         else:
             gone = self.lose(old, d)
         start = self.claim(q, new, gone + self.u(HANDED))
@@ -413,7 +416,7 @@ class _Simulation:
             c = delivered + self.u(PROCESS)
             self.commit(c, new, m, q.epoch)
             q.free = c + self.u(ACK)
-            w.event(q.free, new, "ack", f', "msg": "{m}"')
+            w.event(q.free, new, h.Ack.KIND, f', "msg": "{m}"')
         if old != new:
             self.come_back(q, old, q.free + 0.001)
 
@@ -421,7 +424,7 @@ class _Simulation:
         """``old``'s connection is found dead (missed heartbeats) just after ``now``."""
         lost = now + 0.0005
         self.w.event(
-            lost, old, "connection_lost", ', "node": "rabbit-1:5672", "reason": "heartbeat"'
+            lost, old, h.ConnectionLost.KIND, ', "node": "rabbit-1:5672", "reason": "heartbeat"'
         )
         return lost
 
@@ -429,14 +432,16 @@ class _Simulation:
         """``new`` claims ``q`` with the next epoch at ``start`` (its ``active`` event)."""
         q.active = new
         q.epoch += 1
-        self.w.event(start, new, "active", f', "queue": "{q.name}", "epoch": {q.epoch}')
+        self.w.event(start, new, h.Active.KIND, f', "queue": "{q.name}", "epoch": {q.epoch}')
         q.free = start
         return start
 
     def come_back(self, q: _Queue, old: str, back: float) -> None:
         """``old`` reconnects and subscribes again, a standby now."""
-        self.w.event(back, old, "connected", ', "node": "rabbit-2:5672", "reason": "reconnect"')
-        self.w.event(back + 0.0001, old, "subscribed", f', "queue": "{q.name}", "by": "client"')
+        self.w.event(back, old, h.Connected.KIND,
+                     ', "node": "rabbit-2:5672", "reason": "reconnect"')
+        self.w.event(back + 0.0001, old, h.Subscribed.KIND,
+                     f', "queue": "{q.name}", "by": "client"')
         q.handover_due = False
 
 
@@ -487,12 +492,13 @@ def generate_run(
 
     for actor in [*publisher_names, *consumer_names]:
         writer.event(
-            start - 1.0, actor, "connected", ', "node": "rabbit-1:5672", "reason": "start"'
+            start - 1.0, actor, h.Connected.KIND, ', "node": "rabbit-1:5672", "reason": "start"'
         )
     for q in qs:
         for c in q.consumers:
-            writer.event(start - 0.5, c, "subscribed", f', "queue": "{q.name}", "by": "client"')
-        writer.event(start - 0.1, q.active, "active", f', "queue": "{q.name}", "epoch": 1')
+            writer.event(start - 0.5, c, h.Subscribed.KIND,
+                         f', "queue": "{q.name}", "by": "client"')
+        writer.event(start - 0.1, q.active, h.Active.KIND, f', "queue": "{q.name}", "epoch": 1')
 
     planned = max(1, events // _EVENTS_PER_MESSAGE)
     targets = _targets(rng, [i for i in inject if i != "no_effects"], planned)
@@ -555,8 +561,8 @@ def _fault(sim: _Simulation, k: int) -> float:
         target = sim.rng.choice(sim.publishers)
     end = sim.t + sim.u(FAULT_DURATION)
     rest = f', "fault": "{kind}", "target": "{target}", "params": {{}}'
-    sim.w.event(sim.t, NEMESIS, "fault_start", rest)
-    sim.w.event(end, NEMESIS, "fault_end", rest)
+    sim.w.event(sim.t, NEMESIS, h.FaultStart.KIND, rest)
+    sim.w.event(end, NEMESIS, h.FaultEnd.KIND, rest)
     return end
 
 
@@ -626,7 +632,7 @@ def _concurrent(sim: _Simulation, q: _Queue, i: int, msg: str, arrival: float) -
     for who, m, start, end in ((q.active, msg, d, c), (rogue, second, d2, c2)):
         sim.deliver(start, who, m)
         sim.commit(end, who, m, q.epoch)
-        w.event(end + 0.0001, who, "ack", f', "msg": "{m}"')
+        w.event(end + 0.0001, who, h.Ack.KIND, f', "msg": "{m}"')
     q.free = c2 + 0.0001
     sim.injected.concurrent.append({"queue": q.name, "msgs": [msg, second]})
 

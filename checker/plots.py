@@ -22,6 +22,8 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 from matplotlib.typing import RcKeyType
 
+from sac.checker.verdict import Verdict
+
 # The SPEC's latency bin edges (ms); bin i holds edges[i] <= x < edges[i+1], the last x >= 60000.
 LATENCY_EDGES_MS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
 PERCENTILES = (("p50", "#2563eb"), ("p95", "#d97706"), ("p99", "#dc2626"))
@@ -61,11 +63,11 @@ def _svg(fig: Figure, salt: str) -> str:
     return text[text.index("<svg"):]
 
 
-def time_origin(verdict: Mapping[str, Any]) -> float | None:
+def time_origin(verdict: Verdict) -> float | None:
     """The earliest time the timeline shows: axes count seconds from it."""
-    times = [a["start"] for a in verdict["activity"]]
-    times += [r["start"] for r in verdict["recovery"]]
-    times += [h["last_commit"] for h in verdict["handovers"]]
+    times = [a["start"] for a in verdict.activity]
+    times += [r["start"] for r in verdict.recovery]
+    times += [h["last_commit"] for h in verdict.handovers]
     return min(times) if times else None
 
 
@@ -74,17 +76,17 @@ def clock(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%H:%M:%S.%f")[:-3] + " UTC"
 
 
-def _queues(verdict: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
+def _queues(verdict: Verdict) -> list[tuple[str, list[str]]]:
     """Each queue with its actors (rows), in name order."""
     actors: dict[str, set[str]] = {}
-    for a in verdict["activity"]:
+    for a in verdict.activity:
         actors.setdefault(a["queue"], set()).add(a["actor"])
-    for h in verdict["handovers"]:
+    for h in verdict.handovers:
         actors.setdefault(h["queue"], set()).update((h["from"], h["to"]))
     return [(q, sorted(actors[q])) for q in sorted(actors)]
 
 
-def timeline_svg(verdict: Mapping[str, Any], salt: str) -> str | None:
+def timeline_svg(verdict: Verdict, salt: str) -> str | None:
     """One panel per queue, a row per actor: activity islands as bars (labelled with their
     effect count), fault windows shaded over every panel, concurrent overlaps in red, and each
     handover as an arrow from the last commit of one actor to the first of the next.
@@ -93,13 +95,13 @@ def timeline_svg(verdict: Mapping[str, Any], salt: str) -> str | None:
     """
     queues = _queues(verdict)
     t0 = time_origin(verdict)
-    if t0 is None or not (queues or verdict["recovery"]):
+    if t0 is None or not (queues or verdict.recovery):
         return None
     queues = queues or [("", [])]
-    ends = [a["end"] for a in verdict["activity"]] + [h["first_commit"] for h in
-                                                       verdict["handovers"]]
-    ends += [r["end"] for r in verdict["recovery"] if r["end"] is not None]
-    ends += [r["start"] for r in verdict["recovery"]]
+    ends = [a["end"] for a in verdict.activity] + [h["first_commit"] for h in
+                                                       verdict.handovers]
+    ends += [r["end"] for r in verdict.recovery if r["end"] is not None]
+    ends += [r["start"] for r in verdict.recovery]
     span = max(max(ends) - t0, 1e-3)
     colour = {actor: ACTOR_COLOURS[i % len(ACTOR_COLOURS)]
               for i, actor in enumerate(sorted({a for _, rows in queues for a in rows}))}
@@ -112,14 +114,14 @@ def timeline_svg(verdict: Mapping[str, Any], salt: str) -> str | None:
         for ax, (queue, rows) in zip(axes, queues, strict=True):
             _draw_queue(ax, verdict, queue, rows, t0, span, colour)
         for ax in axes:
-            for fault in verdict["recovery"]:
+            for fault in verdict.recovery:
                 end = fault["end"] if fault["end"] is not None else t0 + span
                 ax.axvspan(fault["start"] - t0, end - t0, color=FAULT_COLOUR, alpha=0.16,
                            lw=0, zorder=0)
                 ax.axvline(fault["start"] - t0, color=FAULT_COLOUR, lw=1.2, zorder=1)
         top = axes[0]
-        labels = [_fault_label(fault) for fault in verdict["recovery"]]
-        starts = [fault["start"] - t0 for fault in verdict["recovery"]]
+        labels = [_fault_label(fault) for fault in verdict.recovery]
+        starts = [fault["start"] - t0 for fault in verdict.recovery]
         per_char = span * 1.02 * LABEL_CHAR_PT / LABEL_AXES_PT  # seconds per character
         # A label runs right from its fault's line, or left of it where it would leave the
         # axes on the right.
@@ -172,11 +174,11 @@ def label_lanes(spans: Sequence[tuple[float, float]], gap: float = 0.0) -> list[
     return lanes
 
 
-def _draw_queue(ax: Any, verdict: Mapping[str, Any], queue: str, rows: list[str], t0: float,
+def _draw_queue(ax: Any, verdict: Verdict, queue: str, rows: list[str], t0: float,
                 span: float, colour: Mapping[str, str]) -> None:
     y = {actor: i for i, actor in enumerate(rows)}
     min_width = span * 0.003  # an island of one instant stays visible
-    for island in verdict["activity"]:
+    for island in verdict.activity:
         if island["queue"] != queue:
             continue
         start, width = island["start"] - t0, max(island["end"] - island["start"], min_width)
@@ -186,13 +188,13 @@ def _draw_queue(ax: Any, verdict: Mapping[str, Any], queue: str, rows: list[str]
         if width > span * 0.05:
             ax.text(start + width / 2, row, f"{island['effects']}", ha="center", va="center",
                     color="white", fontsize=8.5, fontweight="bold", zorder=3)
-    for pair in verdict["concurrent"]["pairs"]:
+    for pair in verdict.concurrent:
         if pair["queue"] == queue:
             lo = pair["second"]["start"] - t0
             hi = min(pair["first"]["end"], pair["second"]["end"]) - t0
             ax.axvspan(lo, max(hi, lo + span * 0.004), color=CONCURRENT_COLOUR, alpha=0.28,
                        lw=0, zorder=1)
-    handovers = [h for h in verdict["handovers"] if h["queue"] == queue]
+    handovers = [h for h in verdict.handovers if h["queue"] == queue]
     for h in handovers[:MAX_HANDOVER_ARROWS]:
         ax.annotate("", xy=(h["first_commit"] - t0, y[h["to"]]),
                     xytext=(h["last_commit"] - t0, y[h["from"]]),
@@ -210,13 +212,13 @@ def _draw_queue(ax: Any, verdict: Mapping[str, Any], queue: str, rows: list[str]
     ax.set_title(shown, loc="right", pad=16, fontsize=8.5, color="#64748b")
 
 
-def _legend(verdict: Mapping[str, Any]) -> list[Any]:
+def _legend(verdict: Verdict) -> list[Any]:
     handles: list[Any] = [Patch(color="#94a3b8", label="active (number = effects)")]
-    if verdict["recovery"]:
+    if verdict.recovery:
         handles.append(Patch(color=FAULT_COLOUR, alpha=0.3, label="fault window"))
-    if verdict["concurrent"]["pairs"]:
+    if verdict.concurrent:
         handles.append(Patch(color=CONCURRENT_COLOUR, alpha=0.4, label="concurrent processing"))
-    if verdict["handovers"]:
+    if verdict.handovers:
         handles.append(Line2D([], [], color=HANDOVER_COLOUR, marker=">", markersize=5,
                               label="handover"))
     return handles

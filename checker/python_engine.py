@@ -5,9 +5,9 @@ to the spec rather than to be fast: one pass over the files collects what each r
 (``_Collected``), then each part of the verdict is a plain function on lists, in the spec's
 order. Memory grows with the number of message ids, not with the size of the files.
 
-    >>> verdict = check_run(Path("runs/r1"))      # doctest: +SKIP
-    >>> verdict["valid"], verdict["lost"]["ids"]  # doctest: +SKIP
-    (False, ['m-17'])
+    >>> verdict = check_run(Path("runs/r1"))  # doctest: +SKIP
+    >>> verdict.valid, verdict.lost            # doctest: +SKIP
+    (False, ('m-17',))
 """
 
 from __future__ import annotations
@@ -32,10 +32,22 @@ from sac.checker.runs import (
     read_events,
     require_checkable,
 )
+from sac.checker.verdict import Activity, Handover, Latency, Pair, Recovery, Verdict
+from sac.history import (
+    ANOMALIES,
+    Active,
+    Cancelled,
+    Commit,
+    CommitRejected,
+    Confirm,
+    Deliver,
+    FaultEnd,
+    FaultStart,
+    Publish,
+    Reject,
+)
 
 ENGINE = "python"
-
-Verdict = dict[str, Any]
 
 
 class Interval(NamedTuple):
@@ -91,7 +103,7 @@ class _Collected:
 
 
 def check_run(path: Path) -> Verdict:
-    """The verdict of the run directory at ``path`` (``SPEC.md``), as a JSON-able dict.
+    """The verdict of the run directory at ``path`` (``SPEC.md``).
 
     Raises ``InputError`` when the directory or its ``run.json`` cannot be used, or the
     run holds nothing to check (``runs.require_checkable``).
@@ -121,13 +133,15 @@ def summarize(verdicts: Sequence[Verdict], engine: str) -> dict[str, Any]:
     """``summary.json`` for ``verdicts`` (of either engine): counts, invalid runs, totals."""
     totals = {key: 0 for key in spec.SUMMARY_TOTALS}
     for verdict in verdicts:
-        for key in spec.SUMMARY_TOTALS:
-            value = verdict[key]
-            totals[key] += value["count"] if isinstance(value, dict) else value
+        totals["published"] += verdict.published
+        totals["confirmed"] += verdict.confirmed
+        totals["effects"] += verdict.effects
+        for name in ANOMALIES:
+            totals[name] += verdict.count(name)
     return {
         "runs": len(verdicts),
-        "valid": sum(1 for v in verdicts if v["valid"]),
-        "invalid": sorted(v["run"] for v in verdicts if not v["valid"]),
+        "valid": sum(1 for v in verdicts if v.valid),
+        "invalid": sorted(v.run for v in verdicts if not v.valid),
         "engine": engine,
         "totals": totals,
     }
@@ -148,10 +162,10 @@ def _collect(events: Iterable[Event], wanted: set[tuple[str, str]] | None) -> _C
         if kind in spec.COUNT_KEYS:
             c.counts[kind] += 1
         if kind in spec.UNORDERED_EVENTS or (
-            kind == "reject" and event.get("requeue") is not True
+            kind == Reject.KIND and event.get("requeue") is not True
         ):
             c.unordered.add(event["msg"])
-        if kind == "publish":
+        if kind == Publish.KIND:
             msg = event["msg"]
             if ts < c.first_publish.get(msg, float("inf")):
                 c.first_publish[msg] = ts
@@ -165,31 +179,31 @@ def _collect(events: Iterable[Event], wanted: set[tuple[str, str]] | None) -> _C
                 candidate = (ts, queue)
                 if msg not in c.queue_publish or candidate < c.queue_publish[msg]:
                     c.queue_publish[msg] = candidate
-        elif kind == "confirm":
+        elif kind == Confirm.KIND:
             c.confirmed.add(event["msg"])
-        elif kind == "deliver":
+        elif kind == Deliver.KIND:
             if event.get("redelivered") is True:
                 c.counts[spec.REDELIVERED] += 1
             # Every delivery of a message that has an effect: the intervals need its own
             # committer's, the order rule those of whoever held it before.
             if wanted_msgs is None or event["msg"] in wanted_msgs:
                 c.delivers.setdefault((event["msg"], event["actor"]), []).append(ts)
-        elif kind == "cancelled":
+        elif kind == Cancelled.KIND:
             if event.get("by") == spec.CLIENT_CANCEL:
                 c.client_cancels.setdefault(event["actor"], []).append(ts)
-        elif kind == "active":
+        elif kind == Active.KIND:
             queue = event.get("queue")
             if isinstance(queue, str):  # no queue named: it counts for none
                 c.actives.setdefault((event["actor"], queue), []).append(ts)
-        elif kind == "commit" and wanted is None:
+        elif kind == Commit.KIND and wanted is None:
             c.commits.append(Effect(event["msg"], event["actor"], ts))
-        elif kind == "commit_rejected":
+        elif kind == CommitRejected.KIND:
             reason = spec.COMMIT_REJECTED_WHY.get(_text(event, "why"))
             if reason:
                 c.counts[reason] += 1
-        elif kind == "fault_start":
+        elif kind == FaultStart.KIND:
             c.fault_starts.append((ts, _text(event, "fault"), _text(event, "target")))
-        elif kind == "fault_end":
+        elif kind == FaultEnd.KIND:
             c.fault_ends.setdefault((_text(event, "fault"), _text(event, "target")), []).append(ts)
     for times in (*c.delivers.values(), *c.actives.values(), *c.fault_ends.values(),
                   *c.client_cancels.values()):
@@ -224,58 +238,32 @@ def _verdict(
             if checked is None or island.queue in checked
         ]
     )
-    malformed = sorted(findings.malformed, key=lambda m: (m.file, m.line))
     late = reordered(effects, c, run.config.ordered_queues)
 
-    named = {
-        "lost": lost,
-        "duplicated": duplicated,
-        "unexpected": unexpected,
-        "concurrent": sorted({m for pair in pairs for m in pair["msgs"]}),
-        "reordered": late,
-    }
-    anomalies: dict[str, list[str]] = defaultdict(list)
-    for name in spec.ANOMALIES:
-        for msg in named[name]:
-            anomalies[msg].append(name)
-
-    counts_of = {
-        "lost": len(lost),
-        "duplicated": len(duplicated),
-        "unexpected": len(unexpected),
-        "concurrent": len(pairs),
-        "reordered": len(late),
-        "malformed": len(malformed),
-    }
-    tolerates = run.config.tolerates
-    return {
-        "run": run.name,
-        "engine": ENGINE,
-        "effects_source": source,
-        "published": len(c.first_publish),
-        "confirmed": len(c.confirmed),
-        "effects": len(effects),
-        "lost": {"count": len(lost), "ids": lost},
-        "duplicated": {"count": len(duplicated), "ids": duplicated},
-        "unexpected": {"count": len(unexpected), "ids": unexpected},
-        "concurrent": {"count": len(pairs), "pairs": pairs},
-        "reordered": {"count": len(late), "ids": late},
-        "malformed": {
-            "count": len(malformed),
-            "lines": [{"file": m.file, "line": m.line, "error": m.error} for m in malformed],
-        },
-        "unknown_events": dict(findings.unknown_events),
-        "counts": {key: c.counts[key] for key in spec.COUNT_KEYS},
-        "anomalies": dict(anomalies),
-        "activity": activity(islands(intervals, run.config.activity_gap_s)),
-        "handovers": handovers(effects, c.queue_of),
-        "recovery": recovery(c.fault_starts, c.fault_ends, effects),
-        "latency_ms": latency(
+    return Verdict.assemble(
+        run=run.name,
+        engine=ENGINE,
+        effects_source=source,
+        published=len(c.first_publish),
+        confirmed=len(c.confirmed),
+        effects=len(effects),
+        lost=lost,
+        duplicated=duplicated,
+        unexpected=unexpected,
+        concurrent=pairs,
+        reordered=late,
+        malformed=[{"file": m.file, "line": m.line, "error": m.error}
+                   for m in findings.malformed],
+        unknown_events=findings.unknown_events,
+        counts=c.counts,
+        activity=activity(islands(intervals, run.config.activity_gap_s)),
+        handovers=handovers(effects, c.queue_of),
+        recovery=recovery(c.fault_starts, c.fault_ends, effects),
+        latency_ms=latency(
             [(e.ts - c.first_publish[e.msg]) * 1000 for e in effects if e.msg in c.first_publish]
         ),
-        "valid": all(n == 0 for name, n in counts_of.items() if name not in tolerates),
-        "tolerated": dict(tolerates),
-    }
+        tolerated=run.config.tolerates,
+    )
 
 
 def processing_intervals(
@@ -325,7 +313,7 @@ def islands(intervals: Iterable[Interval], gap: float) -> list[Island]:
     return found
 
 
-def concurrent_pairs(checked: Iterable[Island]) -> list[dict[str, Any]]:
+def concurrent_pairs(checked: Iterable[Island]) -> list[Pair]:
     """Overlapping islands of different actors on one queue, found by a sweep in time order.
 
     Each island is compared with the earlier island that reaches furthest (largest end, the
@@ -345,7 +333,7 @@ def concurrent_pairs(checked: Iterable[Island]) -> list[dict[str, Any]]:
     return sorted(pairs, key=lambda p: (p["queue"], p["second"]["start"], p["second"]["actor"]))
 
 
-def _pair(first: Island, second: Island) -> dict[str, Any]:
+def _pair(first: Island, second: Island) -> Pair:
     msgs = {i.msg for i in first.intervals if i.end > second.start}
     msgs |= {i.msg for i in second.intervals if i.start < first.end}
     return {
@@ -423,9 +411,9 @@ def returned_by_failure(c: _Collected, held: set[tuple[float, str]], actor: str,
     return False
 
 
-def activity(found: Iterable[Island]) -> list[dict[str, Any]]:
+def activity(found: Iterable[Island]) -> list[Activity]:
     """Who worked on which queue when, sorted by (queue, start, actor)."""
-    rows = [
+    rows: list[Activity] = [
         {
             "queue": i.queue,
             "actor": i.actor,
@@ -438,12 +426,12 @@ def activity(found: Iterable[Island]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["queue"], r["start"], r["actor"]))
 
 
-def handovers(effects: Iterable[Effect], queue_of: Callable[[str], str]) -> list[dict[str, Any]]:
+def handovers(effects: Iterable[Effect], queue_of: Callable[[str], str]) -> list[Handover]:
     """Consecutive effects (per queue, by time) by different actors: the work changed hands."""
     by_queue: dict[str, list[Effect]] = defaultdict(list)
     for effect in effects:
         by_queue[queue_of(effect.msg)].append(effect)
-    rows = []
+    rows: list[Handover] = []
     for queue, owned in by_queue.items():
         ordered = sorted(owned, key=lambda e: (e.ts, e.actor, e.msg))
         for before, after in itertools.pairwise(ordered):
@@ -465,10 +453,10 @@ def recovery(
     starts: Iterable[tuple[float, str, str]],
     ends: dict[tuple[str, str], list[float]],
     effects: Iterable[Effect],
-) -> list[dict[str, Any]]:
+) -> list[Recovery]:
     """Per fault: when it was healed and how long until the next effect after it started."""
     effect_times = sorted(e.ts for e in effects)
-    rows = []
+    rows: list[Recovery] = []
     for start, fault, target in sorted(starts):
         healed = ends.get((fault, target), [])
         i = bisect.bisect_left(healed, start)
@@ -485,15 +473,17 @@ def recovery(
     return rows
 
 
-def latency(values_ms: Iterable[float]) -> dict[str, Any]:
-    """Nearest-rank percentiles, max and histogram of publish-to-effect times (ms)."""
+def latency(values_ms: Iterable[float]) -> Latency:
+    """Nearest-rank percentiles (``spec.PERCENTILES``), max and histogram of publish-to-effect
+    times (ms)."""
     ordered = sorted(values_ms)
     n = len(ordered)
     histogram = [0] * len(spec.HISTOGRAM_EDGES_MS)
     for value in ordered:
         histogram[spec.histogram_bin(value)] += 1
-    summary: dict[str, Any] = {"count": n, "histogram": histogram}
-    for pct in spec.PERCENTILES:
-        summary[f"p{pct}"] = ordered[spec.nearest_rank(pct, n)] if n else None
-    summary["max"] = ordered[-1] if n else None
-    return summary
+
+    def ranked(pct: int) -> float | None:
+        return ordered[spec.nearest_rank(pct, n)] if n else None
+
+    return {"count": n, "histogram": histogram, "p50": ranked(50), "p95": ranked(95),
+            "p99": ranked(99), "max": ordered[-1] if n else None}

@@ -7,8 +7,9 @@ and the anomalies with their offending message ids, the timeline of consumers pe
 latency histogram.
 
 This module turns verdicts (``checker/SPEC.md``) into plain values for the template; the
-figures are ``sac.checker.plots``; the layout is ``templates/report.html``. A verdict that lacks a
-field the report shows is an error, never a blank: the report is how people judge a run.
+figures are ``sac.checker.plots``; the layout is ``templates/report.html``. A verdict is typed
+(``sac.checker.verdict.Verdict``), so none lacks a field the report shows, and the template
+fails on a missing value instead of rendering a blank: the report is how people judge a run.
 
 Example::
 
@@ -24,26 +25,15 @@ from typing import Any
 import attrs
 import jinja2
 
-from . import plots
+from sac.checker import plots
+from sac.checker.verdict import Verdict
+from sac.history import ANOMALIES, MALFORMED, MESSAGE_ANOMALIES
 
 TEMPLATES = Path(__file__).parent / "templates"
 IDS_SHOWN = 12  # offending ids listed per anomaly before "and N more"
 LINES_SHOWN = 10  # malformed lines listed
 ROWS_SHOWN = 15  # concurrent pairs, handovers
 MSGS_PER_PAIR = 6  # ids listed per concurrent pair
-CHECKED = ("lost", "duplicated", "unexpected", "concurrent", "reordered")
-MEANING = {
-    "lost": "confirmed by the broker, no effect",
-    "duplicated": "two or more effects",
-    "unexpected": "an effect, never published",
-    "concurrent": "processed by two actors at once",
-    "reordered": "committed after a later message of its publisher",
-    "malformed": "input lines skipped",
-}
-REQUIRED = ("run", "engine", "effects_source", "published", "confirmed", "effects", "lost",
-            "duplicated", "unexpected", "concurrent", "reordered", "malformed", "unknown_events",
-            "counts", "anomalies", "activity", "handovers", "recovery", "latency_ms", "valid",
-            "tolerated")
 
 
 @attrs.frozen
@@ -70,42 +60,30 @@ class AnomalyRow:
     ids: Shown
 
 
-def _check(verdict: Mapping[str, Any], index: int) -> None:
-    missing = [f for f in REQUIRED if f not in verdict]
-    if missing:
-        name = verdict.get("run", f"#{index}")
-        raise ValueError(f"verdict of run {name!r} lacks {', '.join(missing)} (see SPEC.md)")
-
-
 def _status(count: int, reason: str | None) -> str:
     if count == 0:
         return "ok"
     return "tolerated" if reason else "failed"
 
 
-def anomaly_rows(verdict: Mapping[str, Any]) -> list[AnomalyRow]:
-    """Lost, duplicated, unexpected, concurrent and reordered with their ids (from
-    ``anomalies``), then malformed with its ``file:line``s."""
-    tolerated: Mapping[str, str] = verdict["tolerated"]
-    by_name: dict[str, list[str]] = {name: [] for name in CHECKED}
-    for msg, names in sorted(verdict["anomalies"].items()):
-        for name in names:
-            by_name[name].append(msg)
+def anomaly_rows(verdict: Verdict) -> list[AnomalyRow]:
+    """Lost, duplicated, unexpected, concurrent and reordered with their ids, then malformed
+    with its ``file:line``s."""
     rows = []
-    for name in CHECKED:
-        count = int(verdict[name]["count"])
-        reason = tolerated.get(name)
-        rows.append(AnomalyRow(name, MEANING[name], count, _status(count, reason), reason,
-                               Shown.of(by_name[name], IDS_SHOWN)))
-    lines = [(f"{m['file']}:{m['line']}", m["error"]) for m in verdict["malformed"]["lines"]]
-    count = int(verdict["malformed"]["count"])
-    reason = tolerated.get("malformed")
-    rows.append(AnomalyRow("malformed", MEANING["malformed"], count, _status(count, reason),
+    for name in MESSAGE_ANOMALIES:
+        count = verdict.count(name)
+        reason = verdict.tolerated.get(name)
+        rows.append(AnomalyRow(name, ANOMALIES[name], count, _status(count, reason), reason,
+                               Shown.of(verdict.ids(name), IDS_SHOWN)))
+    lines = [(f"{m['file']}:{m['line']}", m["error"]) for m in verdict.malformed]
+    count = verdict.count(MALFORMED)
+    reason = verdict.tolerated.get(MALFORMED)
+    rows.append(AnomalyRow(MALFORMED, ANOMALIES[MALFORMED], count, _status(count, reason),
                            reason, Shown.of(lines, LINES_SHOWN)))
     return rows
 
 
-def _relative(verdict: Mapping[str, Any]) -> dict[str, Any]:
+def _relative(verdict: Verdict) -> dict[str, Any]:
     """Faults, handovers and concurrent pairs with times relative to the timeline's origin."""
     t0 = plots.time_origin(verdict) or 0.0
 
@@ -114,16 +92,16 @@ def _relative(verdict: Mapping[str, Any]) -> dict[str, Any]:
 
     faults = [{**r, "start_rel": rel(r["start"]), "end_rel": rel(r["end"]),
                "recovery": plots.EN_DASH if r["recovery_s"] is None else f"{r['recovery_s']:.3f} s"}
-              for r in verdict["recovery"]]
+              for r in verdict.recovery]
     handovers = [{**h, "at": rel(h["first_commit"]), "gap": plots.format_ms(h["gap_s"] * 1000)}
-                 for h in verdict["handovers"]]
+                 for h in verdict.handovers]
     pairs = [{**p, "at": rel(p["second"]["start"]),
               "overlap": plots.format_ms(p["overlap_s"] * 1000),
               "msgs_shown": Shown.of(p["msgs"], MSGS_PER_PAIR)}
-             for p in verdict["concurrent"]["pairs"]]
-    gaps = [h["gap_s"] for h in verdict["handovers"]]
+             for p in verdict.concurrent]
+    gaps = [h["gap_s"] for h in verdict.handovers]
     return {
-        "t0": plots.clock(t0) if verdict["activity"] or verdict["recovery"] else None,
+        "t0": plots.clock(t0) if verdict.activity or verdict.recovery else None,
         "faults": faults,
         "handovers": Shown.of(handovers, ROWS_SHOWN),
         "max_gap": plots.format_ms(max(gaps) * 1000) if gaps else plots.EN_DASH,
@@ -138,11 +116,10 @@ def broker_label(broker: Mapping[str, str] | None) -> str | None:
     return f"{broker['product']} {broker['version']}, metadata in {broker['metadata_store']}"
 
 
-def run_view(verdict: Mapping[str, Any], index: int,
+def run_view(verdict: Verdict, index: int,
              broker: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What the template shows of one run (``broker``: what it ran on, if known)."""
-    _check(verdict, index)
-    latency = verdict["latency_ms"]
+    latency = verdict.latency_ms
     salt = f"run{index}"
     return {
         "anchor": f"run-{index}",
@@ -156,7 +133,7 @@ def run_view(verdict: Mapping[str, Any], index: int,
     }
 
 
-def render_html(verdicts: Sequence[Mapping[str, Any]], summary: Mapping[str, Any],
+def render_html(verdicts: Sequence[Verdict], summary: Mapping[str, Any],
                 brokers: Sequence[Mapping[str, str] | None] | None = None) -> str:
     """The report as a string (``render_report`` writes it). ``brokers``: per run, what it
     ran on (``RunConfig.broker``), shown beside its name and, all of them, in the header."""
@@ -177,7 +154,7 @@ def render_html(verdicts: Sequence[Mapping[str, Any]], summary: Mapping[str, Any
                                                   brokers=list(dict.fromkeys(labels)))
 
 
-def render_report(verdicts: list[dict[str, Any]], summary: dict[str, Any], out: Path,
+def render_report(verdicts: Sequence[Verdict], summary: dict[str, Any], out: Path,
                   brokers: Sequence[Mapping[str, str] | None] | None = None) -> Path:
     """Write ``report.html`` into the directory ``out`` (created if missing), or to ``out``
     itself when it names an ``.html`` file; return the file written."""

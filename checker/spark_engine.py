@@ -5,11 +5,12 @@ Everything up to the verdict is DataFrame operations over every run at once (``s
 reads, ``spark_rules`` holds the rules); there is no Python UDF, so executors need pyspark and
 nothing of ours. The driver collects only what the verdict lists (ids, pairs, islands,
 handovers, faults, a few ranked values and counts), which is bounded by anomalies and activity,
-never by events, and assembles one verdict dict per run, identical to the reference engine's
-(``python_engine``) apart from ``engine`` and the malformed lines' ``error`` texts.
+never by events, and assembles one ``Verdict`` per run with ``Verdict.assemble``, as the
+reference engine (``python_engine``) does: the two are identical apart from ``engine`` and the
+malformed lines' ``error`` texts.
 
     >>> spark = spark_session("local[2]")                      # doctest: +SKIP
-    >>> [v["valid"] for v in check_runs(spark, [Path("runs/r1")])]  # doctest: +SKIP
+    >>> [v.valid for v in check_runs(spark, [Path("runs/r1")])]  # doctest: +SKIP
     [True]
 
 Percentiles are exact nearest ranks (``spark_rules.ranked_values``), not ``percentile_approx``.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,17 @@ from sac.checker import spec
 from sac.checker.runs import require_checkable
 from sac.checker.spark_positions import in_order
 from sac.checker.spark_read import Inputs, open_runs, read_inputs
+from sac.checker.verdict import (
+    Activity,
+    Handover,
+    Latency,
+    MalformedLine,
+    Pair,
+    Recovery,
+    Span,
+    Verdict,
+)
+from sac.history import CommitRejected, Deliver
 
 ENGINE = "spark"
 
@@ -44,7 +57,48 @@ POSTGRESQL_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 reads the SDK's inbox table through it (no other download)."""
 POSTGRESQL_JDBC_PACKAGE = "libpostgresql-jdbc-java"
 
-Verdict = dict[str, Any]
+
+
+def _no_latency() -> Latency:
+    """``latency_ms`` of a run without effects; the collected ranks fill it in."""
+    return {"count": 0, "p50": None, "p95": None, "p99": None, "max": None,
+            "histogram": [0] * len(spec.HISTOGRAM_EDGES_MS)}
+
+
+@dataclass
+class _Parts:
+    """What the collected results say of one run, before ``Verdict.assemble`` orders it."""
+
+    name: str
+    tolerated: dict[str, str]
+    effects_source: str
+    sizes: dict[str, int] = field(
+        default_factory=lambda: {"published": 0, "confirmed": 0, "effects": 0})
+    ids: dict[str, list[str]] = field(
+        default_factory=lambda: {name: [] for name in ("lost", "duplicated", "unexpected",
+                                                       "reordered")})
+    pairs: list[Pair] = field(default_factory=list)
+    malformed: list[MalformedLine] = field(default_factory=list)
+    unknown_events: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    activity: list[Activity] = field(default_factory=list)
+    handovers: list[tuple[Handover, str]] = field(default_factory=list)
+    """Each with the id of its first commit, the last key of its order."""
+    recovery: list[Recovery] = field(default_factory=list)
+    latency: Latency = field(default_factory=_no_latency)
+
+    def verdict(self) -> Verdict:
+        handovers = [row for row, _ in sorted(self.handovers, key=lambda h: (
+            h[0]["queue"], h[0]["first_commit"], h[0]["to"], h[1]))]
+        return Verdict.assemble(
+            run=self.name, engine=ENGINE, effects_source=self.effects_source,
+            published=self.sizes["published"], confirmed=self.sizes["confirmed"],
+            effects=self.sizes["effects"], lost=self.ids["lost"],
+            duplicated=self.ids["duplicated"], unexpected=self.ids["unexpected"],
+            concurrent=self.pairs, reordered=self.ids["reordered"], malformed=self.malformed,
+            unknown_events=self.unknown_events, counts=self.counts, activity=self.activity,
+            handovers=handovers, recovery=self.recovery, latency_ms=self.latency,
+            tolerated=self.tolerated)
 
 
 def spark_session(master: str | None = None, app: str = "sac-check") -> SparkSession:
@@ -103,8 +157,10 @@ class _Assembly:
     def __init__(self, inputs: Inputs, persisted: list[DataFrame]) -> None:
         self.inputs = inputs
         self.persisted = persisted
-        self.out: list[Verdict] = [
-            _empty_verdict(run.name, run.config.tolerates, run.has_effects_file)
+        self.out = [
+            _Parts(run.name, dict(run.config.tolerates),
+                   spec.EFFECTS_SOURCE_FILE if run.has_effects_file
+                   else spec.EFFECTS_SOURCE_EVENTS)
             for run in inputs.runs
         ]
 
@@ -131,9 +187,7 @@ class _Assembly:
         self._handovers(timed)
         self._recovery(events, effects)
         self._latency(timed)
-        for verdict in self.out:
-            _finish(verdict)
-        return self.out
+        return [parts.verdict() for parts in self.out]
 
     def _counts(self, events: DataFrame) -> None:
         as_int = "int"
@@ -151,18 +205,18 @@ class _Assembly:
         known = [0] * len(self.out)
         queued = [0] * len(self.out)
         for row in rows:
-            verdict = self.out[row["run"]]
-            counts, kind = verdict["counts"], row["type"]
+            parts = self.out[row["run"]]
+            counts, kind = parts.counts, row["type"]
             if kind not in spec.KNOWN_EVENT_TYPES:
-                verdict["unknown_events"][kind] = row["n"]
+                parts.unknown_events[kind] = row["n"]
                 continue
             known[row["run"]] += row["n"]
             queued[row["run"]] += row["queued"]
-            if kind in counts:
+            if kind in spec.COUNT_KEYS:
                 counts[kind] = row["n"]
-            if kind == "deliver":
+            if kind == Deliver.KIND:
                 counts[spec.REDELIVERED] = row["redelivered"] or 0
-            if kind == "commit_rejected":
+            if kind == CommitRejected.KIND:
                 counts[spec.COMMIT_REJECTED_WHY["stale-epoch"]] = row["stale"] or 0
                 counts[spec.COMMIT_REJECTED_WHY["duplicate"]] = row["duplicate"] or 0
         for run, read, named in zip(self.inputs.runs, known, queued, strict=True):
@@ -182,17 +236,17 @@ class _Assembly:
             .unionByName(per_run(effects, "effects"))
         )
         for row in sizes.collect():
-            self.out[row["run"]][row["name"]] = row["n"]
+            self.out[row["run"]].sizes[row["name"]] = row["n"]
 
     def _malformed(self) -> None:
         for row in self.inputs.malformed.collect():
-            self.out[row["run"]]["malformed"]["lines"].append(
+            self.out[row["run"]].malformed.append(
                 {"file": row["file"], "line": row["line"], "error": row["error"]}
             )
 
     def _ids(self, named: DataFrame) -> None:
         for row in named.collect():
-            self.out[row["run"]][row["name"]]["ids"].append(row["msg"])
+            self.out[row["run"]].ids[row["name"]].append(row["msg"])
 
     def _concurrency(self, timed: DataFrame) -> None:
         settings = self.inputs.settings
@@ -209,7 +263,7 @@ class _Assembly:
         for row in pairs.collect():
             first, second = row["first"], row["second"]
             key = (row["run"], row["queue"], second["actor"], second["island"])
-            self.out[row["run"]]["concurrent"]["pairs"].append(
+            self.out[row["run"]].pairs.append(
                 {
                     "queue": row["queue"],
                     "first": _span(first),
@@ -223,7 +277,7 @@ class _Assembly:
         gaps = timed.join(self.inputs.settings, "run")
         found = rules.islands(rules.with_islands(gaps, F.col("gap")))
         for row in found.collect():
-            self.out[row["run"]]["activity"].append(
+            self.out[row["run"]].activity.append(
                 {
                     "queue": row["queue"],
                     "actor": row["actor"],
@@ -235,7 +289,7 @@ class _Assembly:
 
     def _handovers(self, timed: DataFrame) -> None:
         for row in rules.handovers(timed).collect():
-            self.out[row["run"]]["handovers"].append(
+            self.out[row["run"]].handovers.append((
                 {
                     "queue": row["queue"],
                     "from": row["from"],
@@ -243,13 +297,13 @@ class _Assembly:
                     "last_commit": row["last_commit"],
                     "first_commit": row["first_commit"],
                     "gap_s": row["gap_s"],
-                    "_msg": row["msg"],
-                }
-            )
+                },
+                row["msg"],
+            ))
 
     def _recovery(self, events: DataFrame, effects: DataFrame) -> None:
         for row in rules.recovery(events, effects).collect():
-            self.out[row["run"]]["recovery"].append(
+            self.out[row["run"]].recovery.append(
                 {
                     "fault": row["fault"],
                     "target": row["target"],
@@ -262,85 +316,21 @@ class _Assembly:
     def _latency(self, timed: DataFrame) -> None:
         values = self._keep(rules.latencies(timed))
         for row in rules.histogram(values).collect():
-            self.out[row["run"]]["latency_ms"]["histogram"][row["bin"]] = row["n"]
+            self.out[row["run"]].latency["histogram"][row["bin"]] = row["n"]
         ordered = self._keep(in_order(values, "run", "x"))
         for row in rules.ranked_values(ordered).collect():
-            latency, n = self.out[row["run"]]["latency_ms"], row["n"]
+            latency, n = self.out[row["run"]].latency, row["n"]
             latency["count"] = n
-            for pct in spec.PERCENTILES:
-                if spec.nearest_rank(pct, n) + 1 == row["rank"]:
-                    latency[f"p{pct}"] = row["x"]
-            if row["rank"] == n:
+            rank = row["rank"]
+            if spec.nearest_rank(50, n) + 1 == rank:
+                latency["p50"] = row["x"]
+            if spec.nearest_rank(95, n) + 1 == rank:
+                latency["p95"] = row["x"]
+            if spec.nearest_rank(99, n) + 1 == rank:
+                latency["p99"] = row["x"]
+            if rank == n:
                 latency["max"] = row["x"]
 
 
-def _span(island: Any) -> dict[str, Any]:
+def _span(island: Any) -> Span:
     return {"actor": island["actor"], "start": island["start"], "end": island["end"]}
-
-
-def _empty_verdict(name: str, tolerates: dict[str, str], has_effects: bool) -> Verdict:
-    """A verdict with every field at its value for a run with no rows: the collected results
-    fill it in (a run absent from a result has nothing of that kind)."""
-    return {
-        "run": name,
-        "engine": ENGINE,
-        "effects_source": spec.EFFECTS_SOURCE_FILE if has_effects else spec.EFFECTS_SOURCE_EVENTS,
-        "published": 0,
-        "confirmed": 0,
-        "effects": 0,
-        "lost": {"count": 0, "ids": []},
-        "duplicated": {"count": 0, "ids": []},
-        "unexpected": {"count": 0, "ids": []},
-        "concurrent": {"count": 0, "pairs": []},
-        "reordered": {"count": 0, "ids": []},
-        "malformed": {"count": 0, "lines": []},
-        "unknown_events": {},
-        "counts": dict.fromkeys(spec.COUNT_KEYS, 0),
-        "anomalies": {},
-        "activity": [],
-        "handovers": [],
-        "recovery": [],
-        "latency_ms": {
-            "count": 0,
-            "p50": None,
-            "p95": None,
-            "p99": None,
-            "max": None,
-            "histogram": [0] * len(spec.HISTOGRAM_EDGES_MS),
-        },
-        "valid": True,
-        "tolerated": dict(tolerates),
-    }
-
-
-def _finish(verdict: Verdict) -> None:
-    """Sorts the collected lists as the spec orders them; counts, anomalies and validity."""
-    for name in ("lost", "duplicated", "unexpected", "reordered"):
-        ids = sorted(verdict[name]["ids"])
-        verdict[name] = {"count": len(ids), "ids": ids}
-    pairs = sorted(
-        verdict["concurrent"]["pairs"],
-        key=lambda p: (p["queue"], p["second"]["start"], p["second"]["actor"]),
-    )
-    verdict["concurrent"] = {"count": len(pairs), "pairs": pairs}
-    lines = sorted(verdict["malformed"]["lines"], key=lambda m: (m["file"], m["line"]))
-    verdict["malformed"] = {"count": len(lines), "lines": lines}
-    verdict["activity"].sort(key=lambda r: (r["queue"], r["start"], r["actor"]))
-    verdict["handovers"].sort(key=lambda r: (r["queue"], r["first_commit"], r["to"], r["_msg"]))
-    for row in verdict["handovers"]:
-        del row["_msg"]
-    verdict["recovery"].sort(key=lambda r: (r["start"], r["fault"], r["target"]))
-
-    listed = ("lost", "duplicated", "unexpected", "reordered")
-    named = {name: verdict[name]["ids"] for name in listed}
-    named["concurrent"] = sorted({m for pair in pairs for m in pair["msgs"]})
-    anomalies: dict[str, list[str]] = defaultdict(list)
-    for name in spec.ANOMALIES:
-        for msg in named[name]:
-            anomalies[msg].append(name)
-    verdict["anomalies"] = dict(anomalies)
-
-    tolerated = verdict["tolerated"]
-    verdict["valid"] = all(
-        verdict[name]["count"] == 0 for name in spec.TOLERABLE if name not in tolerated
-    )

@@ -40,6 +40,7 @@ from sac.checker import spec
 from sac.checker.errors import InputError
 from sac.checker.runs import Run, event_files, open_run
 from sac.checker.spark_positions import positions
+from sac.history import Cancelled, Commit, CommitRejected, Deliver, Publish, Reject
 
 EVENT = "event"
 EFFECT = "effect"
@@ -150,7 +151,7 @@ def read_inputs(spark: SparkSession, runs: list[Run]) -> Inputs:
     events = good.filter(F.col("kind") == EVENT).select(*EVENT_COLUMNS)
     effects = good.filter(
         (F.col("kind") == EFFECT)
-        | ((F.col("kind") == EVENT) & (F.col("type") == "commit") & ~F.col("has_effects"))
+        | ((F.col("kind") == EVENT) & (F.col("type") == Commit.KIND) & ~F.col("has_effects"))
     ).select(*EFFECT_COLUMNS)
     return Inputs(
         runs=runs,
@@ -380,8 +381,8 @@ def _parse(lines: DataFrame) -> DataFrame:
         "type",
         _string(v, "msg").alias("msg"),
         F.when(typed.isin(*spec.QUEUE_EVENTS), _string(v, "queue")).alias("queue"),
-        F.when(typed == "deliver", _boolean(v, "redelivered")).alias("redelivered"),
-        F.when(typed == "commit_rejected", _string(v, "why")).alias("why"),
+        F.when(typed == Deliver.KIND, _boolean(v, "redelivered")).alias("redelivered"),
+        F.when(typed == CommitRejected.KIND, _string(v, "why")).alias("why"),
         F.when(typed.startswith("fault_"), F.coalesce(_string(v, "fault"), F.lit(""))).alias(
             "fault"
         ),
@@ -389,11 +390,11 @@ def _parse(lines: DataFrame) -> DataFrame:
             "target"
         ),
         F.when(
-            (typed == "publish") & _json_type(v, "seq").isin(*_INTEGER_TYPES),
+            (typed == Publish.KIND) & _json_type(v, "seq").isin(*_INTEGER_TYPES),
             F.try_variant_get(v, "$.seq", "long"),
         ).alias("seq"),
-        F.when(typed == "cancelled", _string(v, "by")).alias("by"),
-        F.when(typed == "reject", _boolean(v, "requeue")).alias("requeue"),
+        F.when(typed == Cancelled.KIND, _string(v, "by")).alias("by"),
+        F.when(typed == Reject.KIND, _boolean(v, "requeue")).alias("requeue"),
         F.when(F.col("blank"), F.lit(None))
         .when(v.isNull(), F.lit("not JSON"))
         .when(~F.col("value").rlike(_OBJECT_START), F.lit("not an object"))

@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 
 from sac.checker import spec
 from sac.checker.spark_positions import positions
+from sac.history import Active, Cancelled, Confirm, Deliver, FaultEnd, FaultStart, Publish, Reject
 
 _EARLIER = (Window.unboundedPreceding, -1)
 _SO_FAR = (Window.unboundedPreceding, Window.currentRow)
@@ -33,7 +34,7 @@ def first_publishes(events: DataFrame) -> DataFrame:
     queue (the queue of its earliest publish naming one, ties by name; else ``""``)."""
     named = F.when(F.col("queue").isNotNull(), F.struct("ts", "queue"))
     return (
-        events.filter(F.col("type") == "publish")
+        events.filter(F.col("type") == Publish.KIND)
         .groupBy("run", "msg")
         .agg(F.min("ts").alias("first_pub"), F.min(named).alias("q"))
         .select(
@@ -47,7 +48,7 @@ def first_publishes(events: DataFrame) -> DataFrame:
 
 def confirmed_ids(events: DataFrame) -> DataFrame:
     """``run, msg``: distinct confirmed ids."""
-    return events.filter(F.col("type") == "confirm").select("run", "msg").distinct()
+    return events.filter(F.col("type") == Confirm.KIND).select("run", "msg").distinct()
 
 
 def anomaly_ids(effects: DataFrame, published: DataFrame, confirmed: DataFrame) -> DataFrame:
@@ -90,7 +91,7 @@ def processing_starts(events: DataFrame, effects: DataFrame) -> DataFrame:
     Two sweeps (``latest_before``): the delivers of each (run, msg, actor) and the claims
     of each (run, actor, queue), each sorted together with the effects by time.
     """
-    delivers = events.filter(F.col("type") == "deliver").select(*_EFFECT_KEY)
+    delivers = events.filter(F.col("type") == Deliver.KIND).select(*_EFFECT_KEY)
     delivered = latest_before(delivers, effects, ["run", "msg", "actor"], "ts", "delivered")
     claimed = latest_before(claims(events), delivered, ["run", "actor", "queue"], "ts", "claimed")
     extra = [name for name in effects.columns if name not in _EFFECT_KEY]
@@ -102,7 +103,7 @@ def processing_starts(events: DataFrame, effects: DataFrame) -> DataFrame:
 def claims(events: DataFrame) -> DataFrame:
     """``run, actor, queue, ts``: the ``active`` events that name a queue (one without a
     queue claims none)."""
-    return events.filter((F.col("type") == "active") & F.col("queue").isNotNull()).select(
+    return events.filter((F.col("type") == Active.KIND) & F.col("queue").isNotNull()).select(
         "run", "actor", "queue", "ts"
     )
 
@@ -260,8 +261,8 @@ def recovery(events: DataFrame, effects: DataFrame) -> DataFrame:
     An effect is after start ``i`` (0-based, in time order) exactly when its ``j > i``, so
     the first effect after start ``i`` is the smallest of the kept ones with ``j > i``.
     """
-    faults = events.filter(F.col("type").isin("fault_start", "fault_end")).select(
-        "run", "fault", "target", "ts", (F.col("type") == "fault_end").cast("int").alias("k")
+    faults = events.filter(F.col("type").isin(FaultStart.KIND, FaultEnd.KIND)).select(
+        "run", "fault", "target", "ts", (F.col("type") == FaultEnd.KIND).cast("int").alias("k")
     )
     by_fault = (
         Window.partitionBy("run", "fault", "target").orderBy("ts", "k").rowsBetween(*_FROM_HERE)
@@ -349,11 +350,11 @@ def reordered(
     commits sorted by (time, seq, id) and a running max of the ``seq`` before each: a window,
     one publisher's messages on one queue in one task.
     """
-    publishes = events.filter((F.col("type") == "publish") & F.col("seq").isNotNull())
+    publishes = events.filter((F.col("type") == Publish.KIND) & F.col("seq").isNotNull())
     positions = publishes.groupBy("run", "msg").agg(
         F.min(F.struct("ts", "actor", "seq")).alias("p")
     )
-    parked = (F.col("type") == "reject") & ~F.col("requeue")
+    parked = (F.col("type") == Reject.KIND) & ~F.col("requeue")
     unordered = events.filter(F.col("type").isin(*spec.UNORDERED_EVENTS) | parked).select(
         "run", "msg"
     )
@@ -393,7 +394,7 @@ def returned_by_failure(events: DataFrame, commits: DataFrame) -> DataFrame:
     to that delivery.
     """
     distinct = (
-        events.filter(F.col("type") == "deliver").select("run", "msg", "actor", "ts").distinct()
+        events.filter(F.col("type") == Deliver.KIND).select("run", "msg", "actor", "ts").distinct()
     )
     by_time = Window.partitionBy("run", "msg").orderBy("ts", "actor")
     delivers = distinct.select(
@@ -411,7 +412,7 @@ def returned_by_failure(events: DataFrame, commits: DataFrame) -> DataFrame:
         delivers, commits.select("run", "msg", "actor", "ts"), ["run", "msg", "actor"], "d", "d"
     ).filter(F.col("d.holder").isNotNull())
     cancels = events.filter(
-        (F.col("type") == "cancelled") & (F.col("by") == spec.CLIENT_CANCEL)
+        (F.col("type") == Cancelled.KIND) & (F.col("by") == spec.CLIENT_CANCEL)
     ).select("run", "actor", "ts")
     back = taken.select(
         "run",

@@ -11,6 +11,29 @@ import bisect
 from collections.abc import Mapping
 from typing import Any, Final
 
+from sac.history import (
+    ANOMALIES as ALL_ANOMALIES,
+)
+from sac.history import (
+    KINDS,
+    MESSAGE_ANOMALIES,
+    MESSAGE_KINDS,
+    Ack,
+    Active,
+    Commit,
+    Confirm,
+    ConnectionLost,
+    Deliver,
+    DuplicateSkipped,
+    Evict,
+    FaultStart,
+    Nack,
+    Publish,
+    Reject,
+    Retransmit,
+    Return,
+)
+
 RUN_FILE: Final = "run.json"
 EVENTS_DIR: Final = "events"
 EVENTS_GLOB: Final = "*.jsonl"
@@ -23,68 +46,43 @@ EFFECTS_SOURCE_FILE: Final = "effects.jsonl"
 EFFECTS_SOURCE_EVENTS: Final = "events"
 """``effects_source`` when the effects are the ``commit`` events."""
 
-MESSAGE_EVENT_TYPES: Final = frozenset(
-    {
-        "publish",
-        "retransmit",
-        "confirm",
-        "nack",
-        "return",
-        "deliver",
-        "duplicate_skipped",
-        "commit",
-        "commit_rejected",
-        "ack",
-        "reject",
-    }
-)
+MESSAGE_EVENT_TYPES: Final = MESSAGE_KINDS
 """Event types that carry (and require) a ``msg`` string."""
-
-OTHER_EVENT_TYPES: Final = frozenset(
-    {
-        "connected",
-        "connection_lost",
-        "subscribed",
-        "cancelled",
-        "active",
-        "fault_start",
-        "fault_end",
-    }
-)
-KNOWN_EVENT_TYPES: Final = MESSAGE_EVENT_TYPES | OTHER_EVENT_TYPES
-"""Any other type is counted in ``unknown_events`` and otherwise ignored."""
-UNORDERED_EVENTS: Final = ("retransmit", "nack", "return")
+KNOWN_EVENT_TYPES: Final = frozenset(KINDS) - {Evict.KIND}
+"""Any other type is counted in ``unknown_events`` and otherwise ignored: so is ``evict``, which
+tells how a guarded consumer took over, not what happened to a message."""
+UNORDERED_EVENTS: Final = (Retransmit.KIND, Nack.KIND, Return.KIND)
 """An id with one of these is not in the ``reordered`` check: its place in the queue is not
 its publisher's order (sent again, refused, unroutable). So is an id with a ``reject`` whose
 ``requeue`` is not ``true``: parked (a replay brings it back later, under the same id)."""
 CLIENT_CANCEL: Final = "client"
 """``by`` of a ``cancelled`` event the consumer asked for: a graceful hand-back (SPEC)."""
-QUEUE_EVENTS: Final = ("publish", "active")
+QUEUE_EVENTS: Final = (Publish.KIND, Active.KIND)
 """Events whose ``queue`` is read: a message's queue, and the queue a consumer claimed. A
 history where none names a queue holds nothing to check (an input error)."""
 
-ANOMALIES: Final = ("concurrent", "duplicated", "lost", "reordered", "unexpected")
+ANOMALIES: Final = tuple(sorted(MESSAGE_ANOMALIES))
 """Names in the ``anomalies`` map, in the (sorted) order they are listed for an id."""
 
-TOLERABLE: Final = ("lost", "duplicated", "unexpected", "concurrent", "reordered", "malformed")
+TOLERABLE: Final = tuple(ALL_ANOMALIES)
 """The anomalies ``run.json``'s ``tolerates`` may name; ``valid`` needs each at 0 otherwise."""
 
 COUNT_KEYS: Final = (
-    "publish",
-    "retransmit",
-    "confirm",
-    "nack",
-    "return",
-    "deliver",
+    Publish.KIND,
+    Retransmit.KIND,
+    Confirm.KIND,
+    Nack.KIND,
+    Return.KIND,
+    Deliver.KIND,
     "redelivered",
-    "duplicate_skipped",
-    "commit",
+    DuplicateSkipped.KIND,
+    Commit.KIND,
     "commit_rejected_stale",
     "commit_rejected_duplicate",
-    "ack",
-    "reject",
-    "connection_lost",
-    "fault_start",
+    Ack.KIND,
+    Reject.KIND,
+    ConnectionLost.KIND,
+    FaultStart.KIND,
 )
 """Keys of ``counts``. Most are event types; these are not:"""
 REDELIVERED: Final = "redelivered"
@@ -121,17 +119,7 @@ HISTOGRAM_EDGES_MS: Final = (
 )
 """Bin ``i`` holds ``edges[i] <= x < edges[i+1]``; the last bin ``x >= 60000``; below 0: bin 0."""
 
-SUMMARY_TOTALS: Final = (
-    "published",
-    "confirmed",
-    "effects",
-    "lost",
-    "duplicated",
-    "unexpected",
-    "concurrent",
-    "reordered",
-    "malformed",
-)
+SUMMARY_TOTALS: Final = ("published", "confirmed", "effects", *ALL_ANOMALIES)
 """Keys of ``summary.json``'s ``totals``: sums of the counts of the same name."""
 
 

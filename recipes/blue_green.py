@@ -87,6 +87,7 @@ import attrs
 
 # The proof's harness (finding the clusters, consumer processes, the verdict): sac.recipe_kit.
 # The pattern itself needs sac.sdk alone.
+from sac.history import HistoryEvent, Publish, Retransmit, event_of
 from sac.recipe_kit import (
     BadInput,
     ConsumerProcess,
@@ -257,12 +258,14 @@ class OnePublisherHistory(HistoryRecorder):
         self.offset = 0
         self.resent: set[str] = set()
 
-    def record(self, type: str, **fields: Any) -> None:
-        if isinstance(fields.get("seq"), int):
-            fields["seq"] += self.offset
-        if type == "publish" and fields.get("msg") in self.resent:
-            type = "retransmit"
-        super().record(type, **fields)
+    def record(self, event: HistoryEvent | str, /, **fields: Any) -> None:
+        if isinstance(event, str):
+            event = event_of(event, fields)
+        if isinstance(event, Publish) and event.msg not in self.resent:
+            event = Publish(msg=event.msg, seq=event.seq + self.offset, queue=event.queue)
+        elif isinstance(event, Publish | Retransmit):
+            event = Retransmit(msg=event.msg, seq=event.seq + self.offset)
+        super().record(event)
 
 
 @attrs.frozen

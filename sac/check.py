@@ -19,8 +19,9 @@ from sac._oneline import one_line
 from sac._reach import check_master
 from sac.checker.errors import CheckerError, InputError
 from sac.checker.runs import open_run
+from sac.checker.verdict import Verdict
+from sac.history import MALFORMED
 
-ANOMALIES = ("lost", "duplicated", "unexpected", "concurrent", "reordered", "malformed")
 SHOWN = 10  # offending ids printed per anomaly; the report lists them all
 SPARK_LOG = "check-spark.log"
 """In ``--out``: what Spark's JVM writes (its banner, warnings), not shown on the terminal."""
@@ -50,14 +51,14 @@ def _check(runs: list[Path], engine: str, master: str | None, out: Path) -> int:
     verdicts, summary, report = check_and_report(runs, engine, master, out)
     for path, verdict in zip(runs, verdicts, strict=True):
         print(_one_line(path, verdict))
-        for line in verdict["malformed"]["lines"][:SHOWN]:
+        for line in verdict.malformed[:SHOWN]:
             print(f"  {path / line['file']}:{line['line']}: malformed line: {line['error']}")
     print(f"{summary['valid']} of {summary['runs']} run(s) valid; report: {report}")
     return 0 if summary["valid"] == summary["runs"] else 1
 
 
 def check_and_report(runs: list[Path], engine: str, master: str | None, out: Path
-                     ) -> tuple[list[dict[str, Any]], dict[str, Any], Path]:
+                     ) -> tuple[list[Verdict], dict[str, Any], Path]:
     """Each run's verdict on ``engine`` (written to ``RUN/verdict.json``), ``summary.json``
     and ``report.html`` in ``out``: what ``sac check`` and ``sac chaos campaign`` share."""
     if master is not None and engine != "spark":
@@ -85,23 +86,22 @@ def check_and_report(runs: list[Path], engine: str, master: str | None, out: Pat
     from sac.checker.report import render_report
 
     for path, verdict in zip(runs, verdicts, strict=True):
-        (path / "verdict.json").write_text(json.dumps(verdict, indent=2, sort_keys=True))
+        (path / "verdict.json").write_text(json.dumps(verdict.to_json(), indent=2,
+                                                      sort_keys=True))
     summary = summarize(verdicts, engine)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
     return verdicts, summary, render_report(verdicts, summary, out / "report.html", brokers)
 
 
-def _one_line(path: Path, verdict: dict[str, Any]) -> str:
-    if verdict["valid"]:
-        tolerated = ", ".join(sorted(verdict["tolerated"]))
+def _one_line(path: Path, verdict: Verdict) -> str:
+    if verdict.valid:
+        tolerated = ", ".join(sorted(verdict.tolerated))
         return f"{path}: valid" + (f" (tolerates {tolerated})" if tolerated else "")
     found = []
-    for name in ANOMALIES:
-        count = verdict[name]["count"]
-        if count and name not in verdict["tolerated"]:
-            ids = verdict[name].get("ids") or sorted(
-                {m for pair in verdict[name].get("pairs", []) for m in pair["msgs"]})
-            shown = ", ".join(ids[:SHOWN]) + (f" and {len(ids) - SHOWN} more"
-                                              if len(ids) > SHOWN else "")
-            found.append(f"{name} {count}" + (f" ({shown})" if shown else ""))
+    for name in verdict.untolerated():
+        count = verdict.count(name)
+        ids = () if name == MALFORMED else verdict.ids(name)  # lines: listed below the run
+        shown = ", ".join(ids[:SHOWN]) + (f" and {len(ids) - SHOWN} more"
+                                          if len(ids) > SHOWN else "")
+        found.append(f"{name} {count}" + (f" ({shown})" if shown else ""))
     return f"{path}: INVALID: " + "; ".join(found)

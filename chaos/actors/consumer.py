@@ -39,6 +39,7 @@ import attrs
 
 from sac.chaos.actors import ConsumerActor, end_with_runner, say
 from sac.chaos.actors._sink import holding_locks
+from sac.history import Commit, DuplicateSkipped
 from sac.sdk import (
     AsyncConsumer,
     ConnectionSettings,
@@ -176,11 +177,11 @@ class Work:
         msg = str(delivery.message_id)
         if self.spec.dedup == "redelivered-only" and delivery.redelivered \
                 and self.sink.seen(msg):
-            self.recorder.record("duplicate_skipped", msg=msg, why="redelivered-seen")
+            self.recorder.record(DuplicateSkipped(msg=msg, why="redelivered-seen"))
             return
         self._work(delivery)
         self.sink.write(msg, self.spec.actor, None, time.time())
-        self.recorder.record("commit", msg=msg, epoch=None)
+        self.recorder.record(Commit(msg=msg, epoch=None))
 
     async def ahandle(self, delivery: Delivery) -> None:
         await asyncio.to_thread(self.handle, delivery)

@@ -47,7 +47,7 @@ def test_scenario(name: str, weakened: bool, postgres: LocalPostgres, tmp_path: 
     zookeeper = request.getfixturevalue("zookeeper_short_tick") if scenario.guard else None
     result = run(settings, cluster, tmp_path, postgres=postgres, zookeeper=zookeeper,
                  other=other)
-    verdict = result.verdict
+    verdict = result.verdict.to_json()
     found = {a: verdict[a]["count"] for a in ANOMALIES}
     # The workload ran in full through the fault: every message published was confirmed.
     assert verdict["published"] >= MESSAGES

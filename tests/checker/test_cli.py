@@ -97,7 +97,7 @@ def test_the_spark_engine_runs_on_a_standalone_cluster(
     the jobs on the cluster's worker, the reference engine's verdict, the exit status, the
     lines printed, and nothing else on the terminal: the JVM's banner and warnings belong in
     check-spark.log."""
-    [reference] = [json.loads(json.dumps(verdict))
+    [reference] = [json.loads(json.dumps(verdict.to_json()))
                    for verdict in python_engine.check_runs([runs["lost"]])]
     done = sac("check", runs["lost"], "--master", spark_standalone.url, "--out", tmp_path)
     assert done.returncode == 1, done.stderr

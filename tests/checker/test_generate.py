@@ -93,7 +93,7 @@ def late_claims(run: Path) -> list[tuple[str, str, float]]:
 
 def test_a_clean_run_is_valid_and_tells_the_whole_story(tmp_path: Path) -> None:
     run = generate_run(tmp_path / "r", events=40_000, seed=4, consumers=4, queues=2, faults=3)
-    verdict = check_run(run.path)
+    verdict = check_run(run.path).to_json()
     assert verdict["valid"] is True
     assert verdict["published"] == verdict["confirmed"] == verdict["effects"] == run.messages
     counts = verdict["counts"]
@@ -128,7 +128,7 @@ def test_a_clean_run_is_valid_and_tells_the_whole_story(tmp_path: Path) -> None:
 
 def test_one_consumer_per_queue_is_still_a_clean_run(tmp_path: Path) -> None:
     run = generate_run(tmp_path / "r", events=5000, seed=4, consumers=2, queues=2, faults=4)
-    verdict = check_run(run.path)
+    verdict = check_run(run.path).to_json()
     assert verdict["valid"] is True
     assert verdict["handovers"] == []
     claims = [(e["actor"], e["queue"]) for e in events_of(run.path) if e["type"] == "active"]
@@ -147,7 +147,7 @@ def test_each_commit_is_under_its_consumers_latest_claim(tmp_path: Path) -> None
         elif e["type"] == "commit":
             assert e["epoch"] == epoch_of[e["actor"]], e
     assert len(late_claims(run.path)) > 1
-    assert check_run(run.path)["valid"] is True
+    assert check_run(run.path).to_json()["valid"] is True
 
 
 def test_the_same_seed_writes_the_same_run(tmp_path: Path) -> None:
@@ -162,7 +162,7 @@ def test_the_same_seed_writes_the_same_run(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["lost", "duplicated", "unexpected"])
 def test_an_injected_id_anomaly_is_found_and_nothing_else(tmp_path: Path, name: str) -> None:
     run = generate_run(tmp_path / "r", events=4000, seed=5, inject=[name, name])
-    verdict = check_run(run.path)
+    verdict = check_run(run.path).to_json()
     ids = getattr(run.injected, name)
     assert len(ids) == 2
     assert verdict[name]["ids"] == sorted(ids)
@@ -180,7 +180,7 @@ def test_an_injected_concurrent_pair_is_found(tmp_path: Path, consumers: int, qu
         queues=queues,
         inject=["concurrent"],
     )
-    verdict = check_run(run.path)
+    verdict = check_run(run.path).to_json()
     ((injected),) = run.injected.concurrent
     (pair,) = verdict["concurrent"]["pairs"]
     assert (pair["queue"], pair["msgs"]) == (injected["queue"], injected["msgs"])
@@ -192,7 +192,7 @@ def test_an_injected_concurrent_pair_is_found(tmp_path: Path, consumers: int, qu
 @pytest.mark.parametrize("how", ["truncated", "malformed"])
 def test_an_injected_bad_line_is_reported_where_it_is(tmp_path: Path, how: str) -> None:
     run = generate_run(tmp_path / "r", events=4000, seed=7, inject=[how])
-    verdict = check_run(run.path)
+    verdict = check_run(run.path).to_json()
     ((where),) = run.injected.malformed
     assert [(m["file"], m["line"]) for m in verdict["malformed"]["lines"]] == [
         (where["file"], where["line"])
@@ -208,7 +208,7 @@ def test_an_injected_bad_line_is_reported_where_it_is(tmp_path: Path, how: str) 
 
 def test_injected_unknown_events_are_counted(tmp_path: Path) -> None:
     run = generate_run(tmp_path / "r", events=4000, seed=8, inject=["unknown"] * 3)
-    verdict = check_run(run.path)
+    verdict = check_run(run.path).to_json()
     assert verdict["unknown_events"] == run.injected.unknown_events == {"heartbeat_missed": 3}
     assert verdict["valid"] is True
 
@@ -221,7 +221,7 @@ def test_without_effects_file_the_verdict_is_the_same_from_the_commits(tmp_path:
     )
     assert not (without_file.path / spec.EFFECTS_FILE).exists()
     assert without_file.injected.effects_file is False
-    one, two = check_run(with_file.path), check_run(without_file.path)
+    one, two = check_run(with_file.path).to_json(), check_run(without_file.path).to_json()
     assert two["effects_source"] == "events"
     assert without(one, "run", "effects_source") == without(two, "run", "effects_source")
 
@@ -242,5 +242,5 @@ def test_the_command_line_writes_several_runs(
 ) -> None:
     assert main([str(tmp_path), "--events", "500", "--runs", "2", "--inject", "lost"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run-0000", "run-0001"]
-    assert check_run(tmp_path / "run-0001")["lost"]["count"] == 1
+    assert check_run(tmp_path / "run-0001").to_json()["lost"]["count"] == 1
     assert "run-0000" in capsys.readouterr().out

@@ -43,7 +43,7 @@ def generated(**kwargs: Any) -> Iterator[GeneratedRun]:
 @given(topologies())
 def test_a_clean_generated_run_is_valid(topology: dict[str, Any]) -> None:
     with generated(**topology) as run:
-        verdict = check_run(run.path)
+        verdict = check_run(run.path).to_json()
     assert verdict["valid"] is True, verdict["anomalies"]
     assert verdict["published"] == verdict["confirmed"] == verdict["effects"] == run.messages
     assert verdict["malformed"]["count"] == 0
@@ -55,7 +55,7 @@ def test_the_engine_finds_exactly_the_injected_anomalies(
     topology: dict[str, Any], inject: list[str]
 ) -> None:
     with generated(**topology, inject=inject) as run:
-        verdict = check_run(run.path)
+        verdict = check_run(run.path).to_json()
     injected = run.injected
     assert verdict["lost"]["ids"] == sorted(injected.lost)
     assert verdict["duplicated"]["ids"] == sorted(injected.duplicated)
@@ -94,10 +94,10 @@ def test_a_torn_line_anywhere_is_reported_there_and_the_rest_is_checked(
 
         lines[number - 1] = "\n"  # as if the line were not there, numbers unchanged
         path.write_text("".join(lines))
-        without_line = check_run(run.path)
+        without_line = check_run(run.path).to_json()
         lines[number - 1] = line[:cut] + "\n"
         path.write_text("".join(lines))
-        torn = check_run(run.path)
+        torn = check_run(run.path).to_json()
 
     assert [(m["file"], m["line"]) for m in torn["malformed"]["lines"]] == [(name, number)]
     assert without_line["malformed"]["count"] == 0
@@ -120,11 +120,11 @@ def test_claims_change_nothing_but_what_the_intervals_decide(
     latency, counts and the id anomalies are the same; the injected overlaps are found in
     both (a claim comes before its consumer's delivers, so it never hides a real one)."""
     with generated(**topology, inject=inject) as run:
-        claimed = check_run(run.path)
+        claimed = check_run(run.path).to_json()
         for path in (run.path / "events").glob("*.jsonl"):
             lines = path.read_text().splitlines(keepends=True)
             path.write_text("".join("\n" if '"type": "active"' in x else x for x in lines))
-        unclaimed = check_run(run.path)
+        unclaimed = check_run(run.path).to_json()
     differ = {key for key in claimed if claimed[key] != unclaimed[key]}
     assert differ <= INTERVAL_FIELDS
     injected = sorted((c["queue"], c["msgs"]) for c in run.injected.concurrent)

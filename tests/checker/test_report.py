@@ -18,6 +18,7 @@ from PIL import Image
 from sac.checker import plots
 from sac.checker.report import IDS_SHOWN, render_html, render_report
 from sac.checker.runs import open_run
+from sac.checker.verdict import Verdict
 
 CHROMIUM = "/usr/bin/chromium"
 T0 = 1_795_355_000.0
@@ -155,6 +156,11 @@ def invalid_verdict() -> dict[str, Any]:
     }
 
 
+def typed(verdicts: list[dict[str, Any]]) -> list[Verdict]:
+    """The hand-made ``verdict.json`` contents as the report takes them."""
+    return [Verdict.from_json(v) for v in verdicts]
+
+
 def summary_of(verdicts: list[dict[str, Any]]) -> dict[str, Any]:
     keys = ("published", "confirmed", "effects")
     totals = {k: sum(v[k] for v in verdicts) for k in keys}
@@ -183,7 +189,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The report, its DOM after Chromium loaded it, and a screenshot of it."""
     out = tmp_path_factory.mktemp("report")
     verdicts = [valid_verdict(), invalid_verdict()]
-    path = render_report(verdicts, summary_of(verdicts), out)
+    path = render_report(typed(verdicts), summary_of(verdicts), out)
     url = path.resolve().as_uri()
     dom = chromium(url, out / "profile-dom", "--dump-dom").stdout.decode()
     png = out / "report.png"
@@ -276,7 +282,7 @@ def test_a_verdict_without_a_field_is_refused() -> None:
     broken = valid_verdict()
     del broken["latency_ms"]
     with pytest.raises(ValueError, match=r"kill-node-under-active-consumer.*latency_ms"):
-        render_html([broken], summary_of([valid_verdict()]))
+        render_html(typed([broken]), summary_of([valid_verdict()]))
 
 
 def test_a_run_without_effects_still_renders() -> None:
@@ -284,7 +290,7 @@ def test_a_run_without_effects_still_renders() -> None:
     quiet.update(activity=[], handovers=[], recovery=[], effects=0,
                  latency_ms={"count": 0, "p50": None, "p95": None, "p99": None, "max": None,
                              "histogram": [0] * 16})
-    html = render_html([quiet], summary_of([quiet]))
+    html = render_html(typed([quiet]), summary_of([quiet]))
     assert "No activity, handover or fault to draw." in html
     assert "no effect of a published message" in html
 
@@ -304,7 +310,7 @@ def test_each_run_names_the_broker_and_metadata_store_it_ran_on(tmp_path: Path) 
     assert runs["elsewhere"] is None
     assert runs["torn"] is None
     verdicts = [valid_verdict(), invalid_verdict(), copy.deepcopy(valid_verdict())]
-    html = render_html(verdicts, summary_of(verdicts),
+    html = render_html(typed(verdicts), summary_of(verdicts),
                        [runs["on-4"], runs["on-3"], runs["elsewhere"]])
     header = html.split("<section", 1)[0]
     assert "RabbitMQ 4.0.5, metadata in khepri" in header
@@ -346,7 +352,7 @@ def test_fault_labels_close_in_time_are_not_drawn_over_each_other() -> None:
         {"fault": "pause", "target": "consumer-a", "start": T0 + 25.0, "end": None,
          "recovery_s": None},
     ]
-    svg = plots.timeline_svg(verdict, "t")
+    svg = plots.timeline_svg(Verdict.from_json(verdict), "t")
     assert svg is not None
     found = re.findall(r'text-anchor: (start|end); fill: #92400e" x="([\d.]+)" y="([\d.]+)"[^>]*>'
                        r"([^<]+)</text>", svg)

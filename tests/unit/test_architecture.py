@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,28 @@ def test_rooms_are_seen_through_every_spelling() -> None:
     assert face == {"sac.sdk"}  # its relative imports, resolved
 
 
+def test_the_history_contract_imports_only_the_standard_library() -> None:
+    """The SDK's recorder and the checker both import ``sac.history``: anything it imported
+    would come with the checker onto a Spark cluster (and with the SDK into applications)."""
+    rooms = set().union(*imported_rooms("history").values())
+    assert "sac.history" in rooms  # its relative imports, resolved: the test sees them
+    assert rooms - {"sac.history"} <= set(sys.stdlib_module_names) | {"__future__"}
+
+
+@pytest.mark.parametrize("package", ["server", "sim"])
+def test_only_the_sdk_the_checker_and_their_users_import_the_history_contract(
+        package: str) -> None:
+    """Arrows into the contract: sdk -> history and checker -> history (and chaos, the CLI
+    and recipes, which use both); the servers and the simulation record no history."""
+    assert {path for path, names in imported_rooms(package).items()
+            if "sac.history" in names} == set()
+
+
+def test_the_sdk_and_the_checker_use_the_history_contract() -> None:
+    assert "sac.history" in imported_rooms("sdk")["sdk/_history.py"]
+    assert "sac.history" in set().union(*imported_rooms("checker").values())
+
+
 def test_sim_uses_only_the_pure_parts_of_the_sdk() -> None:
     """The simulator may build on the SDK's pure core, its dedup stores and its errors, and
     on the plain values the engines take (settings, deliveries), never on its faces (which do
@@ -135,7 +158,8 @@ def test_the_sdk_values_the_simulator_uses_are_pure() -> None:
 # ------------------------------------------------------------ pika's internals stay in the wire
 
 WIRE = (ROOT / "sdk" / "_wire").resolve()
-OUR_FOLDERS = ("sdk", "server", "chaos", "checker", "sim", "sac", "recipes", "bench", "tests")
+OUR_FOLDERS = ("sdk", "server", "chaos", "checker", "sim", "history", "sac", "recipes", "bench",
+               "tests")
 
 
 def _private(name: str) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import attrs
 import pytest
@@ -13,13 +12,30 @@ from sac.chaos.errors import ChaosError
 from sac.chaos.runner import RunResult
 from sac.chaos.scenarios import SCENARIOS
 from sac.chaos.settings import RunSettings
+from sac.checker.verdict import Pair, Recovery, Span, Verdict
 
 
-def verdict(**counts: int) -> dict[str, Any]:
-    anomalies = {a: {"count": counts.get(a, 0)} for a in
-                 ("lost", "duplicated", "unexpected", "concurrent", "reordered")}
-    return {**anomalies, "valid": not any(counts.values()), "published": 300,
-            "recovery": [{"recovery_s": 0.5}, {"recovery_s": None}, {"recovery_s": 4.25}]}
+def verdict(**counts: int) -> Verdict:
+    """A verdict of 300 published messages with ``counts`` of each anomaly."""
+    def ids(name: str) -> list[str]:
+        return [f"{name}-{i}" for i in range(counts.get(name, 0))]
+
+    span: Span = {"actor": "a", "start": 1.0, "end": 2.0}
+    pair: Pair = {"queue": "q", "first": span, "second": span, "overlap_s": 1.0, "msgs": []}
+    return Verdict.assemble(
+        run="r", engine="python", effects_source="events", published=300, confirmed=300,
+        effects=300, lost=ids("lost"), duplicated=ids("duplicated"),
+        unexpected=ids("unexpected"), concurrent=[pair] * counts.get("concurrent", 0),
+        reordered=ids("reordered"), malformed=[], unknown_events={}, counts={}, activity=[],
+        handovers=[], recovery=[recovery(0.5), recovery(None), recovery(4.25)],
+        latency_ms={"count": 0, "p50": None, "p95": None, "p99": None, "max": None,
+                    "histogram": []},
+        tolerated={})
+
+
+def recovery(seconds: float | None) -> Recovery:
+    return {"fault": "kill_node", "target": "n", "start": 1.0, "end": None,
+            "recovery_s": seconds}
 
 
 def result(weakened: str | None, expected: tuple[str, ...], **counts: int) -> RunResult:
