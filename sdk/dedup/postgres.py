@@ -28,7 +28,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .._errors import ConfigurationError, StaleEpoch, StoreUnavailable
@@ -311,23 +311,22 @@ class _PipelinedBatch(Batch):
         cursors: list[Any] = [
             self._conn.execute(
                 f"SELECT message_id FROM {RECORDS} WHERE queue = %s "
-                "AND message_id = ANY(%s)",
+                "AND message_id = ANY(%b::text[])",
                 (self.queue, list(message_ids[start:start + LOOKUP_CHUNK])))
             for start in range(0, len(message_ids), LOOKUP_CHUNK)]
         for cursor in cursors:
             found.update(row[0] for row in cursor.fetchall())
         return found
 
-    @contextlib.contextmanager
-    def message(self, message_id: str) -> Iterator[Transaction]:
+    def message(self, message_id: str) -> contextlib.AbstractContextManager[Transaction]:
         if self._refused_any:
             raise BatchRefused("an earlier message of this batch failed") from self._refused
         if self.staged or self._records:
-            yield from self._later(message_id)
-        else:
-            yield from self._first(message_id)
+            return _Later(self, message_id)
+        return self._first(message_id)
 
-    def _first(self, message_id: str) -> Generator[Transaction, None, None]:
+    @contextlib.contextmanager
+    def _first(self, message_id: str) -> Iterator[Transaction]:
         """Exactly as an unpipelined batch: one answer for the effect and the record."""
         conn = self._conn
         store = self._store
@@ -360,21 +359,18 @@ class _PipelinedBatch(Batch):
         conn.execute("RELEASE SAVEPOINT sac_message")
         self._stage(message_id, tx)
 
-    def _later(self, message_id: str) -> Generator[Transaction, None, None]:
-        """Sent unanswered; the record waits for the commit."""
-        tx = Transaction(self._conn, self.queue, message_id, self.epoch)
-        try:
-            yield tx
-        except BaseException as exc:
-            store = self._store
-            if isinstance(exc, Exception) and store._outage(exc, self._conn) \
-                    and not store._aborted(exc):
-                raise store.unavailable(exc) from exc
-            # Its statements cannot be undone alone (no savepoint: one would cost two
-            # statements a message): the whole batch is, at the commit.
-            self._refused_any = True
-            self._refused = exc
-            raise
+    def later_failed(self, exc: BaseException) -> None:
+        """A later message's effect raised: its statements cannot be undone alone (a
+        savepoint would cost two statements a message), so the whole batch is, at the
+        commit. A failing store is not the message's: the batch is tried again."""
+        store = self._store
+        if isinstance(exc, Exception) and store._outage(exc, self._conn) \
+                and not store._aborted(exc):
+            raise store.unavailable(exc) from exc
+        self._refused_any = True
+        self._refused = exc
+
+    def later_done(self, message_id: str, tx: Transaction) -> None:
         self._records.append(message_id)
         self._times.append(time.time())
         self._stage(message_id, tx)
@@ -396,8 +392,8 @@ class _PipelinedBatch(Batch):
             if self._records:
                 conn.execute(
                     f"INSERT INTO {RECORDS} (queue, message_id, epoch, consumer, "
-                    "committed_at) SELECT %s, m, %s, %s, t FROM unnest(%s::text[], "
-                    "%s::float8[]) AS r(m, t)",
+                    "committed_at) SELECT %s, m, %s, %s, t FROM unnest(%b::text[], "
+                    "%b::float8[]) AS r(m, t)",
                     (self.queue, self.epoch, self.consumer, self._records, self._times))
             conn.execute("COMMIT")
             pipeline.sync()
@@ -422,3 +418,25 @@ class _PipelinedBatch(Batch):
                 self._pipeline.sync()  # what was sent: answered, or aborted by a failure
             self._conn.execute("ROLLBACK")
             self._pipeline.sync()
+
+
+class _Later:
+    """A message after a batch's first: its statements sent unanswered, its record kept for
+    the commit. A class, not a generator: it is entered for nearly every message."""
+
+    __slots__ = ("_batch", "_message_id", "_tx")
+
+    def __init__(self, batch: _PipelinedBatch, message_id: str) -> None:
+        self._batch = batch
+        self._message_id = message_id
+        self._tx = Transaction(batch._conn, batch.queue, message_id, batch.epoch)
+
+    def __enter__(self) -> Transaction:
+        return self._tx
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> None:
+        if exc is None:
+            self._batch.later_done(self._message_id, self._tx)
+        else:
+            self._batch.later_failed(exc)
