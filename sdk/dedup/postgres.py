@@ -10,7 +10,9 @@ records the token of its holder; and an epoch claim, in the same statement that 
 epoch, ends (``pg_terminate_backend``) the previous holder's sessions that wait for their
 client inside a transaction: "idle in transaction" between batches' round trips, or
 "active" waiting on ``ClientRead`` while a pipelined batch's statements are sent ahead of
-its sync (the server counts a statement without its Sync as still running). Such a
+its sync (the server counts a statement without its Sync as still running; the batch's
+``application_name`` carries ``BATCHING`` for its transaction, so that a session merely
+receiving a statement is never taken for one). Such a
 transaction could never commit after the claim (the epoch check at its commit refuses it);
 the woken zombie finds its session gone, tries again on a new one and is fenced
 (``StaleEpoch``). Sessions executing a statement are left alone: they are not waiting for a
@@ -37,6 +39,11 @@ from ._store import Batch, BatchRefused, Duplicate, Transaction
 
 APPLICATION = "sac-dedup:"
 """Prefix of the ``application_name`` of every store session; the store's token follows."""
+
+BATCHING = ":batch"
+"""Suffix of a session's ``application_name`` for the length of a pipelined batch (set for
+its transaction only): what tells the claim's guard that a session "active" while waiting
+on its client is a batch whose statements are in flight, not a statement being received."""
 
 CLAIM_LOCK_TIMEOUT = 2.0
 """How long a claim waits for a row lock (an ended holder's lock goes within milliseconds);
@@ -107,12 +114,13 @@ class PostgresStore(SqlStore):
     claim_guard = (
         "WITH guard AS (SELECT count(pg_terminate_backend(a.pid)) AS ended "
         f"FROM {EPOCHS} e JOIN pg_stat_activity a "
-        f"ON a.application_name = '{APPLICATION}' || e.holder "
+        f"ON a.application_name IN ('{APPLICATION}' || e.holder, "
+        f"'{APPLICATION}' || e.holder || '{BATCHING}') "
         "WHERE e.queue = %s AND (%s::bigint IS NULL OR e.epoch < %s::bigint) "
-        "AND a.application_name <> %s AND a.pid <> pg_backend_pid() "
+        "AND a.application_name NOT IN (%s, %s) AND a.pid <> pg_backend_pid() "
         "AND (a.state IN ('idle in transaction', 'idle in transaction (aborted)') "
         "OR (a.state = 'active' AND a.wait_event = 'ClientRead' "
-        "AND a.xact_start IS NOT NULL)) "
+        f"AND a.application_name LIKE '%%{BATCHING}')) "
         "AND pg_has_role(a.usesysid, 'MEMBER')) ")
 
     def __init__(
@@ -170,7 +178,8 @@ class PostgresStore(SqlStore):
         return self.token
 
     def _guard_params(self, queue: str, epoch: int | None) -> tuple[Any, ...]:
-        return (queue, epoch, epoch, f"{APPLICATION}{self.token}")
+        return (queue, epoch, epoch, f"{APPLICATION}{self.token}",
+                f"{APPLICATION}{self.token}{BATCHING}")
 
     def _raise_epoch(self, conn: Any, queue: str, sql: str, params: tuple[Any, ...]) -> Any:
         # One autocommit statement, never a transaction left open between round trips:
@@ -255,17 +264,22 @@ class PostgresStore(SqlStore):
 
 class _PipelinedBatch(Batch):
     """A batch in psycopg's pipeline mode: statements are sent without waiting for their
-    answers, so that a batch costs a few round trips, not several per message.
+    answers, so that a batch costs two round trips, not several per message.
 
-    The round trips: ``BEGIN`` and the epoch read (``FOR SHARE``, held to the commit, so
-    that a claim waits for it and the epoch read stays true until then) go with the lookup;
-    the first message is settled exactly (its effect, its record, one answer), so that a
-    batch of one (how the inbox tries a message alone) finds each failure at the message,
-    as the SQLite store does; every later message's effect is sent unanswered and its
-    record waits for the commit, where one statement inserts them all (a plain insert: a
-    record already there is an error, which aborts the pipeline before ``COMMIT``). Which
-    later message failed is then not known: the batch is rolled back and ``BatchRefused``
-    raised, and the inbox tries each message alone."""
+    The round trips: ``BEGIN`` goes with the lookup (whose answer the effects wait for);
+    the epoch check (a share lock on the epoch row, so that a claim waits for this commit),
+    every record (one insert for all: a plain insert, so that a record already there is an
+    error, which aborts the pipeline before ``COMMIT``) and ``COMMIT`` go together at the
+    end. The effects' statements are sent unanswered in between. A failure found at the
+    commit does not say which message caused it: the batch is rolled back and
+    ``BatchRefused`` raised, and the inbox tries each message alone. A batch that may hold
+    a single message (it looked up fewer than two) settles its first message exactly, with
+    one more round trip (effect, record, answer), since a batch of one cannot be split:
+    each failure is then found at the message, as on SQLite.
+
+    While its statements are in flight the session counts as "active" (waiting on
+    ``ClientRead``), not "idle in transaction": the claim's guard ends such a session of the
+    previous holder too."""
 
     def __init__(self, store: PostgresStore, conn: Any, pipeline: Any, queue: str,
                  epoch: int, consumer: str | None) -> None:
@@ -278,9 +292,13 @@ class _PipelinedBatch(Batch):
         self._refused: BaseException | None = None
         """Why a later message failed (it cannot be undone alone): the commit refuses."""
         self._refused_any = False
+        self._several = False
+        """More than one message was looked up: none needs an answer before the commit."""
 
     def begin(self) -> None:
         self._conn.execute("BEGIN")
+        self._conn.execute("SELECT set_config('application_name', %s, true)",
+                           (f"{APPLICATION}{self._store.token}{BATCHING}",))
 
     def _epoch_check(self) -> str:
         """A statement that takes the epoch row's share lock (so that a claim waits for
@@ -307,6 +325,11 @@ class _PipelinedBatch(Batch):
             self._store._sql_seen, (self.queue, message_id)).fetchone() is not None
 
     def committed_among(self, message_ids: Sequence[str]) -> set[str]:
+        """Also tells the batch it holds more than one message when it looks up more than
+        one: then even its first message is sent unanswered, since should one fail, the
+        caller has others to try it apart from (a batch of one cannot be split)."""
+        if len(message_ids) > 1:
+            self._several = True
         found: set[str] = set()
         cursors: list[Any] = [
             self._conn.execute(
@@ -321,7 +344,7 @@ class _PipelinedBatch(Batch):
     def message(self, message_id: str) -> contextlib.AbstractContextManager[Transaction]:
         if self._refused_any:
             raise BatchRefused("an earlier message of this batch failed") from self._refused
-        if self.staged or self._records:
+        if self._several or self.staged or self._records:
             return _Later(self, message_id)
         return self._first(message_id)
 
@@ -406,7 +429,8 @@ class _PipelinedBatch(Batch):
                 raise
             if store._outage(exc, conn) and not store._aborted(exc):
                 raise store.unavailable(exc) from exc
-            if store.setup_fault(exc) or (len(self._records) == 0 and store.message_fault(exc)):
+            if store.setup_fault(exc) or (not self._several and len(self._records) == 0
+                                          and store.message_fault(exc)):
                 raise  # the set-up's (tried again), or the one message's own commit
             raise BatchRefused(
                 f"committing a batch of {len(self.staged)} failed ({exc}); each message is "
