@@ -331,11 +331,13 @@ class _PipelinedBatch(Batch):
         if len(message_ids) > 1:
             self._several = True
         found: set[str] = set()
+        # Never prepared: a generic plan made while the table was small scans it all (the
+        # lookup then grows with the table); planned each time, it reads the index.
         cursors: list[Any] = [
             self._conn.execute(
                 f"SELECT message_id FROM {RECORDS} WHERE queue = %s "
                 "AND message_id = ANY(%b::text[])",
-                (self.queue, list(message_ids[start:start + LOOKUP_CHUNK])))
+                (self.queue, list(message_ids[start:start + LOOKUP_CHUNK])), prepare=False)
             for start in range(0, len(message_ids), LOOKUP_CHUNK)]
         for cursor in cursors:
             found.update(row[0] for row in cursor.fetchall())
