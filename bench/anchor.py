@@ -326,10 +326,21 @@ class Bench:
 
 
 def _ratio(a: Outcome, b: Outcome | None) -> dict[str, float] | None:
+    """``a`` against ``b``: the median over the rounds of each round's ratio (the two ran
+    minutes apart at most, so the machine's drift between rounds cancels out), and the
+    ratio of the medians."""
     if b is None or not a.runs or not b.runs:
         return None
-    return {"throughput_ratio": round(a.median("msg_per_s") / b.median("msg_per_s"), 3),
-            "cpu_ratio": round(a.median("cpu_us_per_msg") / b.median("cpu_us_per_msg"), 3)}
+    rounds = list(zip(a.runs, b.runs, strict=False))
+    return {
+        "throughput_ratio": round(statistics.median(
+            x.msg_per_s / y.msg_per_s for x, y in rounds), 3),
+        "cpu_ratio": round(statistics.median(
+            x.cpu_us_per_msg / y.cpu_us_per_msg for x, y in rounds), 3),
+        "throughput_ratio_of_medians": round(a.median("msg_per_s") / b.median("msg_per_s"), 3),
+        "cpu_ratio_of_medians": round(
+            a.median("cpu_us_per_msg") / b.median("cpu_us_per_msg"), 3),
+    }
 
 
 def summary(outcomes: dict[str, Outcome]) -> dict[str, Any]:
