@@ -43,4 +43,5 @@ def test_without_go_the_anchor_says_what_to_install(
         anchor.go_binary(tmp_path / "cache")
     message = str(caught.value)
     assert "\n" not in message
-    assert "golang-go" in message and "golang-github-rabbitmq-amqp091-go-dev" in message
+    assert "golang-go" in message
+    assert "golang-github-rabbitmq-amqp091-go-dev" in message
