@@ -13,6 +13,12 @@ for what the consumer has waiting); each message's effect runs inside a savepoin
    back: ``StaleEpoch``;
 3. commit, then the ``on_commit`` callbacks.
 
+That is the SQLite store's batch, and PostgreSQL's for a batch that may hold a single
+message. A PostgreSQL batch of several sends the same work in pipeline mode, without
+waiting for answers: records and epoch check go with the commit, and a failure found there
+refuses the whole batch (``BatchRefused``) so that the inbox tries each message alone
+(``postgres._PipelinedBatch``).
+
 Nothing is locked before a message's first write. After it, a batch holds locks (SQLite's
 one write lock; PostgreSQL row locks on what it inserted) until it commits or rolls back: a
 consumer frozen in the middle of a batch holds them for as long as it is frozen. Its
