@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test deps venv lint typecheck unit fuzz clean
+.PHONY: demo test deps venv lint typecheck unit fuzz bench clean
 
 demo: deps venv
 	$(BIN)/sac demo
@@ -47,6 +47,13 @@ fuzz: deps venv
 		-o timeout=0
 	SAC_FUZZ_EXAMPLES=$(SAC_FUZZ_BROKER_EXAMPLES) $(BIN)/pytest tests/sdk/test_hostile_ids.py \
 		-k fuzz -q -o timeout=0
+
+# The SDK's hot paths against the official Go client (bench/anchor.py: interleaved rounds on a
+# fresh 3-node cluster and PostgreSQL; the Go program is built on first use from the Debian
+# packages deps installs). BENCH_ARGS=--quick for a smoke run.
+BENCH_ARGS ?=
+bench: deps venv
+	$(BIN)/python -m bench.anchor $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .sac .pytest_cache .mypy_cache .ruff_cache

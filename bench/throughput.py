@@ -124,6 +124,7 @@ if TYPE_CHECKING:
     from aio_pika.abc import AbstractIncomingMessage
 
     from sac.sdk import AsyncPublisher, ConnectionSettings, ConsumerSettings, Delivery
+    from sac.sdk.dedup import Inbox
 
 MESSAGE_SIZE = 256
 PREFETCH = 1000
@@ -164,6 +165,9 @@ class Job:
     timeout: float
     # Every node's URL, node 1 first: the SDK's ConnectionSettings (it connects to the first).
     urls: tuple[str, ...] = field(default=(), repr=False)
+    # The SDK consumers' Inbox store: "" (none: a plain handler), "memory", "sqlite:PATH" or
+    # "postgres:DSN" (a DSN carries a password: never printed).
+    store: str = field(default="", repr=False)
 
     @property
     def body(self) -> bytes:
@@ -698,6 +702,27 @@ def _sdk_consumer_settings(job: Job) -> ConsumerSettings:
     )
 
 
+def _inbox(job: Job, handled: Callable[[], None]) -> Inbox | None:
+    """The ``Inbox`` over ``job.store`` whose effect calls ``handled`` (None without a
+    store): what exactly-once costs a consumer whose effect is nothing but counting. Its
+    lookup policy is the default (``always``: one lookup for each batch)."""
+    from sac.sdk.dedup import Inbox, MemoryStore, PostgresStore, SQLiteStore, Store
+
+    if not job.store:
+        return None
+    kind, _, where = job.store.partition(":")
+    store: Store
+    if kind == "memory":
+        store = MemoryStore(max_records=10 * job.messages)
+    elif kind == "sqlite":
+        store = SQLiteStore(where)
+    elif kind == "postgres":
+        store = PostgresStore(where)
+    else:
+        raise ValueError(f"{job.variant}: unknown store {kind!r}")
+    return Inbox(store, lambda _delivery, _tx: handled())
+
+
 def sdk_async_consume(job: Job) -> Measurement:
     from sac.sdk import AsyncConsumer
 
@@ -706,7 +731,7 @@ def sdk_async_consume(job: Job) -> Measurement:
         received = 0
         all_handled = asyncio.Event()
 
-        async def handle(_delivery: Delivery) -> None:
+        def count() -> None:
             nonlocal received
             if received == 0:
                 watch.start()
@@ -714,7 +739,11 @@ def sdk_async_consume(job: Job) -> Measurement:
             if received == job.messages:
                 all_handled.set()
 
-        consumer = AsyncConsumer(_sdk_consumer_settings(job), handle)
+        async def handle(_delivery: Delivery) -> None:
+            count()
+
+        inbox = _inbox(job, count)
+        consumer = AsyncConsumer(_sdk_consumer_settings(job), handle if inbox is None else inbox)
         async with asyncio.timeout(job.timeout):
             await consumer.start()
             try:
@@ -745,7 +774,7 @@ def sdk_blocking_consume(job: Job) -> Measurement:
     received = 0
     all_handled: concurrent.futures.Future[None] = concurrent.futures.Future()
 
-    def handle(_delivery: Delivery) -> None:
+    def count() -> None:
         nonlocal received
         if received == 0:
             watch.start()
@@ -753,7 +782,11 @@ def sdk_blocking_consume(job: Job) -> Measurement:
         if received == job.messages:
             all_handled.set_result(None)
 
-    consumer = Consumer(_sdk_consumer_settings(job), handle)
+    def handle(_delivery: Delivery) -> None:
+        count()
+
+    inbox = _inbox(job, count)
+    consumer = Consumer(_sdk_consumer_settings(job), handle if inbox is None else inbox)
     began = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(1, "bench-consumer-run") as pool:
         # Starts the consumer, then handles its deliveries in that thread until stop().
@@ -828,10 +861,10 @@ DEFAULT_FILLER = "pika-select"
 # --------------------------------------------------------------------------- child processes
 
 
-def _child(job: Job, pipe: Pipe) -> None:
+def _child(job: Job, pipe: Pipe, run: Callable[[Job], Measurement] | None) -> None:
     """Entry point of a spawned process: run one job, send back its measurement or error."""
     try:
-        measurement = VARIANTS[job.variant].run(job)
+        measurement = (VARIANTS[job.variant].run if run is None else run)(job)
     except BaseException:
         pipe.send(("error", traceback.format_exc()))
         raise
@@ -841,11 +874,12 @@ def _child(job: Job, pipe: Pipe) -> None:
         pipe.close()
 
 
-def run_isolated(job: Job) -> Measurement:
-    """Run ``job`` in a fresh spawned interpreter and wait for it (bounded by its timeout)."""
+def run_isolated(job: Job, run: Callable[[Job], Measurement] | None = None) -> Measurement:
+    """Run ``job`` in a fresh spawned interpreter and wait for it (bounded by its timeout):
+    ``run`` (a module-level function), or else the variant's own."""
     ctx = multiprocessing.get_context("spawn")
     receiver, sender = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(job, sender), name=f"bench-{job.variant}")
+    proc = ctx.Process(target=_child, args=(job, sender, run), name=f"bench-{job.variant}")
     proc.start()
     sender.close()  # so that a dead child shows up as EOF here
     try:
