@@ -100,7 +100,6 @@ import statistics
 import sys
 import time
 import traceback
-import urllib.parse
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -1080,8 +1079,7 @@ class Bench:
         return max(measured)[1] if measured else DEFAULT_FILLER
 
     def leader(self, queue: str) -> str | None:
-        info = self.cluster.management_api(f"queues/%2F/{urllib.parse.quote(queue, safe='')}")
-        leader = info.get("leader") or info.get("node")
+        leader = self.cluster.management().queue(queue).node
         return None if leader is None else str(leader)
 
     def run_once(self, variant: Variant, round_: int) -> None:
@@ -1129,7 +1127,7 @@ class Bench:
                 self.run_once(variant, round_)
 
     def broker(self) -> dict[str, Any]:
-        overview = self.cluster.management_api("overview")
+        overview = self.cluster.management().get("overview")
         return {
             "nodes": len(self.cluster.nodes),
             "connected_to": self.node1,

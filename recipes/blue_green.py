@@ -75,7 +75,6 @@ import shutil
 import tempfile
 import threading
 import time
-import urllib.parse
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -497,10 +496,10 @@ def version(side: Side) -> str:
 
 
 def synchronised_mirrors(side: Side, queue: str) -> tuple[str | None, list[str]]:
-    """A mirrored classic queue's policy and the nodes of its synchronised mirrors (which
-    ``sac.sdk.QueueInfo`` does not read: RabbitMQ 3.x only)."""
-    found = side.cluster.management().get(f"queues/%2F/{urllib.parse.quote(queue, safe='')}")
-    return found.get("policy"), list(found.get("synchronised_slave_nodes") or [])
+    """A mirrored classic queue's policy and the nodes of its synchronised mirrors (RabbitMQ
+    3.x only)."""
+    found = side.cluster.management().queue(queue)
+    return found.policy, list(found.synchronised_mirrors or ())
 
 
 def blue_backlog(blue: Side, queue: str) -> int | None:

@@ -1,5 +1,6 @@
 """The RabbitMQ management HTTP API: queues, their consumers, policies, runtime parameters,
-connections and channels.
+federation links, shovels, connections, channels and the cluster's nodes, version and
+feature flags; and ``get``, for what none of the methods reads.
 
 A thin shell over the standard library (``urllib``): what to ask and how to read the answer
 is pure code in ``_core/management_api.py``. Two faces, as for every client of the SDK:
@@ -58,10 +59,16 @@ from ._core.management_api import (
     ConnectionInfo,
     ConsumerInfo,
     Endpoint,
+    FeatureFlagInfo,
+    FederationLinkInfo,
     Malformed,
+    NodeInfo,
+    OverviewInfo,
+    ParameterInfo,
     PolicyInfo,
     QueueInfo,
     Request,
+    ShovelInfo,
 )
 from ._core.retry import Retry
 from ._errors import (
@@ -156,6 +163,16 @@ class Management:
         """The bindings of a queue (the default exchange's included, with source ``""``)."""
         return self._parse(api.queue_bindings(vhost, name), api.parse_bindings)
 
+    def put_queue(self, name: str, vhost: str = "/", *, durable: bool = True,
+                  auto_delete: bool = False,
+                  arguments: Mapping[str, Any] | None = None) -> None:
+        """Declare a queue, as AMQP's ``queue.declare`` would (the same again is a no-op; a
+        different one is a ``ManagementError``, 400). The node asked first hosts it, or
+        leads it for a quorum queue: a client of one node (``ManagementSettings.urls``)
+        chooses where."""
+        self._send(api.put_queue(vhost, name, durable=durable, auto_delete=auto_delete,
+                                 arguments=arguments))
+
     def delete_queue(self, name: str, vhost: str = "/", *, if_empty: bool = True) -> None:
         """Delete a queue; by default only if it is empty (``ManagementError``, 400,
         otherwise).
@@ -213,6 +230,50 @@ class Management:
 
     def delete_parameter(self, component: str, name: str, vhost: str = "/") -> None:
         self._send(api.delete_parameter(component, vhost, name))
+
+    def parameters(self, component: str, vhost: str | None = None) -> list[ParameterInfo]:
+        """The runtime parameters of ``component`` (``federation-upstream``, ``shovel``...),
+        of ``vhost`` or of every vhost."""
+        return self._parse(api.list_parameters(component, vhost), api.parse_parameters)
+
+    # ------------------------------------------------------------------ federation, shovels
+
+    def federation_links(self, vhost: str | None = "/") -> list[FederationLinkInfo]:
+        """The federation links of ``vhost`` (None: of every vhost), as the node that
+        answers runs them: a link runs where its queue or exchange lives."""
+        return self._parse(api.list_federation_links(vhost), api.parse_federation_links)
+
+    def shovels(self, vhost: str | None = "/") -> list[ShovelInfo]:
+        """The shovels of ``vhost`` (None: of every vhost), with their state."""
+        return self._parse(api.list_shovels(vhost), api.parse_shovels)
+
+    def restart_shovel(self, name: str, vhost: str = "/") -> None:
+        """Restart a dynamic shovel: it reconnects both ends, and sends again what its
+        source had not seen confirmed (at least once)."""
+        self._send(api.restart_shovel(vhost, name))
+
+    # ------------------------------------------------------------------ the cluster
+
+    def overview(self) -> OverviewInfo:
+        """What the broker is (product and versions) and which node answered."""
+        return self._parse(api.get_overview(), api.parse_overview)
+
+    def feature_flags(self) -> list[FeatureFlagInfo]:
+        """Every feature flag the cluster knows, and whether it is enabled."""
+        return self._parse(api.list_feature_flags(), api.parse_feature_flags)
+
+    def nodes(self) -> list[NodeInfo]:
+        """The cluster's members, running or not, as the node that answers sees them."""
+        return self._parse(api.list_nodes(), api.parse_nodes)
+
+    def get(self, path: str, query: Mapping[str, str] | None = None) -> Any:
+        """The decoded JSON of ``GET /api/<path>``, for what no method here reads (a
+        connection's ``peer_host``, ``/api/users``...): the escape hatch. ``path`` is the
+        API's (``connections``, ``queues/%2F/orders``: names quoted by the caller, as the API
+        documents them); ``query`` is encoded here (``{"columns": "name,ssl"}``). A read, so
+        retried and failed as the methods' are; what it returns is the broker's JSON,
+        unchecked."""
+        return self._send(api.get_path(path, query))[0]
 
     # ------------------------------------------------------------------ connections, channels
 
@@ -366,6 +427,13 @@ class AsyncManagement:
         """The bindings of a queue (the default exchange's included, with source ``""``)."""
         return await asyncio.to_thread(self._blocking.queue_bindings, name, vhost)
 
+    async def put_queue(self, name: str, vhost: str = "/", *, durable: bool = True,
+                        auto_delete: bool = False,
+                        arguments: Mapping[str, Any] | None = None) -> None:
+        """As ``Management.put_queue``: declare a queue."""
+        await asyncio.to_thread(self._blocking.put_queue, name, vhost, durable=durable,
+                                auto_delete=auto_delete, arguments=arguments)
+
     async def delete_queue(self, name: str, vhost: str = "/", *, if_empty: bool = True) -> None:
         """As ``Management.delete_queue``: by default only if it is empty."""
         await asyncio.to_thread(self._blocking.delete_queue, name, vhost, if_empty=if_empty)
@@ -411,6 +479,43 @@ class AsyncManagement:
     async def delete_parameter(self, component: str, name: str, vhost: str = "/") -> None:
         await asyncio.to_thread(self._blocking.delete_parameter, component, name, vhost)
 
+    async def parameters(self, component: str, vhost: str | None = None
+                         ) -> list[ParameterInfo]:
+        """As ``Management.parameters``: the runtime parameters of ``component``."""
+        return await asyncio.to_thread(self._blocking.parameters, component, vhost)
+
+    # ------------------------------------------------------------------ federation, shovels
+
+    async def federation_links(self, vhost: str | None = "/") -> list[FederationLinkInfo]:
+        """As ``Management.federation_links``."""
+        return await asyncio.to_thread(self._blocking.federation_links, vhost)
+
+    async def shovels(self, vhost: str | None = "/") -> list[ShovelInfo]:
+        """As ``Management.shovels``."""
+        return await asyncio.to_thread(self._blocking.shovels, vhost)
+
+    async def restart_shovel(self, name: str, vhost: str = "/") -> None:
+        """As ``Management.restart_shovel``."""
+        await asyncio.to_thread(self._blocking.restart_shovel, name, vhost)
+
+    # ------------------------------------------------------------------ the cluster
+
+    async def overview(self) -> OverviewInfo:
+        """As ``Management.overview``."""
+        return await asyncio.to_thread(self._blocking.overview)
+
+    async def feature_flags(self) -> list[FeatureFlagInfo]:
+        """As ``Management.feature_flags``."""
+        return await asyncio.to_thread(self._blocking.feature_flags)
+
+    async def nodes(self) -> list[NodeInfo]:
+        """As ``Management.nodes``."""
+        return await asyncio.to_thread(self._blocking.nodes)
+
+    async def get(self, path: str, query: Mapping[str, str] | None = None) -> Any:
+        """As ``Management.get``: the escape hatch, ``GET /api/<path>``'s decoded JSON."""
+        return await asyncio.to_thread(self._blocking.get, path, query)
+
     # ------------------------------------------------------------------ connections, channels
 
     async def connections(self) -> list[ConnectionInfo]:
@@ -443,8 +548,18 @@ __all__ = [
     "ConnectionInfo",
     "ConnectionsClosed",
     "ConsumerInfo",
+    "FeatureFlagInfo",
+    "FederationLinkInfo",
     "Management",
+    "ManagementError",
+    "ManagementNotFound",
+    "ManagementRefused",
     "ManagementSettings",
+    "ManagementUnreachable",
+    "NodeInfo",
+    "OverviewInfo",
+    "ParameterInfo",
     "PolicyInfo",
     "QueueInfo",
+    "ShovelInfo",
 ]

@@ -10,11 +10,13 @@ certificates that ``rabbitmq.conf`` names.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
+
+from sac.sdk.management import FeatureFlagInfo
 
 from ._files import Credentials, default_home, validate_name
 from ._ports import MAX_NODES
@@ -71,11 +73,10 @@ def _metadata_store(inst: ClusterSpec, attribute: attrs.Attribute[str], value: s
             "its metadata in Mnesia only")
 
 
-def metadata_store_of(feature_flags: Sequence[Mapping[str, Any]]) -> str:
-    """``khepri`` when the management API's ``/api/feature-flags`` lists ``khepri_db``
-    enabled, else ``mnesia`` (3.10 has no such flag)."""
-    enabled = any(f.get("name") == KHEPRI_FLAG and f.get("state") == "enabled"
-                  for f in feature_flags)
+def metadata_store_of(feature_flags: Iterable[FeatureFlagInfo]) -> str:
+    """``khepri`` when the management API's feature flags list ``khepri_db`` enabled, else
+    ``mnesia`` (3.10 has no such flag)."""
+    enabled = any(f.name == KHEPRI_FLAG and f.state == "enabled" for f in feature_flags)
     return "khepri" if enabled else "mnesia"
 
 

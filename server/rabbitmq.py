@@ -38,6 +38,8 @@ from typing import Any, overload
 
 import attrs
 
+from sac.sdk.management import Management, ManagementError, ManagementSettings
+
 from . import _netns, _proc, _rootfs, _tls
 from ._errors import (
     AlreadyRunningError,
@@ -56,12 +58,6 @@ from ._files import (
     write_secret,
 )
 from ._lifecycle import ServerBase
-from ._management import (
-    ManagementError,
-    ManagementSettings,
-    ManagementUnreachable,
-    ServerManagement,
-)
 from ._netns import NetnsPlan
 from ._ports import PortLayout, allocate_base, check_free
 from ._rabbitmq_config import (
@@ -573,7 +569,7 @@ class LocalCluster(ServerBase):
 
     # ------------------------------------------------------------------ management API
 
-    def management(self, node: Node | int | str | None = None) -> ServerManagement:
+    def management(self, node: Node | int | str | None = None) -> Management:
         """A client of this cluster's management API (``sac.sdk.Management``): every node,
         tried in turn, reads retried under the SDK's policy; or only ``node`` (a ``Node``, or
         what ``node()`` takes), asked once, so that a probe of a node gets that node's answer
@@ -586,26 +582,7 @@ class LocalCluster(ServerBase):
         if node is not None:
             settings = attrs.evolve(settings, retry=attrs.evolve(settings.retry,
                                                                  max_attempts=1))
-        return ServerManagement(settings)
-
-    def management_api(
-        self, path: str, *, method: str = "GET", body: Any = None, node: Node | None = None
-    ) -> Any:
-        """``method /api/<path>`` with a JSON ``body`` (on ``node``, or the first node that
-        answers); ``CommandError`` when the broker refused, ``NotRunningError`` when no node
-        answered.
-
-        REPLACE: kept for the callers outside this package's owners that still build paths
-        by hand (tests/sdk, bench/throughput.py); use ``management()``, whose methods name
-        what they do."""
-        try:
-            return self.management(node).call(path, method, body)
-        except ManagementUnreachable as exc:
-            raise NotRunningError(
-                f"no node of cluster {self.name!r} answered the management API ({exc})"
-            ) from exc
-        except ManagementError as exc:
-            raise CommandError(f"management API {method} /api/{path} failed: {exc}") from exc
+        return Management(settings)
 
     def members(self, node: Node | None = None) -> list[dict[str, Any]]:
         """Cluster members as the management API (of ``node``, or of the first that

@@ -205,6 +205,63 @@ def list_channels() -> Request:
     return Request("channels", "GET", "/api/channels")
 
 
+def put_queue(vhost: str, name: str, *, durable: bool = True, auto_delete: bool = False,
+              arguments: Mapping[str, Any] | None = None) -> Request:
+    """Declare a queue (the node that takes the request hosts it, or leads it: a quorum
+    queue's leader starts on the node asked)."""
+    body = {"durable": durable, "auto_delete": auto_delete, "arguments": dict(arguments or {})}
+    return Request("put_queue", "PUT", f"/api/queues/{_q(vhost)}/{_q(name)}", _json(body))
+
+
+def get_overview() -> Request:
+    return Request("overview", "GET", "/api/overview")
+
+
+def list_feature_flags() -> Request:
+    return Request("feature_flags", "GET", "/api/feature-flags")
+
+
+def list_nodes() -> Request:
+    return Request("nodes", "GET", "/api/nodes?columns=name,running")
+
+
+def _under(base: str, vhost: str | None) -> str:
+    """``base`` for every vhost (None), or for one."""
+    return base if vhost is None else f"{base}/{_q(vhost)}"
+
+
+def list_federation_links(vhost: str | None = "/") -> Request:
+    return Request("federation_links", "GET", _under("/api/federation-links", vhost))
+
+
+def list_shovels(vhost: str | None = "/") -> Request:
+    return Request("shovels", "GET", _under("/api/shovels", vhost))
+
+
+def restart_shovel(vhost: str, name: str) -> Request:
+    return Request("restart_shovel", "DELETE",
+                   f"/api/shovels/vhost/{_q(vhost)}/{_q(name)}/restart")
+
+
+def list_parameters(component: str, vhost: str | None = None) -> Request:
+    return Request("parameters", "GET", _under(f"/api/parameters/{_q(component)}", vhost))
+
+
+def get_path(path: str, query: Mapping[str, str] | None = None) -> Request:
+    """``GET /api/<path>``: the escape hatch for what no method reads. ``path`` is the API's
+    own (its names quoted by the caller: ``queues/%2F/orders``); the query goes in
+    ``query``, encoded here."""
+    if not isinstance(path, str) or not path.strip("/"):
+        raise ValueError(f"path must name an API resource (such as 'users'), got {path!r}")
+    if "?" in path or "#" in path:
+        raise ValueError(f"path {path!r} must not hold a query or a fragment: pass the "
+                         "query as query={...}")
+    if any(part in (".", "..") for part in path.split("/")):
+        raise ValueError(f"path {path!r} must not climb out of /api/ ('.' or '..')")
+    suffix = f"?{urllib.parse.urlencode(dict(query))}" if query else ""
+    return Request("get", "GET", f"/api/{path.lstrip('/')}{suffix}")
+
+
 # ---------------------------------------------------------------------------- answers
 
 
@@ -225,6 +282,9 @@ class ConsumerInfo:
     """The channel's name (``127.0.0.1:5000 -> 127.0.0.1:5672 (1)``), when still known."""
     connection: str | None
     """Its connection's name as the broker names it (not the client-provided one)."""
+    arguments: Mapping[str, Any] = attrs.field(factory=dict)
+    """What the consumer asked with ``basic.consume`` (``x-priority``,
+    ``x-cancel-on-ha-failover``...)."""
 
 
 @attrs.frozen
@@ -252,6 +312,14 @@ class QueueInfo:
     reported_single_active_tag: str | None = None
     """The queue's own ``single_active_consumer_tag`` (``..._ctag`` on 3.10's quorum
     queues): staler than the consumers' entries, but right when several claim the role."""
+    synchronised_mirrors: tuple[str, ...] | None = None
+    """A mirrored classic queue's mirrors that hold every message (RabbitMQ 3.x's
+    ``synchronised_slave_nodes``): what a mirror that takes over can serve without loss.
+    None when the answer has none (not mirrored, or RabbitMQ 4, which has no mirrors)."""
+    online: tuple[str, ...] | None = None
+    """A quorum queue's members that are up and part of its Raft group (``online``): a
+    majority of ``members`` must be, for the queue to accept and deliver. None when the
+    answer has none (not a quorum queue)."""
 
     @property
     def single_active(self) -> bool:
@@ -333,6 +401,11 @@ class ConnectionInfo:
     user: str | None
     vhost: str | None
     node: str | None
+    ssl: bool | None = None
+    """Whether the client connected over TLS (None: the answer does not say)."""
+    peer_host: str | None = None
+    """The client's address as the broker sees it (behind a NAT or a bridge: the near
+    side's)."""
 
 
 @attrs.frozen
@@ -346,6 +419,69 @@ class ChannelInfo:
     refuse."""
     consumer_count: int
     vhost: str | None
+
+
+@attrs.frozen(kw_only=True)
+class OverviewInfo:
+    """What the broker says it is (``/api/overview``)."""
+
+    product: str
+    """``RabbitMQ`` (or a distribution's name for it)."""
+    version: str
+    erlang_version: str | None
+    node: str | None
+    """The node that answered."""
+
+
+@attrs.frozen(kw_only=True)
+class FeatureFlagInfo:
+    """One feature flag (``/api/feature-flags``): ``khepri_db`` enabled means the metadata
+    lives in Khepri (RabbitMQ 4), not Mnesia."""
+
+    name: str
+    state: str
+    """``enabled``, ``disabled`` or ``state_changing``."""
+
+
+@attrs.frozen(kw_only=True)
+class NodeInfo:
+    """A cluster member as ``/api/nodes`` lists it (a member that is down is listed, not
+    running)."""
+
+    name: str
+    running: bool
+
+
+@attrs.frozen(kw_only=True)
+class FederationLinkInfo:
+    """One federation link (``/api/federation-links``): of a queue or of an exchange."""
+
+    upstream: str | None
+    queue: str | None
+    """The federated queue (None: the link federates an exchange)."""
+    exchange: str | None
+    status: str
+    """``starting``, ``running``, ``error``..."""
+
+
+@attrs.frozen(kw_only=True)
+class ShovelInfo:
+    """One shovel (``/api/shovels``)."""
+
+    name: str
+    state: str | None
+    """``starting``, ``running``, ``terminated``... (None while the API knows none)."""
+
+
+@attrs.frozen(kw_only=True)
+class ParameterInfo:
+    """One runtime parameter (``/api/parameters``): a federation upstream, a shovel..."""
+
+    component: str
+    vhost: str
+    name: str
+    value: Any
+    """The parameter's definition, as put (``{"uri": ...}`` for an upstream)."""
 
 
 def _obj(value: Any, what: str) -> Mapping[str, Any]:
@@ -393,7 +529,8 @@ def parse_consumer(data: Any) -> ConsumerInfo:
         activity_status=_opt_str(entry.get("activity_status")),
         prefetch_count=_int(entry.get("prefetch_count")),
         channel=_opt_str(channel.get("name")),
-        connection=_opt_str(channel.get("connection_name")))
+        connection=_opt_str(channel.get("connection_name")),
+        arguments=dict(_obj(entry.get("arguments") or {}, "a consumer's arguments")))
 
 
 def parse_queue(data: Any) -> QueueInfo:
@@ -418,7 +555,20 @@ def parse_queue(data: Any) -> QueueInfo:
         messages_unacknowledged=_opt_int(entry.get("messages_unacknowledged")),
         node=_opt_str(entry.get("leader")) or _opt_str(entry.get("node")),
         reported_single_active_tag=_opt_str(entry.get("single_active_consumer_tag"))
-        or _opt_str(entry.get("single_active_consumer_ctag")))
+        or _opt_str(entry.get("single_active_consumer_ctag")),
+        synchronised_mirrors=_names(entry.get("synchronised_slave_nodes"),
+                                    f"{what}'s synchronised_slave_nodes"),
+        online=_names(entry.get("online"), f"{what}'s online members"))
+
+
+def _names(value: Any, what: str) -> tuple[str, ...] | None:
+    """A list of node names, or None when the answer has none."""
+    if value is None:
+        return None
+    names = _list(value, what)
+    if not all(isinstance(n, str) for n in names):
+        raise Malformed(f"{what} should be node names, got {value!r}")
+    return tuple(names)
 
 
 def parse_queues(data: Any) -> list[QueueInfo]:
@@ -454,7 +604,9 @@ def _connection(entry: Mapping[str, Any]) -> ConnectionInfo:
         name=_str(entry, "name", "a connection"),
         client_name=_opt_str(client.get("connection_name")),
         user=_opt_str(entry.get("user")), vhost=_opt_str(entry.get("vhost")),
-        node=_opt_str(entry.get("node")))
+        node=_opt_str(entry.get("node")),
+        ssl=entry["ssl"] if isinstance(entry.get("ssl"), bool) else None,
+        peer_host=_opt_str(entry.get("peer_host")))
 
 
 def _channel(entry: Mapping[str, Any]) -> ChannelInfo:
@@ -483,6 +635,63 @@ def parse_connections(data: Any) -> list[ConnectionInfo]:
 
 def parse_channels(data: Any) -> list[ChannelInfo]:
     return _each(data, "channels", _channel)
+
+
+def parse_overview(data: Any) -> OverviewInfo:
+    entry = _obj(data, "the overview")
+    version = _opt_str(entry.get("product_version")) or _opt_str(entry.get("rabbitmq_version"))
+    if version is None:
+        raise Malformed("the overview has no 'product_version' or 'rabbitmq_version' string")
+    return OverviewInfo(
+        product=_opt_str(entry.get("product_name")) or "RabbitMQ", version=version,
+        erlang_version=_opt_str(entry.get("erlang_version")), node=_opt_str(entry.get("node")))
+
+
+def _feature_flag(entry: Mapping[str, Any]) -> FeatureFlagInfo:
+    what = f"feature flag {entry.get('name')!r}"
+    return FeatureFlagInfo(name=_str(entry, "name", what), state=_str(entry, "state", what))
+
+
+def _node(entry: Mapping[str, Any]) -> NodeInfo:
+    return NodeInfo(name=_str(entry, "name", "a node"), running=entry.get("running") is True)
+
+
+def _federation_link(entry: Mapping[str, Any]) -> FederationLinkInfo:
+    return FederationLinkInfo(
+        upstream=_opt_str(entry.get("upstream")), queue=_opt_str(entry.get("queue")),
+        exchange=_opt_str(entry.get("exchange")),
+        status=_str(entry, "status", f"the federation link of {entry.get('upstream')!r}"))
+
+
+def _shovel(entry: Mapping[str, Any]) -> ShovelInfo:
+    return ShovelInfo(name=_str(entry, "name", "a shovel"), state=_opt_str(entry.get("state")))
+
+
+def _parameter(entry: Mapping[str, Any]) -> ParameterInfo:
+    what = f"parameter {entry.get('name')!r}"
+    return ParameterInfo(component=_str(entry, "component", what),
+                         vhost=_str(entry, "vhost", what), name=_str(entry, "name", what),
+                         value=entry.get("value"))
+
+
+def parse_feature_flags(data: Any) -> list[FeatureFlagInfo]:
+    return _each(data, "feature flags", _feature_flag)
+
+
+def parse_nodes(data: Any) -> list[NodeInfo]:
+    return _each(data, "nodes", _node)
+
+
+def parse_federation_links(data: Any) -> list[FederationLinkInfo]:
+    return _each(data, "federation links", _federation_link)
+
+
+def parse_shovels(data: Any) -> list[ShovelInfo]:
+    return _each(data, "shovels", _shovel)
+
+
+def parse_parameters(data: Any) -> list[ParameterInfo]:
+    return _each(data, "parameters", _parameter)
 
 
 def decode(body: bytes) -> Any:

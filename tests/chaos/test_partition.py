@@ -189,8 +189,8 @@ def test_isolated_node_pauses_its_clients_move_and_heal_makes_the_cluster_whole(
         assert tcp_accepts(n3.host, n3.amqp_port) == "ConnectionRefusedError"
         status = cluster3.ctl(n1, "cluster_status", "--formatter", "json")
         assert '"partitions":{}' in status.replace(" ", "")  # the minority paused: none kept
-        queue = cluster3.management(n1).get(f"queues/%2F/{queue_name}")
-        assert sorted(cluster3.node(m).index for m in queue["online"]) == [1, 2]
+        online = cluster3.management(n1).queue(queue_name).online or ()
+        assert sorted(cluster3.node(m).index for m in online) == [1, 2]
         assert publisher.is_open
 
         healed_event = parts.heal()

@@ -175,8 +175,7 @@ def left_behind(servers: Servers, run: Run) -> list[str]:
         api = side.management()
         found += [q.name for q in api.queues("/") if q.name.startswith(queue)]
         found += [p.name for p in api.policies("/") if p.name.startswith(queue)]
-        found += [str(p["name"]) for p in api.parameters("shovel", "/")
-                  if str(p["name"]).startswith(queue)]
+        found += [p.name for p in api.parameters("shovel", "/") if p.name.startswith(queue)]
     return found
 
 

@@ -160,11 +160,8 @@ def test_reconsumes_after_mirrored_queue_master_dies(
     healed: LocalCluster, conn: ConnectionSettings, queue_name: str,
 ) -> None:
     cluster = healed
-    cluster.management_api(
-        f"policies/%2F/ha-{queue_name}", method="PUT",
-        body={"pattern": f"^{queue_name}$", "definition": {"ha-mode": "all"},
-              "apply-to": "queues"},
-    )
+    api = cluster.management()
+    api.put_policy(f"ha-{queue_name}", f"^{queue_name}$", {"ha-mode": "all"})
     queue = QueueSettings(queue_name, type="classic")
     with pika.BlockingConnection(pika.URLParameters(cluster.urls()[0])) as raw:
         # Declared on node 1, so the master lives there and the consumer (node 2) survives.
@@ -174,18 +171,19 @@ def test_reconsumes_after_mirrored_queue_master_dies(
         c.start()
         first = publish(publishers, face, conn, queue, 100)
         wait_until(lambda: c.count() >= 100, 30, "the first batch handled")
-        master = cluster.management_api(f"queues/%2F/{queue_name}")["node"]
+        master = api.queue(queue_name).node
+        assert master is not None
         master_index = cluster.node(master).index
         assert master_index != 2  # the consumer is on node 2; its connection survives
-        wait_until(lambda: len(cluster.management_api(f"queues/%2F/{queue_name}").get(
-            "synchronised_slave_nodes", [])) == 2, 30, "both mirrors in sync")
+        wait_until(lambda: len(api.queue(queue_name).synchronised_mirrors or ()) == 2, 30,
+                   "both mirrors in sync")
         cluster.kill(master_index)
         wait_until(lambda: c.stats.resubscribes >= 1, 30, "the server cancel and reconsume")
         assert c.stats.reconnects == 0
         second = publish(publishers, face, on_node(conn, 1, "p2"), queue, 100, start=100)
         wait_until(lambda: set(first + second) <= set(c.handled), 30, "the second batch")
     finally:
-        cluster.management_api(f"policies/%2F/ha-{queue_name}", method="DELETE")
+        api.delete_policy(f"ha-{queue_name}")
 
 
 def test_a_long_handler_keeps_its_connection(

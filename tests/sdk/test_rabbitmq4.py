@@ -81,7 +81,7 @@ def test_no_delivery_limit_keeps_redelivering_a_message_rejected_25_times(
     for queue in (unlimited, limited):
         with Publisher(PublisherSettings(conn, queue=queue)) as pub:
             pub.publish(b"rejected again and again")
-    declared = cluster.management_api(f"queues/%2F/{queue_name}")["arguments"]
+    declared = cluster.management().queue(queue_name).arguments
     four = cluster.spec.rabbitmq == "4.0"
     assert declared.get("x-delivery-limit") == (-1 if four else None)
 
@@ -113,12 +113,9 @@ def test_a_parked_message_given_back_25_times_stays_parked(
 
 def _consumer_arguments(cluster: LocalCluster, queue: str) -> dict[str, object]:
     def listed() -> list[dict[str, object]]:
-        return list(cluster.management_api(f"queues/%2F/{queue}").get("consumer_details", []))
+        return [dict(c.arguments) for c in cluster.management().queue(queue).consumers]
 
-    entries = wait_until(listed, 15, "the consumer listed by the management API")
-    arguments = entries[0]["arguments"]
-    assert isinstance(arguments, dict)
-    return arguments
+    return wait_until(listed, 15, "the consumer listed by the management API")[0]
 
 
 @pytest.mark.rabbitmq("4.0", "3.10")

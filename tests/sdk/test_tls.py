@@ -37,10 +37,8 @@ def test_publish_and_consume_over_tls(
         assert consumer.handled == ids
     finally:
         consumer.stop()
-    connections = cluster.management_api("connections?columns=name,ssl,client_properties")
-    ours = [c for c in connections
-            if c.get("client_properties", {}).get("connection_name") == "tls-client"]
-    assert all(c["ssl"] for c in ours)
+    ours = [c for c in cluster.management().connections() if c.client_name == "tls-client"]
+    assert all(c.ssl for c in ours)
 
 
 def test_an_unverifiable_certificate_is_a_connect_error(

@@ -133,8 +133,7 @@ def test_a_host_client_publishes_and_consumes_through_every_node(
             channel.cancel()
             # The broker sees the client at the host's side of the bridge.
             peers = wait_until(
-                lambda: [c["peer_host"] for c in ns_cluster.management().get(
-                    "connections?columns=peer_host,node")],
+                lambda: [c.peer_host for c in ns_cluster.management().connections()],
                 20, "the connection in the management API")
             assert set(peers) == {ns_cluster.netns.host_address}
 

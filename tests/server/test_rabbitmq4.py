@@ -23,6 +23,7 @@ from sac.sdk import (
     QueueSettings,
     Role,
 )
+from sac.sdk.management import ConnectionInfo
 from sac.server import LocalCluster, _proc, _rootfs
 from tests.helpers import is_loopback, listening_addresses, wait_until
 from tests.sdk.faces import ConsumerFace
@@ -90,20 +91,18 @@ def test_tls_urls_and_federation_work_on_4_0(cluster4: LocalCluster, queue_name:
     tls = ConnectionSettings(urls=cluster4.tls_urls(), ca_file=str(cluster4.ca_file),
                              name="tls-on-4.0")
 
-    def ours() -> list[dict[str, object]]:
-        listed = cluster4.management().get("connections?columns=name,ssl,client_properties")
-        return [c for c in listed
-                if c.get("client_properties", {}).get("connection_name") == "tls-on-4.0"]
+    def ours() -> list[ConnectionInfo]:
+        return [c for c in cluster4.management().connections() if c.client_name == "tls-on-4.0"]
 
     with Publisher(PublisherSettings(tls, queue=QueueSettings(queue_name))) as pub:
         pub.publish(b"over TLS")
         # The management API lists a connection within its statistics interval.
-        assert all(c["ssl"] for c in wait_until(ours, 15, "the TLS connection listed"))
+        assert all(c.ssl for c in wait_until(ours, 15, "the TLS connection listed"))
     # The federation plugin runs: its parameters are accepted and its links listed.
     api = cluster4.management()
     api.put_parameter("federation-upstream", queue_name, {"uri": cluster4.urls()[0]})
     try:
-        assert api.parameters("federation-upstream", "/")[0]["name"] == queue_name
+        assert queue_name in [p.name for p in api.parameters("federation-upstream", "/")]
         assert api.federation_links(None) == []
     finally:
         api.delete_parameter("federation-upstream", queue_name)

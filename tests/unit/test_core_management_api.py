@@ -236,3 +236,121 @@ def test_a_redirect_is_an_error_naming_its_target_without_a_password() -> None:
     assert "topsecret" not in text
     assert "not followed" in text
     assert "no Location" in api.redirect_text(None)
+
+
+# ---------------------------------------------------------------- the cluster, federation, shovels
+
+
+def test_the_overview_read() -> None:
+    assert api.parse_overview({
+        "product_name": "RabbitMQ", "product_version": "4.0.5", "rabbitmq_version": "4.0.5",
+        "erlang_version": "26.2.5", "node": "sac-1@localhost"}) == api.OverviewInfo(
+        product="RabbitMQ", version="4.0.5", erlang_version="26.2.5", node="sac-1@localhost")
+    older = api.parse_overview({"rabbitmq_version": "3.10.8"})  # no product fields
+    assert (older.product, older.version, older.erlang_version, older.node) == (
+        "RabbitMQ", "3.10.8", None, None)
+
+
+def test_cluster_lists_read() -> None:
+    assert api.parse_feature_flags([{"name": "khepri_db", "state": "enabled", "stability":
+                                     "experimental", "desc": "..."}]) == [
+        api.FeatureFlagInfo(name="khepri_db", state="enabled")]
+    assert api.parse_nodes([{"name": "sac-1@localhost", "running": True},
+                            {"name": "sac-2@localhost", "running": False},
+                            {"name": "sac-3@localhost"}]) == [
+        api.NodeInfo(name="sac-1@localhost", running=True),
+        api.NodeInfo(name="sac-2@localhost", running=False),
+        api.NodeInfo(name="sac-3@localhost", running=False)]
+    links = api.parse_federation_links([
+        {"node": "n", "queue": "orders", "upstream": "east", "status": "running",
+         "type": "queue", "vhost": "/", "id": "1"},
+        {"exchange": "events", "upstream": "west", "status": "error", "error": "..."}])
+    assert links == [
+        api.FederationLinkInfo(upstream="east", queue="orders", exchange=None, status="running"),
+        api.FederationLinkInfo(upstream="west", queue=None, exchange="events", status="error")]
+    assert api.parse_shovels([{"name": "move", "state": "running", "vhost": "/"},
+                              {"name": "new"}]) == [
+        api.ShovelInfo(name="move", state="running"), api.ShovelInfo(name="new", state=None)]
+    assert api.parse_parameters([{"component": "shovel", "vhost": "/", "name": "move",
+                                  "value": {"src-queue": "a"}}]) == [
+        api.ParameterInfo(component="shovel", vhost="/", name="move",
+                          value={"src-queue": "a"})]
+
+
+def test_a_queue_reads_its_mirrors_and_its_online_members() -> None:
+    mirrored = api.parse_queue(dict(CLASSIC, synchronised_slave_nodes=["sac-1@localhost"],
+                                    slave_nodes=["sac-1@localhost", "sac-3@localhost"]))
+    assert mirrored.synchronised_mirrors == ("sac-1@localhost",)
+    assert mirrored.online is None  # a classic queue has no Raft members
+    quorum = api.parse_queue(dict(QUORUM, online=["sac-1@localhost"]))
+    assert (quorum.online, quorum.synchronised_mirrors) == (("sac-1@localhost",), None)
+    assert api.parse_queue(QUORUM).online is None  # not in the answer: not known
+
+
+def test_a_consumers_arguments_and_a_connections_tls_read() -> None:
+    consumer = api.parse_consumer({"consumer_tag": "t", "arguments": {"x-priority": 5}})
+    assert consumer.arguments == {"x-priority": 5}
+    (tls, plain) = api.parse_connections([
+        {"name": "a", "ssl": True, "peer_host": "10.0.0.7", "client_properties": {}},
+        {"name": "b", "ssl": "yes"}])
+    assert (tls.ssl, tls.peer_host) == (True, "10.0.0.7")
+    assert (plain.ssl, plain.peer_host) == (None, None)  # not a boolean: not known
+
+
+@pytest.mark.parametrize(
+    ("parse", "answer", "complaint"),
+    [
+        (api.parse_overview, [], "the overview should be a JSON object"),
+        (api.parse_overview, {"product_name": "RabbitMQ"}, "no 'product_version' or "
+                                                           "'rabbitmq_version' string"),
+        (api.parse_feature_flags, {"x": 1}, "the feature flags should be a JSON list"),
+        (api.parse_feature_flags, [{"name": "khepri_db"}], "feature flag 'khepri_db' has no "
+                                                           "'state' string"),
+        (api.parse_nodes, [{"running": True}], "a node has no 'name' string"),
+        (api.parse_nodes, ["sac-1"], "an entry of nodes should be a JSON object"),
+        (api.parse_federation_links, [{"upstream": "east"}],
+         "the federation link of 'east' has no 'status' string"),
+        (api.parse_shovels, None, "the shovels should be a JSON list"),
+        (api.parse_parameters, [{"name": "p", "vhost": "/"}],
+         "parameter 'p' has no 'component' string"),
+        (api.parse_queue, dict(QUORUM, online="sac-1"), "online members should be a JSON list"),
+        (api.parse_queue, dict(CLASSIC, synchronised_slave_nodes=[1]),
+         "synchronised_slave_nodes should be node names"),
+        (api.parse_consumer, {"consumer_tag": "t", "arguments": [1]},
+         "a consumer's arguments should be a JSON object"),
+    ],
+)
+def test_a_malformed_answer_is_named(parse: Any, answer: Any, complaint: str) -> None:
+    with pytest.raises(api.Malformed, match=complaint):
+        parse(answer)
+
+
+def test_the_new_requests() -> None:
+    assert (api.get_overview().path, api.get_overview().call) == ("/api/overview", "overview")
+    assert api.list_feature_flags().path == "/api/feature-flags"
+    assert api.list_nodes().path == "/api/nodes?columns=name,running"
+    assert api.list_federation_links().path == "/api/federation-links/%2F"
+    assert api.list_federation_links(None).path == "/api/federation-links"
+    assert api.list_shovels("blue/green").path == "/api/shovels/blue%2Fgreen"
+    assert api.list_parameters("shovel").path == "/api/parameters/shovel"
+    assert api.list_parameters("shovel", "/").path == "/api/parameters/shovel/%2F"
+    restart = api.restart_shovel("/", "move a/b")
+    assert (restart.method, restart.path, restart.idempotent) == (
+        "DELETE", "/api/shovels/vhost/%2F/move%20a%2Fb/restart", False)
+    put = api.put_queue("/", "orders", arguments={"x-queue-type": "quorum"})
+    assert (put.method, put.path, put.idempotent) == ("PUT", "/api/queues/%2F/orders", False)
+    assert put.body is not None
+    assert json.loads(put.body) == {"durable": True, "auto_delete": False,
+                                    "arguments": {"x-queue-type": "quorum"}}
+
+
+def test_the_escape_hatch_builds_a_read_and_refuses_what_is_not_a_path() -> None:
+    assert api.get_path("users").path == "/api/users"
+    read = api.get_path("/connections", {"columns": "name,ssl"})
+    assert (read.method, read.path, read.idempotent) == (
+        "GET", "/api/connections?columns=name%2Cssl", True)
+    for path, complaint in [("queues?columns=name", "pass the query as query="),
+                            ("", "must name an API resource"),
+                            ("../../etc", "must not climb out of /api/")]:
+        with pytest.raises(ValueError, match=complaint):
+            api.get_path(path)

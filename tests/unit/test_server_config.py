@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sac.sdk.management import FeatureFlagInfo
 from sac.server import ClusterSpec, Credentials, Node
 from sac.server._rabbitmq_config import (
     COOKIE,
@@ -152,6 +153,6 @@ def test_4_0_is_the_default_and_khepri_is_refused_on_3_10_in_one_line(tmp_path: 
 
 def test_the_metadata_store_is_read_off_the_khepri_db_flag() -> None:
     assert metadata_store_of([]) == "mnesia"  # 3.10: no such flag
-    assert metadata_store_of([{"name": "khepri_db", "state": "disabled"},
-                              {"name": "quorum_queue", "state": "enabled"}]) == "mnesia"
-    assert metadata_store_of([{"name": "khepri_db", "state": "enabled"}]) == "khepri"
+    assert metadata_store_of([FeatureFlagInfo(name="khepri_db", state="disabled"),
+                              FeatureFlagInfo(name="quorum_queue", state="enabled")]) == "mnesia"
+    assert metadata_store_of([FeatureFlagInfo(name="khepri_db", state="enabled")]) == "khepri"
