@@ -14,6 +14,7 @@ from sac.sdk import (
     PublisherSettings,
     QueueSettings,
 )
+from sac.sdk.management import ConnectionInfo
 from sac.server import LocalCluster
 from tests.helpers import wait_until
 from tests.sdk.faces import ConsumerFace, PublisherFace
@@ -35,10 +36,17 @@ def test_publish_and_consume_over_tls(
     try:
         wait_until(lambda: consumer.count() >= 100, 30, "100 messages over TLS")
         assert consumer.handled == ids
+        # The broker's own view, while the consumer is still connected: every connection
+        # named ours came over TLS (the list is read until the consumer's shows up).
+        management = cluster.management()
+
+        def ours() -> list[ConnectionInfo]:
+            return [c for c in management.connections() if c.client_name == "tls-client"]
+
+        wait_until(lambda: ours(), 30, "the consumer's connection in the management API")
+        assert all(c.ssl for c in ours())
     finally:
         consumer.stop()
-    ours = [c for c in cluster.management().connections() if c.client_name == "tls-client"]
-    assert all(c.ssl for c in ours)
 
 
 def test_an_unverifiable_certificate_is_a_connect_error(
