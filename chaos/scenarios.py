@@ -25,6 +25,7 @@ from sac.chaos.federation import link_actor, links_running, unacked
 from sac.chaos.partition import Grudge, isolate, majorities_ring, one_way
 from sac.chaos.runner import Body, Scenario
 from sac.chaos.world import World, toxic, zk_cut
+from sac.history import Commit, CommitRejected, ConnectionLost, Deliver, Evict
 from sac.sdk import QueueSettings
 from sac.server import LocalCluster, amqp_ready
 
@@ -68,7 +69,7 @@ def _reset_active(w: World) -> None:
     victim = _inside_effect(w)
     since = time.time()
     with toxic(w, [victim], "reset_peer", ("downstream", "upstream"), timeout=0):
-        w.wait_event(victim.name, "connection_lost", since, 30)
+        w.wait_event(victim.name, ConnectionLost, since, 30)
         victim.tell("continue")
         w.pause(w.rng.uniform(0.3, 1.5))
 
@@ -86,7 +87,7 @@ def consumer_blackhole(w: World) -> None:
     with toxic(w, [victim], "timeout", ("downstream", "upstream"), timeout=0):
         victim.tell("continue")
         w.active(other_than=victim)
-        w.wait_event(victim.name, "connection_lost", since, 60)
+        w.wait_event(victim.name, ConnectionLost, since, 60)
         w.pause(w.rng.uniform(0.0, 1.0))
 
 
@@ -113,7 +114,7 @@ def _inside_effect_with_work_behind(w: World) -> ActorProcess:
         held = time.time()
         try:
             w.until(f"a delivery to {victim.name} behind its held effect",
-                    functools.partial(w.recorded, victim.name, "deliver", held), BEHIND_WAIT_S)
+                    functools.partial(w.recorded, victim.name, Deliver, held), BEHIND_WAIT_S)
         except ChaosTimeout:
             victim.tell("continue")
             continue
@@ -130,7 +131,7 @@ def publisher_reset(w: World) -> None:
     with toxic(w, [publisher], "timeout", ("downstream",), timeout=0):
         w.pause(w.rng.uniform(0.3, 1.0))
         with toxic(w, [publisher], "reset_peer", ("upstream",), timeout=0):
-            w.wait_event(publisher.name, "connection_lost", since, 30)
+            w.wait_event(publisher.name, ConnectionLost, since, 30)
 
 
 def kill_queue_node(w: World) -> None:
@@ -233,7 +234,7 @@ def _blackhole_active(w: World) -> None:
     victim = w.active()
     since = time.time()
     with toxic(w, [victim], "timeout", ("downstream", "upstream"), timeout=0):
-        w.wait_event(victim.name, "connection_lost", since, 60)
+        w.wait_event(victim.name, ConnectionLost, since, 60)
 
 
 def _freeze_active(w: World, held: ActorProcess | None = None) -> None:
@@ -277,7 +278,7 @@ def _cut_around_effect(w: World, grudge_of: GrudgeOf, last: GrudgeOf | None = No
 
     def moved() -> bool:
         return any(p.role == "active" for p in w.live_consumers() if p is not victim) \
-            or w.recorded(victim.name, "connection_lost", since)
+            or w.recorded(victim.name, ConnectionLost, since)
 
     for attempt in range(1, CUT_ATTEMPTS + 1):
         cut = last if attempt == CUT_ATTEMPTS and last is not None else grudge_of
@@ -337,7 +338,7 @@ def partition_leader(w: World) -> None:
         with w.partition(isolate(leader, nodes)):
             w.until("pause of the old leader", lambda: not amqp_ready(
                 old.amqp_port, host=old.host), 60)
-    w.wait_event(publisher.name, "connection_lost", since, 60)
+    w.wait_event(publisher.name, ConnectionLost, since, 60)
     w.start_publisher(len(w.publishers), messages=max(10, w.settings.messages // 5))
 
 
@@ -358,11 +359,11 @@ def zk_session_expiry(w: World) -> None:
     with zk_cut(w, victim, w.rng.choice(["reset", "blackhole"])):
         w.start_publisher(len(w.publishers), messages=max(10, w.settings.messages // 2))
         w.until("the new leader's first effect", lambda: any(
-            w.recorded(p.name, "commit", since) for p in w.live_consumers()
+            w.recorded(p.name, Commit, since) for p in w.live_consumers()
             if p is not victim), 60)
         victim.tell("continue")
         w.until(f"{victim.name}'s late commit, refused or not", lambda: any(
-            w.recorded(victim.name, kind, since) for kind in ("commit_rejected", "commit")), 30)
+            w.recorded(victim.name, kind, since) for kind in (CommitRejected, Commit)), 30)
         w.pause(w.rng.uniform(0.0, 0.5))
     w.until(f"{victim.name} to stand by", lambda: victim.role == "waiting", 60)
 
@@ -382,7 +383,7 @@ def evict_frozen(w: World) -> None:
         victim.tell("continue")  # read only once thawed
         w.start_publisher(len(w.publishers), messages=max(10, w.settings.messages // 2))
         successor = w.active(other_than=victim)
-        w.wait_event(successor.name, "evict", since, 30)
+        w.wait_event(successor.name, Evict, since, 30)
         w.pause(w.rng.uniform(0.0, 0.5))
         victim.signal(signal.SIGCONT)
     w.until(f"{victim.name} to stand by", lambda: victim.role == "waiting", 60)
@@ -414,7 +415,7 @@ def zk_leader_freeze(w: World) -> None:
         victim.tell("continue")  # read only once thawed
         others = [p for p in w.live_consumers() if p is not victim]
         w.until("the new leader's first effect", lambda: any(
-            w.recorded(p.name, "commit", since) for p in others), 60)
+            w.recorded(p.name, Commit, since) for p in others), 60)
         mover = w.start_publisher(len(w.publishers), max(10, w.settings.messages // 4), side)
         w.pause(w.rng.uniform(0.0, 0.5))
         victim.signal(signal.SIGCONT)
@@ -423,7 +424,7 @@ def zk_leader_freeze(w: World) -> None:
     # tries again (it then gives its channel up, acking nothing).
     w.until(f"{victim.name}'s late commit, refused, made or given up", lambda: any(
         w.recorded(victim.name, kind, since)
-        for kind in ("commit_rejected", "commit", "connection_lost")), 30)
+        for kind in (CommitRejected, Commit, ConnectionLost)), 30)
     w.until(f"a message of {mover.name} (on {victim.name}'s cluster) handled on the other",
             lambda: _committed(w, others, f"{mover.name}-"), 60)
     w.until(f"{victim.name} to stand by", lambda: victim.role == "waiting", 60)
@@ -478,7 +479,7 @@ def _committed(w: World, consumers: list[ActorProcess], prefix: str,
                since: float = 0.0) -> bool:
     """Whether one of ``consumers`` committed a message whose id starts with ``prefix``
     (at or after ``since``)."""
-    return any(e.get("type") == "commit" and str(e.get("msg")).startswith(prefix)
+    return any(e.get("type") == Commit.KIND and str(e.get("msg")).startswith(prefix)
                and float(e.get("ts", 0)) >= since
                for p in consumers for e in w.events(p.name))
 
@@ -489,7 +490,7 @@ def _delivered_twice(w: World, prefix: str) -> bool:
     for process in w.live_consumers():
         for event in w.events(process.name):
             msg = str(event.get("msg"))
-            if event.get("type") == "deliver" and msg.startswith(prefix):
+            if event.get("type") == Deliver.KIND and msg.startswith(prefix):
                 if msg in seen:
                     return True
                 seen.add(msg)

@@ -26,6 +26,7 @@ from sac.chaos.settings import (
     SPLIT_AFTER_S,
     RunSettings,
 )
+from sac.history import Commit, Confirm, Connected, HistoryEvent
 from sac.sdk import ManagementError
 from sac.server import LocalCluster, Node, ServerError, amqp_ready
 
@@ -229,8 +230,9 @@ class World:
             self._histories[actor] = (offset + complete, found)
         return found
 
-    def recorded(self, actor: str, kind: str, since: float) -> bool:
-        return any(e.get("type") == kind and float(e.get("ts", 0)) >= since
+    def recorded(self, actor: str, kind: type[HistoryEvent], since: float) -> bool:
+        """Whether ``actor`` recorded an event of ``kind`` at or after ``since``."""
+        return any(e.get("type") == kind.KIND and float(e.get("ts", 0)) >= since
                    for e in self.events(actor))
 
     def until(self, what: str, condition: Callable[[], bool], timeout: float) -> None:
@@ -241,22 +243,24 @@ class World:
                 raise ChaosTimeout(f"no {what} within {timeout:g} s")
             self._closed.wait(0.05)
 
-    def wait_event(self, actor: str, kind: str, since: float, timeout: float = 60.0) -> None:
-        """Until ``actor`` records an event of type ``kind`` at or after ``since``."""
-        self.until(f"{kind!r} from {actor}", lambda: self.recorded(actor, kind, since), timeout)
+    def wait_event(self, actor: str, kind: type[HistoryEvent], since: float,
+                   timeout: float = 60.0) -> None:
+        """Until ``actor`` records an event of ``kind`` at or after ``since``."""
+        self.until(f"{kind.KIND!r} from {actor}", lambda: self.recorded(actor, kind, since),
+                   timeout)
 
-    def _all_events(self, pattern: str, kind: str) -> Iterator[dict[str, Any]]:
+    def _all_events(self, pattern: str, kind: type[HistoryEvent]) -> Iterator[dict[str, Any]]:
         for path in sorted((self.run_dir / "events").glob(pattern)):
             for event in self.events(path.stem):
-                if event.get("type") == kind and isinstance(event.get("msg"), str):
+                if event.get("type") == kind.KIND and isinstance(event.get("msg"), str):
                     yield event
 
     def confirmed_ids(self) -> set[str]:
-        return {event["msg"] for event in self._all_events("publisher-*.jsonl", "confirm")}
+        return {event["msg"] for event in self._all_events("publisher-*.jsonl", Confirm)}
 
     def commit_times(self) -> dict[tuple[str, str], list[float]]:
         times: dict[tuple[str, str], list[float]] = {}
-        for event in self._all_events("consumer-*.jsonl", "commit"):
+        for event in self._all_events("consumer-*.jsonl", Commit):
             times.setdefault((str(event["actor"]), event["msg"]), []).append(float(event["ts"]))
         for found in times.values():
             found.sort()
@@ -305,7 +309,7 @@ class World:
 
     def node_of(self, process: ActorProcess) -> int:
         """The node ``process`` is connected to now (its latest ``connected`` event)."""
-        connected = [e for e in self.events(process.name) if e.get("type") == "connected"]
+        connected = [e for e in self.events(process.name) if e.get("type") == Connected.KIND]
         node = self.proxy.node_of(process.name, str(connected[-1]["node"])) if connected \
             else None
         if node is None:

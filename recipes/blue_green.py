@@ -86,7 +86,7 @@ import attrs
 
 # The proof's harness (finding the clusters, consumer processes, the verdict): sac.recipe_kit.
 # The pattern itself needs sac.sdk alone.
-from sac.history import HistoryEvent, Publish, Retransmit, event_of
+from sac.history import HistoryEvent, Publish, Retransmit
 from sac.recipe_kit import (
     BadInput,
     ConsumerProcess,
@@ -257,9 +257,7 @@ class OnePublisherHistory(HistoryRecorder):
         self.offset = 0
         self.resent: set[str] = set()
 
-    def record(self, event: HistoryEvent | str, /, **fields: Any) -> None:
-        if isinstance(event, str):
-            event = event_of(event, fields)
+    def record(self, event: HistoryEvent, /) -> None:
         if isinstance(event, Publish) and event.msg not in self.resent:
             event = Publish(msg=event.msg, seq=event.seq + self.offset, queue=event.queue)
         elif isinstance(event, Publish | Retransmit):

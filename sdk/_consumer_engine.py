@@ -23,6 +23,7 @@ from typing import Any
 
 import attrs
 
+from ..history import Cancelled
 from ._consumer_desk import RunDesk
 from ._consumer_guard import GuardRoom
 from ._consumer_link import ConsumerLink
@@ -207,7 +208,7 @@ class ConsumerEngine:
         elif isinstance(self.shell.handover, Release) and self.link.consumer_tag is not None:
             # The close ends the subscription as a cancel would: a graceful hand-back, which
             # the checker tells from a failed consumer's (whose messages may come back late).
-            self.link.record("cancelled", queue=self._queue_name, by="client")
+            self.link.record(Cancelled(queue=self._queue_name, by="client"))
         await self.link.close()
         # Only now, the subscription gone: the next contender leads once this one's
         # session ends (its election node goes with it).

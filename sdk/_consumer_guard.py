@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..history import Evict as Evicted
 from ._consumer_link import ConsumerLink
 from ._core.consuming import Actions, ConsumerMachine
 from ._core.dispatch import carry_out_guard
@@ -241,8 +242,6 @@ class GuardRoom:
 
         if self._evictor is None:
             self._evictor = Evictor(self.settings)
-        fields = {"connection": decision.connection, "token": decision.token,
-                  "previous_token": decision.previous.token}
         try:
             done = await self._evictor.evict(decision)
         except (ManagementError, TimeoutError) as exc:
@@ -250,14 +249,17 @@ class GuardRoom:
                         "(token %d): %s; the broker hands the queue over once its heartbeats "
                         "go unanswered", self._queue_name, decision.connection,
                         decision.previous.token, exc or type(exc).__name__)
-            self._link.record("evict", outcome="failed", error=str(exc) or type(exc).__name__,
-                              **fields)
+            self._link.record(Evicted(
+                outcome="failed", error=str(exc) or type(exc).__name__,
+                connection=decision.connection, token=decision.token,
+                previous_token=decision.previous.token))
             return
-        # None found: the predecessor stopped cleanly (or its connection is on another
-        # cluster of a federated group), nothing to hand over.
-        outcome = "closed" if done.closed else "none"
         log.info("consumer of %r evicted the previous leader (token %d): %d connection(s) "
                  "named %r closed, %d gone already", self._queue_name, decision.previous.token,
                  len(done.closed), decision.connection, len(done.gone))
-        self._link.record("evict", outcome=outcome, closed=len(done.closed),
-                          gone=len(done.gone), **fields)
+        # "none": the predecessor stopped cleanly (or its connection is on another cluster
+        # of a federated group), nothing to hand over.
+        self._link.record(Evicted(
+            outcome="closed" if done.closed else "none", closed=len(done.closed),
+            gone=len(done.gone), connection=decision.connection, token=decision.token,
+            previous_token=decision.previous.token))

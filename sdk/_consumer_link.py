@@ -17,13 +17,16 @@ from typing import Any, Protocol
 
 from pika.spec import Basic, BasicProperties
 
+from ..history import Ack as Acked
+from ..history import Cancelled, Deliver, HistoryEvent, Subscribed
+from ..history import Reject as Rejected
 from ._core.acks import Ack, Reject
 from ._core.codecs import Codecs, Undecodable
 from ._core.consuming import Actions, ConsumerMachine
 from ._core.queues import consume_arguments
 from ._delivery import Delivery, delivery_count, other_properties
 from ._errors import SacError, UnfitMessage
-from ._history import HistoryRecorder
+from ._history import HistoryRecorder, recorded_id
 from ._recovery import Recovering
 from ._settings import ConnectionSettings, ConsumerSettings
 from ._transport import Link, LinkLost
@@ -116,8 +119,9 @@ class ConsumerLink(Recovering):
     def now(self) -> float:
         return asyncio.get_running_loop().time()
 
-    def record(self, kind: str, **fields: Any) -> None:
-        self._record(kind, **fields)
+    def record(self, event: HistoryEvent) -> None:
+        """Records ``event`` when the consumer records its history."""
+        self._record(event)
 
     # ------------------------------------------------------------------ acks out
 
@@ -132,7 +136,7 @@ class ConsumerLink(Recovering):
             tags = [t for t in self._ids_by_tag if t <= action.tag] \
                 if action.multiple else [action.tag]
             for tag in tags:
-                rec.record("ack", msg=self._ids_by_tag.pop(tag, None))
+                rec.record(Acked(msg=self._ids_by_tag.pop(tag, None)))
 
     def reject(self, action: Reject) -> None:
         link = self._link
@@ -142,15 +146,16 @@ class ConsumerLink(Recovering):
         self.rejected += 1
         rec = self._recorder
         if rec is not None:
-            rec.record("reject", msg=self._ids_by_tag.pop(action.tag, None),
-                       requeue=action.requeue)
+            rec.record(Rejected(msg=self._ids_by_tag.pop(action.tag, None),
+                                requeue=action.requeue))
 
     def parked(self, delivery: Delivery, parking_queue: str | None) -> None:
         """``delivery``'s copy is confirmed: recorded as a reject into the parking queue."""
         rec = self._recorder
         if rec is not None:
             self._ids_by_tag.pop(delivery.delivery_tag, None)  # not recorded as an ack
-            rec.record("reject", msg=delivery.message_id, requeue=False, parked=parking_queue)
+            rec.record(Rejected(msg=recorded_id(delivery.message_id), requeue=False,
+                                parked=parking_queue))
 
     # ------------------------------------------------------------------ deliveries in
 
@@ -191,10 +196,11 @@ class ConsumerLink(Recovering):
                 delivery_count(headers), self._queue_name, routing_key, exchange,
                 content_type, correlation_id, timestamp, tag, derived, properties, value,
             )
-            if self._recorder is not None:
-                self._ids_by_tag[tag] = message_id
-                self._record("deliver", msg=message_id, redelivered=delivery.redelivered,
-                             delivery_count=delivery.delivery_count)
+            rec = self._recorder
+            if rec is not None:
+                msg = self._ids_by_tag[tag] = recorded_id(message_id)
+                rec.record(Deliver(msg=msg, redelivered=delivery.redelivered,
+                                   delivery_count=delivery.delivery_count))
             if unfit is None:
                 actions = self._machine.deliver(delivery)
             else:  # the wire could not decode it (``sdk/_wire/deliveries.py``): park it
@@ -213,7 +219,7 @@ class ConsumerLink(Recovering):
 
     def server_cancel(self, _frame: Any) -> None:
         """The broker cancelled us (queue deleted, mirrored queue failed over)."""
-        self._record("cancelled", queue=self._queue_name, by="server")
+        self._record(Cancelled(queue=self._queue_name, by="server"))
         link = self._link
         if link is not None and link.channel is not None and self.consumer_tag is not None:
             link.release_deliveries(self.consumer_tag)
@@ -260,7 +266,7 @@ class ConsumerLink(Recovering):
             raise
         self.consumer_tag = tag
         self._owner.subscribed_now()
-        self._record("subscribed", queue=queue.name, by="client")
+        self._record(Subscribed(queue=queue.name, by="client"))
         self._owner.carry_out(self._machine.subscribed(self.now()))
 
     async def cancel(self, timeout: float) -> None:
@@ -277,7 +283,7 @@ class ConsumerLink(Recovering):
         try:
             await asyncio.wait_for(link.rpc(
                 lambda cb: channel.basic_cancel(tag, callback=cb), "basic.cancel"), timeout)
-            self._record("cancelled", queue=self._queue_name, by="client")
+            self._record(Cancelled(queue=self._queue_name, by="client"))
         except (LinkLost, TimeoutError):
             pass
 

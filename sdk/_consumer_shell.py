@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from ..history import Active
 from ._consumer_desk import RunDesk
 from ._consumer_guard import GuardRoom
 from ._consumer_link import ConsumerLink
@@ -107,7 +108,7 @@ class AsyncConsumerShell:
         if self.poller is not None:
             self.poller.changed(change.new, asyncio.get_running_loop().time())
         if change.new is Role.ACTIVE and self._records_activity:
-            self._link.record("active", queue=self._queue, epoch=None)
+            self._link.record(Active(queue=self._queue, epoch=None))
         if self._on_role_change is not None:
             try:
                 self._on_role_change(change.new)

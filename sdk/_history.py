@@ -6,11 +6,14 @@ reads with the same definitions.
 Publishers and consumers take ``recorder=None`` by default and test for it before building
 an event, so an unrecorded client pays one comparison per step.
 
-A message id is recorded under its canonical text (``_core.ids.id_key``), the same text the
-dedup stores record: an id another client published with a NUL or in octets that are not
-UTF-8 (pika hands those over as ``bytes``) is a message like any other, never an event that
-cannot be written. The recorder does it, not the contract: the rule is the dedup stores', and
-the contract imports nothing of the SDK.
+A message id is recorded under its canonical text (``recorded_id``, ``_core.ids.id_key``),
+the same text the dedup stores record: an id another client published with a NUL or in
+octets that are not UTF-8 (pika hands those over as ``bytes``) is a message like any other,
+never an event that cannot be written. The call site that builds the event turns the id into
+that text, since only it knows whether it holds a raw id (the contract's ``msg`` is ``str``)
+or one already canonical (the inbox's key): the mapping escapes an escaped id again, so it is
+applied exactly once. The rule is the dedup stores', and the contract imports nothing of the
+SDK.
 """
 
 from __future__ import annotations
@@ -20,10 +23,18 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Self, overload
+from typing import IO, Final, Self
 
-from ..history import HistoryEvent, event_of, fields_of, to_line
+from ..history import EVENTS, HistoryEvent, to_line
 from ._core.ids import id_key
+
+_EVENT_TYPES: Final = frozenset(EVENTS)
+
+
+def recorded_id(message_id: str | bytes | None) -> str | None:
+    """The text a history records for a message id as a client holds it: its canonical text
+    (``id_key``), ``None`` for a message without one."""
+    return None if message_id is None else id_key(message_id)
 
 
 def _octets(value: object) -> str:
@@ -45,31 +56,14 @@ class HistoryRecorder:
         self._flush_every = flush_every
         self._unflushed = 0
 
-    @overload
-    def record(self, event: HistoryEvent, /) -> None: ...
-
-    @overload
-    def record(self, event: str, /, **fields: Any) -> None: ...
-
-    def record(self, event: HistoryEvent | str, /, **fields: Any) -> None:
+    def record(self, event: HistoryEvent, /) -> None:
         """Writes ``event`` (``record(Deliver(msg=..., ...))``), stamped with the time and
-        this recorder's actor.
-
-        The older form ``record("deliver", msg=..., ...)`` builds the same event, so it is
-        held to the same contract: a kind or a field ``sac.history`` does not define, or a
-        required one missing, raises ``sac.history.UnknownEvent``."""
-        if isinstance(event, str):
-            msg = fields.get("msg")
-            if isinstance(msg, str | bytes):
-                fields["msg"] = id_key(msg)
-            event = event_of(event, fields)
-        else:
-            if fields:
-                raise TypeError(f"record({type(event).__name__}(...)) takes no fields of "
-                                f"its own: {', '.join(fields)}")
-            msg = getattr(event, "msg", None)
-            if isinstance(msg, str) and (key := id_key(msg)) != msg:
-                event = event_of(event.KIND, {**fields_of(event), "msg": key})
+        this recorder's actor. Its message id is already its canonical text
+        (``recorded_id``): the recorder writes it as it is, since canonicalising twice would
+        escape an escaped id again."""
+        if type(event) not in _EVENT_TYPES:
+            raise TypeError(f"record() takes a sac.history event such as Deliver(...), "
+                            f"not {type(event).__name__}")
         line = json.dumps(to_line(event, ts=time.time(), actor=self.actor),
                           separators=(",", ":"), default=_octets) + "\n"
         with self._lock:

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
+from ..history import Connected, ConnectionLost, HistoryEvent
 from ._core.attempts import Flaps
 from ._errors import SacError
 from ._history import HistoryRecorder
@@ -87,7 +88,7 @@ class Recovering:
         link = await open_link(url, self._connection, self._role, self._link_lost,
                                on_blocked=self._on_blocked)
         self._link = link
-        self._record("connected", node=link.node, reason="retry" if retry else "start")
+        self._record(Connected(node=link.node, reason="retry" if retry else "start"))
         try:
             await self._setup(link, retry)
             if link.lost is not None:
@@ -106,7 +107,7 @@ class Recovering:
             return
         self._link = None
         self._dropped(link, reason)
-        self._record("connection_lost", node=link.node, reason=reason.reason)
+        self._record(ConnectionLost(node=link.node, reason=reason.reason))
         if self._shutting_down or self._opening:
             # start() reports a failure itself; a reconnect under way counts it as a
             # failed attempt (its pending step fails with LinkLost) and goes on.
@@ -154,6 +155,8 @@ class Recovering:
         except SacError as exc:
             self._give_up(exc)
 
-    def _record(self, kind: str, **fields: Any) -> None:
+    def _record(self, event: HistoryEvent) -> None:
+        """Records a rare event (a connection, a subscription) when something records; a
+        step taken per message tests the recorder itself before it builds its event."""
         if self._recorder is not None:
-            self._recorder.record(kind, **fields)
+            self._recorder.record(event)

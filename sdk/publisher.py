@@ -43,8 +43,9 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypedDict, assert_never, c
 import attrs
 from pika.spec import Basic, BasicProperties
 
+from ..history import Confirm, Nack, Publish, Retransmit, Return
 from ._core.codecs import BYTES, Serializer, checked, encode_body
-from ._core.ids import new_message_id
+from ._core.ids import id_key, new_message_id
 from ._core.lifecycle import Lifecycle, Phase
 from ._core.outbox import (
     Action,
@@ -564,10 +565,10 @@ class AsyncPublisher(Recovering, Generic[Body]):
                 case Nacked(held=held):
                     if self._recorder is not None:
                         for record in held:
-                            self._recorder.record("nack", msg=record.message_id)
+                            self._recorder.record(Nack(msg=id_key(record.message_id)))
                 case Returned(message_id=message_id):
                     if self._recorder is not None:
-                        self._recorder.record("return", msg=message_id)
+                        self._recorder.record(Return(msg=id_key(message_id)))
                 case SetTimer(at=at):
                     self._set_timer(at)
                 case Recycle(why=why):
@@ -595,18 +596,18 @@ class AsyncPublisher(Recovering, Generic[Body]):
             if record.sends > 1:
                 write(method, _retransmit_header(record), body)
                 if rec is not None:
-                    rec.record("retransmit", msg=record.message_id, seq=record.seq)
+                    rec.record(Retransmit(msg=id_key(record.message_id), seq=record.seq))
             else:
                 write(method, header, body)
                 if rec is not None:
-                    rec.record("publish", msg=record.message_id, seq=record.seq,
-                               queue=record.handover.routing_key)
+                    rec.record(Publish(msg=id_key(record.message_id), seq=record.seq,
+                                       queue=record.handover.routing_key))
 
     def _confirmed(self, held: list[_Held]) -> None:
         rec = self._recorder
         for record in held:
             if rec is not None:
-                rec.record("confirm", msg=record.message_id)
+                rec.record(Confirm(msg=id_key(record.message_id)))
             if not record.told:
                 waiter = record.handover.waiter
                 if isinstance(waiter, _Batch):

@@ -32,6 +32,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ from sac.sdk import (
     StaleEpoch,
     Transaction,
 )
+from sac.sdk.dedup import id_key
 
 FENCED = 3
 """The exit status when a newer consumer holds the queue (``StaleEpoch``)."""
@@ -64,6 +66,18 @@ CONTINUE_TIMEOUT = 600.0
 """A frozen effect waits at most this long for ``continue`` (a runner that died)."""
 LINGER_S = 0.01
 MAX_LINGER = 200
+
+
+class UnfencedInbox(Inbox):
+    """The inbox of the weakening ``fencing-off``: each activation adopts ``SHARED_EPOCH``
+    instead of claiming a new epoch, or of adopting the one its consumer hands it with the
+    batch (a guarded consumer's election token, which also refuses a batch of a channel it
+    gave up). A replaced consumer's late commit is then never refused. The consumer still
+    gives it its queue, name and recorder (``Inbox.session``), as any inbox; only the
+    epoch is taken away, which is what the weakening is about."""
+
+    def activate(self, epoch_source: Callable[[], int] | None = None) -> int:
+        return super().activate(lambda: SHARED_EPOCH)
 
 
 class Controls:
@@ -154,7 +168,6 @@ class Work:
         self.controls = Controls()
         self.pauses = Pauses(spec, self.controls)
         self.crash_on = None if spec.crash_on_body is None else spec.crash_on_body.encode()
-        self.inbox: Inbox | None = None
 
     def _work(self, delivery: Delivery, holding: bool = True) -> None:
         msg = str(delivery.message_id)
@@ -177,11 +190,11 @@ class Work:
         msg = str(delivery.message_id)
         if self.spec.dedup == "redelivered-only" and delivery.redelivered \
                 and self.sink.seen(msg):
-            self.recorder.record(DuplicateSkipped(msg=msg, why="redelivered-seen"))
+            self.recorder.record(DuplicateSkipped(msg=id_key(msg), why="redelivered-seen"))
             return
         self._work(delivery)
         self.sink.write(msg, self.spec.actor, None, time.time())
-        self.recorder.record(Commit(msg=msg, epoch=None))
+        self.recorder.record(Commit(msg=id_key(msg), epoch=None))
 
     async def ahandle(self, delivery: Delivery) -> None:
         await asyncio.to_thread(self.handle, delivery)
@@ -190,16 +203,7 @@ class Work:
         if self.spec.dedup != "inbox":
             return None
         store = self.sink.store(evict_frozen_holder=self.spec.fencing)
-        self.inbox = Inbox(store, self.effect)
-        return self.inbox
-
-    def unfence(self) -> None:
-        """Fencing off, once the consumer is built: every consumer adopts the same epoch. A
-        guarded consumer has just made its election's token its inbox's epoch source (and
-        refuses an inbox with one of its own), so the shared epoch takes the token's place
-        afterwards: a replaced leader's commit is then never refused."""
-        if self.inbox is not None and not self.spec.fencing:
-            self.inbox.epoch_source = lambda: SHARED_EPOCH
+        return (Inbox if self.spec.fencing else UnfencedInbox)(store, self.effect)
 
 
 def announce(role: Role) -> None:
@@ -211,7 +215,6 @@ def run_blocking(settings: ConsumerSettings, work: Work) -> None:
     inbox = work.target()
     consumer = Consumer(settings, inbox if inbox is not None else work.handle,
                         recorder=work.recorder, on_role_change=announce)
-    work.unfence()
     consumer.run(handle_signals=work.spec.handle_signals)
 
 
@@ -224,7 +227,6 @@ async def run_async(settings: ConsumerSettings, work: Work) -> None:
     handler = inbox if inbox is not None else work.ahandle
     consumer = AsyncConsumer(settings, handler, recorder=work.recorder,
                              on_role_change=announce)
-    work.unfence()
     async with consumer:
         stopped = asyncio.ensure_future(stop.wait())
         ended = asyncio.ensure_future(consumer.wait())

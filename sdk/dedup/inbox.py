@@ -40,16 +40,16 @@ import random
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
-from typing import Any
 
 import attrs
 
+from ...history import Active, Commit, CommitRejected, DuplicateSkipped, HistoryEvent
 from .._core.backoff import Backoff
 from .._core.ids import id_key
 from .._core.retry import Interrupted, Retry, drive
 from .._delivery import Delivery
 from .._errors import MissingMessageId, StaleEpoch, StoreError, StoreUnavailable
-from .._history import HistoryRecorder
+from .._history import HistoryRecorder, recorded_id
 from ._store import Batch, Duplicate, Retention, Store, Transaction
 
 log = logging.getLogger("sac.dedup")
@@ -266,7 +266,7 @@ class Inbox:
         self._epoch = epoch
         self._claims += 1
         if self.recorder is not None:
-            self.recorder.record("active", queue=queue, epoch=epoch)
+            self.recorder.record(Active(queue=queue, epoch=epoch))
         return epoch
 
     def process(self, delivery: Delivery, activation: int) -> Outcome:
@@ -360,12 +360,14 @@ class Inbox:
     def _attempt(
         self, queue: str, deliveries: Sequence[Delivery]
     ) -> list[Outcome | Exception]:
-        """One try of ``process_batch``: history events only for what was committed."""
+        """One try of ``process_batch``: history events only for what was committed (the
+        duplicates found on the way are held in ``events`` until then; ``None`` when nothing
+        records)."""
         store = self.store
         rec = self.recorder
         policy = self.policy
         epoch = self._epoch
-        events: list[tuple[str, dict[str, Any]]] = []
+        events: list[HistoryEvent] | None = None if rec is None else []
         results: list[Outcome | Exception] = []
         ran = False  # every effect ran: what fails now is the commit
         try:
@@ -385,33 +387,33 @@ class Inbox:
             if rec is not None:
                 for delivery, result in zip(deliveries, results, strict=False):
                     if result is Outcome.COMMITTED:
-                        rec.record("commit_rejected", msg=delivery.message_id, epoch=epoch,
-                                   why="stale-epoch")
+                        rec.record(CommitRejected(msg=recorded_id(delivery.message_id),
+                                                  epoch=epoch, why="stale-epoch"))
             raise
         except Exception as exc:
             if ran and store.message_fault(exc):
                 raise _CommitRefused() from exc
             raise
-        if rec is not None:
-            for kind, fields in events:
-                rec.record(kind, **fields)
+        if rec is not None and events:
+            for event in events:
+                rec.record(event)
         for i, delivery in enumerate(deliveries[:len(results)]):
             if results[i] is not Outcome.COMMITTED:
                 continue
-            if delivery.message_id and id_key(delivery.message_id) in batch.late_duplicates:
+            key = recorded_id(delivery.message_id)
+            if key in batch.late_duplicates:
                 results[i] = Outcome.DUPLICATE
                 self._dup_commit += 1
                 if rec is not None:
-                    rec.record("commit_rejected", msg=delivery.message_id, epoch=epoch,
-                               why="duplicate")
+                    rec.record(CommitRejected(msg=key, epoch=epoch, why="duplicate"))
                 continue
             self._committed += 1
             if rec is not None:
-                rec.record("commit", msg=delivery.message_id, epoch=epoch)
+                rec.record(Commit(msg=key, epoch=epoch))
         return results
 
     def _one(self, batch: Batch, delivery: Delivery, queue: str, policy: LookupPolicy,
-             seen: set[str], events: list[tuple[str, dict[str, Any]]]) -> Outcome | Exception:
+             seen: set[str], events: list[HistoryEvent] | None) -> Outcome | Exception:
         message_id = delivery.message_id
         if not message_id:
             return MissingMessageId(queue, delivery.delivery_tag)
@@ -420,17 +422,17 @@ class Inbox:
             self._lookups += 1
             if key in seen:
                 self._dup_lookup += 1
-                events.append(("duplicate_skipped", {
-                    "msg": message_id,
-                    "why": "redelivered-seen" if delivery.redelivered else "id-seen"}))
+                if events is not None:
+                    events.append(DuplicateSkipped(
+                        msg=key, why="redelivered-seen" if delivery.redelivered else "id-seen"))
                 return Outcome.DUPLICATE
         try:
             with batch.message(key) as tx:
                 self.effect(delivery, tx)
         except Duplicate:
             self._dup_commit += 1
-            events.append(("commit_rejected",
-                           {"msg": message_id, "epoch": batch.epoch, "why": "duplicate"}))
+            if events is not None:
+                events.append(CommitRejected(msg=key, epoch=batch.epoch, why="duplicate"))
             return Outcome.DUPLICATE
         except (StaleEpoch, StoreUnavailable):
             raise  # not this message's fault: the whole batch is refused or tried again

@@ -25,6 +25,7 @@ from recipes.blue_green import (
     out_of_order,
     shovel_definition,
 )
+from sac.history import Confirm, Publish
 from sac.server import LocalCluster, LocalPostgres, LocalZooKeeper, ServerError
 from tests.recipes.conftest import ROOT, number, run_recipe
 
@@ -57,12 +58,12 @@ def test_out_of_order_names_the_late_ids() -> None:
 def test_one_publisher_s_history_continues_its_order_on_green(tmp_path: Path) -> None:
     path = tmp_path / "publisher-0.jsonl"
     history = OnePublisherHistory(path, "publisher-0")
-    history.record("publish", msg="m000001", seq=1, queue="q")
+    history.record(Publish(msg="m000001", seq=1, queue="q"))
     history.offset = 1
     history.resent.add("m000001")
-    history.record("publish", msg="m000001", seq=1, queue="q")  # sent again on green
-    history.record("publish", msg="m000002", seq=2, queue="q")
-    history.record("confirm", msg="m000002")
+    history.record(Publish(msg="m000001", seq=1, queue="q"))  # sent again on green
+    history.record(Publish(msg="m000002", seq=2, queue="q"))
+    history.record(Confirm(msg="m000002"))
     history.close()
     events = [json.loads(line) for line in path.read_text().splitlines()]
     assert [(e["type"], e["msg"], e.get("seq")) for e in events] == [
