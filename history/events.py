@@ -10,9 +10,9 @@ the recorder (its clock and its actor), the rest to the event. An optional field
 default) is left out of the line when it is ``None``; every other field is always written,
 ``null`` included.
 
-Message ids are strings here, already in their canonical text: the SDK's recorder turns an id
-a publisher sent as octets into that text (``sac.sdk.dedup.id_key``) before it writes, since
-the rule is the dedup stores' and this module imports nothing of the SDK.
+Message ids are strings here, already in their canonical text: the SDK turns an id a publisher
+sent as octets into that text (``sac.sdk.dedup.id_key``) where it builds the event, since the
+rule is the dedup stores' and this module imports nothing of the SDK.
 """
 
 from __future__ import annotations
