@@ -49,7 +49,13 @@ _METHOD, _HEADER, _BODY = 1, 2, 3
 _DELIVER = struct.pack(">HH", 60, 60)  # Basic.Deliver: class 60, method 60
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
-_CONTENT_HEAD = struct.Struct(">HHQH")  # class, weight, body size, property flags
+_TAG_REDELIVERED = struct.Struct(">QB")  # delivery tag, then the redelivered bit
+_HEADER_FRAME = struct.Struct(">BHIHHQH")  # frame head, class, weight, body size, flags
+_HEADER_FRAME_SIZE = _HEADER_FRAME.size  # 21: where the properties begin
+_NAMES_KEPT = 256
+"""Exchange and routing-key pairs kept decoded: a consumer's deliveries repeat a few, and a
+dictionary hit on their raw bytes costs less than decoding the two short strings again; the
+cache starts over when full, so a stream of distinct keys costs a decode each, no more."""
 
 # Basic property flags, in wire order (AMQP 0-9-1, class basic).
 _CONTENT_TYPE = 1 << 15
@@ -69,6 +75,9 @@ _AFTER_HEADERS = (  # (flag, size: 0 for a short string)
     (_DELIVERY_MODE, 1), (_PRIORITY, 1), (_CORRELATION_ID, 0), (_REPLY_TO, 0),
     (_EXPIRATION, 0), (_MESSAGE_ID, 0), (_TIMESTAMP, 8), (1 << 5, 0), (1 << 4, 0),
     (1 << 3, 0), (1 << 2, 0))
+_PERSISTENT_WITH_ID = _DELIVERY_MODE | _MESSAGE_ID
+"""What our own publisher sends (a delivery mode and a message id): decoded without the
+general walk over the flags."""
 _RARE = _CONTENT_ENCODING | _PRIORITY | _REPLY_TO | _EXPIRATION | _AFTER_TIMESTAMP
 """Properties a ``Delivery`` keeps only in its ``properties`` mapping: a delivery that has
 any of them goes to pika, whose decoded properties the consumer then keeps whole (our own
@@ -82,6 +91,14 @@ def _short(data: bytes, at: int) -> tuple[Any, int]:
         return value.decode(), end
     except UnicodeDecodeError:
         return value, end
+
+
+def _raw_tag(consumer_tag: str) -> bytes | None:
+    """The bytes a broker sends for ``consumer_tag``; None when no bytes decode to it."""
+    try:
+        return consumer_tag.encode()
+    except UnicodeEncodeError:
+        return None
 
 
 class Malformed(Exception):
@@ -132,6 +149,10 @@ class InboundDeliveries:
         self._to_pika = to_pika
         self._frame_max = max(frame_max, 4096)
         self._consumers: dict[tuple[int, str], DeliveryCallback] = {}
+        # The same, by the tag's UTF-8 bytes: what the method frame holds, compared without
+        # decoding it (a tag that is not UTF-8 matches none, as pika's decoded one would not).
+        self._by_raw: dict[tuple[int, bytes], DeliveryCallback] = {}
+        self._names: dict[bytes, tuple[Any, Any]] = {}
         self._on_channel: dict[int, int] = {}  # channel -> number of registered consumers
         self._rest = bytearray()
         self._need = 0  # bytes ``_rest`` must hold before anything can be decoded
@@ -155,8 +176,14 @@ class InboundDeliveries:
         if key not in self._consumers:
             self._on_channel[channel] = self._on_channel.get(channel, 0) + 1
         self._consumers[key] = callback
+        raw = _raw_tag(consumer_tag)
+        if raw is not None:
+            self._by_raw[(channel, raw)] = callback
 
     def unregister(self, channel: int, consumer_tag: str) -> None:
+        raw = _raw_tag(consumer_tag)
+        if raw is not None:
+            self._by_raw.pop((channel, raw), None)
         if self._consumers.pop((channel, consumer_tag), None) is not None:
             left = self._on_channel[channel] - 1
             if left:
@@ -241,25 +268,37 @@ class InboundDeliveries:
             raise Malformed("method frame end")
         at = pos + 11
         tag_end = at + 1 + data[at]
-        try:
-            consumer_tag = data[at + 1:tag_end].decode()
-        except UnicodeDecodeError:
-            return 0
-        callback = self._consumers.get((channel, consumer_tag))
+        callback = self._by_raw.get((channel, data[at + 1:tag_end]))
         if callback is None:
             return 0
-        delivery_tag = _U64.unpack_from(data, tag_end)[0]
-        redelivered = bool(data[tag_end + 8] & 1)
-        exchange, at = _short(data, tag_end + 9)
-        routing_key, at = _short(data, at)
-        if at != method_end - 1:
-            raise Malformed("method frame size")
+        delivery_tag, redelivered = _TAG_REDELIVERED.unpack_from(data, tag_end)
+        redelivered = bool(redelivered & 1)
+        raw_names = data[tag_end + 9:method_end - 1]
+        names = self._names.get(raw_names)
+        if names is None:
+            exchange, at = _short(data, tag_end + 9)
+            routing_key, at = _short(data, at)
+            if at != method_end - 1:
+                raise Malformed("method frame size")
+            if len(self._names) >= _NAMES_KEPT:
+                self._names.clear()
+            names = self._names[raw_names] = (exchange, routing_key)
+        exchange, routing_key = names
 
         # The content header, on the same channel, right after.
         head = method_end
-        if size - head < _HEAD_SIZE:
-            return -(head + _HEAD_SIZE)
-        kind, on, length = _FRAME_HEAD.unpack_from(data, head)
+        if size - head < _HEADER_FRAME_SIZE:
+            if size - head < _HEAD_SIZE:
+                return -(head + _HEAD_SIZE)
+            kind, on, length = _FRAME_HEAD.unpack_from(data, head)
+            if kind != _HEADER or on != channel:
+                return 0  # another frame in between: pika's assembler copes with that
+            short_end: int = head + _OVERHEAD + length
+            if short_end > size:
+                return -short_end
+            raise Malformed("content header")  # complete, and too short to be one
+        kind, on, length, class_id, _weight, body_size, flags = _HEADER_FRAME.unpack_from(
+            data, head)
         if kind != _HEADER or on != channel:
             return 0  # another frame in between: pika's assembler copes with that
         header_end: int = head + _OVERHEAD + length
@@ -267,44 +306,59 @@ class InboundDeliveries:
             return -header_end
         if data[header_end - 1] != _FRAME_END:
             raise Malformed("header frame end")
-        class_id, _weight, body_size, flags = _CONTENT_HEAD.unpack_from(data, head + 7)
-        if class_id != 60 or flags & _CONTINUED:
+        if class_id != 60 or flags & _CONTINUED or length < _HEADER_FRAME_SIZE - _HEAD_SIZE:
             raise Malformed("content header")
         content_type = headers = correlation_id = message_id = timestamp = unfit = None
-        try:
-            if flags & _RARE:
-                if not flags & _HEADERS:
-                    return 0
-                # pika decodes these; only its table decoder can fail on them: check first.
-                decode_table(data, _headers_at(data, head + 21, flags, header_end - 1),
-                             header_end - 1)
-                return 0
-            at = head + 21
-            if flags & _CONTENT_TYPE:
-                content_type, at = _short(data, at)
-            if flags & _HEADERS:
-                headers, at = decode_table(data, at, header_end - 1)
-            if flags & _DELIVERY_MODE:
-                at += 1
-            if flags & _CORRELATION_ID:
-                correlation_id, at = _short(data, at)
-            if flags & _MESSAGE_ID:
-                message_id, at = _short(data, at)
-            if flags & _TIMESTAMP:
-                timestamp = _U64.unpack_from(data, at)[0]
-                at += 8
+        at = head + _HEADER_FRAME_SIZE
+        if flags == _PERSISTENT_WITH_ID:
+            at += 1  # the delivery mode
+            message_id, at = _short(data, at)
             if at != header_end - 1:
                 raise Malformed("header frame size")
-        except Undecodable as exc:
-            unfit = f"its headers cannot be decoded: {exc}"
-            content_type, correlation_id, message_id, timestamp = _around_headers(
-                data, head + 21, flags, header_end - 1)
+        else:
+            try:
+                if flags & _RARE:
+                    if not flags & _HEADERS:
+                        return 0
+                    # pika decodes these; only its table decoder can fail on them: check first.
+                    decode_table(data, _headers_at(data, at, flags, header_end - 1),
+                                 header_end - 1)
+                    return 0
+                if flags & _CONTENT_TYPE:
+                    content_type, at = _short(data, at)
+                if flags & _HEADERS:
+                    headers, at = decode_table(data, at, header_end - 1)
+                if flags & _DELIVERY_MODE:
+                    at += 1
+                if flags & _CORRELATION_ID:
+                    correlation_id, at = _short(data, at)
+                if flags & _MESSAGE_ID:
+                    message_id, at = _short(data, at)
+                if flags & _TIMESTAMP:
+                    timestamp = _U64.unpack_from(data, at)[0]
+                    at += 8
+                if at != header_end - 1:
+                    raise Malformed("header frame size")
+            except Undecodable as exc:
+                unfit = f"its headers cannot be decoded: {exc}"
+                content_type, correlation_id, message_id, timestamp = _around_headers(
+                    data, head + _HEADER_FRAME_SIZE, flags, header_end - 1)
 
         # The body frames, on the same channel, right after.
         end = header_end
         frames = 2
         if body_size == 0:
             body = b""
+        elif (size - end >= _HEAD_SIZE
+              and _FRAME_HEAD.unpack_from(data, end) == (_BODY, channel, body_size)
+              and end + _OVERHEAD + body_size <= size):
+            # The whole body in the one frame after the header: the usual case.
+            frame_end = end + _OVERHEAD + body_size
+            if data[frame_end - 1] != _FRAME_END:
+                raise Malformed("body frame end")
+            body = data[end + 7:frame_end - 1]
+            end = frame_end
+            frames = 3
         else:
             parts: list[bytes] = []
             left = body_size
