@@ -35,14 +35,6 @@ class Duplicate(Exception):
     transaction (and the effect written through it) is rolled back."""
 
 
-class BatchRefused(Exception):
-    """Raised by a batch's commit when one of its messages failed in a way the store can
-    only undo with the whole batch (the PostgreSQL store learns what its pipelined
-    statements did only at the commit): nothing of the batch was committed, and
-    ``Store.message_fault`` is true for it, so the inbox tries each message alone and finds
-    the one at fault. ``__cause__`` is what failed, when the store saw it."""
-
-
 def _positive(*, integer: bool, optional: bool) -> Any:
     def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value is None and optional:
@@ -113,12 +105,7 @@ class Transaction:
 class Batch(abc.ABC):
     """Messages staged in one store transaction. ``message()`` wraps one message's effect:
     an exception inside (the effect failed) or ``Duplicate``/``StaleEpoch`` on its exit
-    undoes that message only; the others stay staged. ``staged`` lists what will commit.
-
-    A store may learn of a message's failure only at the commit (the PostgreSQL store sends
-    the messages after a batch's first without waiting for their answers): it then commits
-    nothing and raises ``BatchRefused``, and the caller tries each message alone, where
-    every failure is found at the message's own exit as above."""
+    undoes that message only; the others stay staged. ``staged`` lists what will commit."""
 
     def __init__(self, queue: str, epoch: int, consumer: str | None) -> None:
         self.queue = queue

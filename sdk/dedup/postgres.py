@@ -7,17 +7,12 @@ is frozen in the middle of a batch, its session waits "idle in transaction" and 
 successor's inserts of the same records wait on it. So every session of a store carries an
 ``application_name`` of ``sac-dedup:<token>``, the token random per store; the epoch row
 records the token of its holder; and an epoch claim, in the same statement that raises the
-epoch, ends (``pg_terminate_backend``) the previous holder's sessions that wait for their
-client inside a transaction: "idle in transaction" between batches' round trips, or
-"active" waiting on ``ClientRead`` while a pipelined batch's statements are sent ahead of
-its sync (the server counts a statement without its Sync as still running; the batch's
-``application_name`` carries ``BATCHING`` for its transaction, so that a session merely
-receiving a statement is never taken for one). Such a
-transaction could never commit after the claim (the epoch check at its commit refuses it);
-the woken zombie finds its session gone, tries again on a new one and is fenced
-(``StaleEpoch``). Sessions executing a statement are left alone: they are not waiting for a
-frozen client, and reach that check by themselves; this also keeps a claim from ending a
-concurrent claim. Ending a session needs the role's own sessions (or
+epoch, ends (``pg_terminate_backend``) the previous holder's sessions that are idle inside a
+transaction. Such a transaction could never commit after the claim (the epoch check at its
+commit refuses it); the woken zombie finds its session gone, tries again on a new one and
+is fenced (``StaleEpoch``). Sessions executing a statement are left alone: they are not
+waiting for a frozen client, and reach that check by themselves; this also keeps a claim
+from ending a concurrent claim. Ending a session needs the role's own sessions (or
 membership of the role, or ``pg_signal_backend``): consumers of one queue connect as one
 role. Sessions are also opened with ``idle_in_transaction_session_timeout``, the bound when
 nothing else applies.
@@ -25,25 +20,16 @@ nothing else applies.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import secrets
-import time
-from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .._errors import ConfigurationError, StaleEpoch, StoreUnavailable
-from ._sql import EPOCHS, LOOKUP_CHUNK, RECORDS, SqlStore
-from ._store import Batch, BatchRefused, Duplicate, Transaction
+from .._errors import ConfigurationError, StoreUnavailable
+from ._sql import EPOCHS, RECORDS, SqlStore
 
 APPLICATION = "sac-dedup:"
 """Prefix of the ``application_name`` of every store session; the store's token follows."""
-
-BATCHING = ":batch"
-"""Suffix of a session's ``application_name`` for the length of a pipelined batch (set for
-its transaction only): what tells the claim's guard that a session "active" while waiting
-on its client is a batch whose statements are in flight, not a statement being received."""
 
 CLAIM_LOCK_TIMEOUT = 2.0
 """How long a claim waits for a row lock (an ended holder's lock goes within milliseconds);
@@ -51,9 +37,6 @@ past it the claim fails like any store failure and the inbox tries again."""
 
 CLAIM_STATEMENT_TIMEOUT = 10.0
 """A bound on the whole claim statement, for what nobody foresaw."""
-
-STALE_EPOCH = "SAC01"
-"""The SQLSTATE a pipelined batch's epoch check raises (a class no PostgreSQL error uses)."""
 
 _SCHEMA_LOCK = 0x5AC_DED0  # pg_advisory_xact_lock key: one process creates the tables
 
@@ -114,13 +97,10 @@ class PostgresStore(SqlStore):
     claim_guard = (
         "WITH guard AS (SELECT count(pg_terminate_backend(a.pid)) AS ended "
         f"FROM {EPOCHS} e JOIN pg_stat_activity a "
-        f"ON a.application_name IN ('{APPLICATION}' || e.holder, "
-        f"'{APPLICATION}' || e.holder || '{BATCHING}') "
+        f"ON a.application_name = '{APPLICATION}' || e.holder "
         "WHERE e.queue = %s AND (%s::bigint IS NULL OR e.epoch < %s::bigint) "
-        "AND a.application_name NOT IN (%s, %s) AND a.pid <> pg_backend_pid() "
-        "AND (a.state IN ('idle in transaction', 'idle in transaction (aborted)') "
-        "OR (a.state = 'active' AND a.wait_event = 'ClientRead' "
-        f"AND a.application_name LIKE '%%{BATCHING}')) "
+        "AND a.application_name <> %s AND a.pid <> pg_backend_pid() "
+        "AND a.state IN ('idle in transaction', 'idle in transaction (aborted)') "
         "AND pg_has_role(a.usesysid, 'MEMBER')) ")
 
     def __init__(
@@ -178,8 +158,7 @@ class PostgresStore(SqlStore):
         return self.token
 
     def _guard_params(self, queue: str, epoch: int | None) -> tuple[Any, ...]:
-        return (queue, epoch, epoch, f"{APPLICATION}{self.token}",
-                f"{APPLICATION}{self.token}{BATCHING}")
+        return (queue, epoch, epoch, f"{APPLICATION}{self.token}")
 
     def _raise_epoch(self, conn: Any, queue: str, sql: str, params: tuple[Any, ...]) -> Any:
         # One autocommit statement, never a transaction left open between round trips:
@@ -203,42 +182,7 @@ class PostgresStore(SqlStore):
         # or deadlock (the transaction's fault, not the statement's), a cancelled query.
         import psycopg
 
-        return (isinstance(exc, psycopg.OperationalError) and not self._aborted(exc)) \
-            or not self._usable(conn)
-
-    @staticmethod
-    def _aborted(exc: BaseException) -> bool:
-        """A statement skipped because an earlier one of its pipeline failed (psycopg
-        counts it an OperationalError): that earlier statement's fault, not an outage."""
-        import psycopg
-
-        return isinstance(exc, psycopg.errors.PipelineAborted)
-
-    @contextlib.contextmanager
-    def batch(
-        self, queue: str, epoch: int, consumer: str | None = None
-    ) -> Iterator[Batch]:
-        """Pipelined (``_PipelinedBatch``): one round trip for the epoch and the lookup,
-        one for the first message, one for the rest and the commit."""
-        with self._lock:
-            conn = self._connection()
-            try:
-                with conn.pipeline() as pipeline:
-                    batch = _PipelinedBatch(self, conn, pipeline, queue, epoch, consumer)
-                    batch.begin()
-                    try:
-                        yield batch
-                    except BaseException:
-                        batch.rollback()
-                        raise
-                    batch.commit()
-            except StoreUnavailable:
-                raise
-            except Exception as exc:
-                if self._outage(exc, conn):
-                    raise self.unavailable(exc) from exc
-                raise
-        batch.run_after_commit()
+        return isinstance(exc, psycopg.OperationalError) or not self._usable(conn)
 
     def _data_errors(self) -> tuple[type[BaseException], ...]:
         import psycopg
@@ -260,209 +204,3 @@ class PostgresStore(SqlStore):
     def _delete_batch_sql(self, condition: str) -> str:
         return (f"DELETE FROM {RECORDS} WHERE ctid IN "
                 f"(SELECT ctid FROM {RECORDS} WHERE {condition} LIMIT %s)")
-
-
-class _PipelinedBatch(Batch):
-    """A batch in psycopg's pipeline mode: statements are sent without waiting for their
-    answers, so that a batch costs two round trips, not several per message.
-
-    The round trips: ``BEGIN`` goes with the lookup (whose answer the effects wait for);
-    the epoch check (a share lock on the epoch row, so that a claim waits for this commit),
-    every record (one insert for all: a plain insert, so that a record already there is an
-    error, which aborts the pipeline before ``COMMIT``) and ``COMMIT`` go together at the
-    end. The effects' statements are sent unanswered in between. A failure found at the
-    commit does not say which message caused it: the batch is rolled back and
-    ``BatchRefused`` raised, and the inbox tries each message alone. A batch that may hold
-    a single message (it looked up fewer than two) settles its first message exactly, with
-    one more round trip (effect, record, answer), since a batch of one cannot be split:
-    each failure is then found at the message, as on SQLite.
-
-    While its statements are in flight the session counts as "active" (waiting on
-    ``ClientRead``), not "idle in transaction": the claim's guard ends such a session of the
-    previous holder too."""
-
-    def __init__(self, store: PostgresStore, conn: Any, pipeline: Any, queue: str,
-                 epoch: int, consumer: str | None) -> None:
-        super().__init__(queue, epoch, consumer)
-        self._store = store
-        self._conn = conn
-        self._pipeline = pipeline
-        self._records: list[str] = []
-        self._times: list[float] = []
-        self._refused: BaseException | None = None
-        """Why a later message failed (it cannot be undone alone): the commit refuses."""
-        self._refused_any = False
-        self._several = False
-        """More than one message was looked up: none needs an answer before the commit."""
-
-    def begin(self) -> None:
-        self._conn.execute("BEGIN")
-        self._conn.execute("SELECT set_config('application_name', %s, true)",
-                           (f"{APPLICATION}{self._store.token}{BATCHING}",))
-
-    def _epoch_check(self) -> str:
-        """A statement that takes the epoch row's share lock (so that a claim waits for
-        this commit) and fails with ``STALE_EPOCH`` when a newer epoch exists: sent with
-        the records and ``COMMIT`` in one round trip, it keeps a replaced consumer's batch
-        from committing without an answer to wait for first. A ``DO`` block takes no
-        parameters: the queue goes in as a quoted literal, the epoch as a number."""
-        from psycopg import sql
-
-        queue = sql.Literal(self.queue).as_string(self._conn)
-        body = (f"DECLARE current bigint; BEGIN SELECT epoch INTO current FROM {EPOCHS} "
-                f"WHERE queue = {queue} FOR SHARE; IF current > {int(self.epoch)} THEN "
-                f"RAISE EXCEPTION USING ERRCODE = '{STALE_EPOCH}', MESSAGE = current::text; "
-                "END IF; END")
-        tag = "$sac$"
-        while tag in body:
-            tag = tag[:-1] + "x$"
-        return f"DO {tag}{body}{tag}"
-
-    def seen(self, message_id: str) -> bool:
-        if message_id in self._records or message_id in self.staged:
-            return True
-        return self._conn.execute(
-            self._store._sql_seen, (self.queue, message_id)).fetchone() is not None
-
-    def committed_among(self, message_ids: Sequence[str]) -> set[str]:
-        """Also tells the batch it holds more than one message when it looks up more than
-        one: then even its first message is sent unanswered, since should one fail, the
-        caller has others to try it apart from (a batch of one cannot be split)."""
-        if len(message_ids) > 1:
-            self._several = True
-        found: set[str] = set()
-        # Never prepared: a generic plan made while the table was small scans it all (the
-        # lookup then grows with the table); planned each time, it reads the index.
-        cursors: list[Any] = [
-            self._conn.execute(
-                f"SELECT message_id FROM {RECORDS} WHERE queue = %s "
-                "AND message_id = ANY(%b::text[])",
-                (self.queue, list(message_ids[start:start + LOOKUP_CHUNK])), prepare=False)
-            for start in range(0, len(message_ids), LOOKUP_CHUNK)]
-        for cursor in cursors:
-            found.update(row[0] for row in cursor.fetchall())
-        return found
-
-    def message(self, message_id: str) -> contextlib.AbstractContextManager[Transaction]:
-        if self._refused_any:
-            raise BatchRefused("an earlier message of this batch failed") from self._refused
-        if self._several or self.staged or self._records:
-            return _Later(self, message_id)
-        return self._first(message_id)
-
-    @contextlib.contextmanager
-    def _first(self, message_id: str) -> Iterator[Transaction]:
-        """Exactly as an unpipelined batch: one answer for the effect and the record."""
-        conn = self._conn
-        store = self._store
-        pipeline = self._pipeline
-        tx = Transaction(conn, self.queue, message_id, self.epoch)
-        try:
-            conn.execute("SAVEPOINT sac_message")
-            yield tx
-            inserted = conn.execute(
-                store._sql_insert_record + " RETURNING 1",
-                (self.queue, message_id, self.epoch, self.consumer, time.time()))
-            pipeline.sync()
-            if inserted.fetchone() is None:
-                # A replaced consumer learns that it was, not merely "duplicate".
-                store._check_epoch(conn, self.queue, self.epoch)
-                raise Duplicate(message_id)
-        except BaseException as exc:
-            try:
-                with contextlib.suppress(Exception):
-                    pipeline.sync()  # what was sent before the failure: answered, or aborted
-                conn.execute("ROLLBACK TO SAVEPOINT sac_message")
-                conn.execute("RELEASE SAVEPOINT sac_message")
-                pipeline.sync()
-            except Exception as undo:  # noqa: BLE001 - the connection is gone
-                raise store.unavailable(undo) from exc
-            if isinstance(exc, Exception) and store._outage(exc, conn) \
-                    and not store._aborted(exc):
-                raise store.unavailable(exc) from exc
-            raise
-        conn.execute("RELEASE SAVEPOINT sac_message")
-        self._stage(message_id, tx)
-
-    def later_failed(self, exc: BaseException) -> None:
-        """A later message's effect raised: its statements cannot be undone alone (a
-        savepoint would cost two statements a message), so the whole batch is, at the
-        commit. A failing store is not the message's: the batch is tried again."""
-        store = self._store
-        if isinstance(exc, Exception) and store._outage(exc, self._conn) \
-                and not store._aborted(exc):
-            raise store.unavailable(exc) from exc
-        self._refused_any = True
-        self._refused = exc
-
-    def later_done(self, message_id: str, tx: Transaction) -> None:
-        self._records.append(message_id)
-        self._times.append(time.time())
-        self._stage(message_id, tx)
-
-    def commit(self) -> None:
-        """Check the epoch, insert the later messages' records and commit, in one round
-        trip; or roll back and raise what refused it."""
-        import psycopg
-
-        conn = self._conn
-        store = self._store
-        pipeline = self._pipeline
-        try:
-            if self._refused_any:
-                raise BatchRefused(
-                    f"a message of a batch of {len(self.staged) + 1} failed after its "
-                    "statements were sent; each is tried alone") from self._refused
-            conn.execute(self._epoch_check())
-            if self._records:
-                conn.execute(
-                    f"INSERT INTO {RECORDS} (queue, message_id, epoch, consumer, "
-                    "committed_at) SELECT %s, m, %s, %s, t FROM unnest(%b::text[], "
-                    "%b::float8[]) AS r(m, t)",
-                    (self.queue, self.epoch, self.consumer, self._records, self._times))
-            conn.execute("COMMIT")
-            pipeline.sync()
-        except BaseException as exc:
-            self.rollback()
-            if isinstance(exc, psycopg.Error) and exc.sqlstate == STALE_EPOCH:
-                current = int(exc.diag.message_primary or 0)
-                raise StaleEpoch(self.queue, self.epoch, current) from None
-            if isinstance(exc, StaleEpoch | BatchRefused) or not isinstance(exc, Exception):
-                raise
-            if store._outage(exc, conn) and not store._aborted(exc):
-                raise store.unavailable(exc) from exc
-            if store.setup_fault(exc) or (not self._several and len(self._records) == 0
-                                          and store.message_fault(exc)):
-                raise  # the set-up's (tried again), or the one message's own commit
-            raise BatchRefused(
-                f"committing a batch of {len(self.staged)} failed ({exc}); each message is "
-                "tried alone") from exc
-
-    def rollback(self) -> None:
-        with contextlib.suppress(Exception):
-            with contextlib.suppress(Exception):
-                self._pipeline.sync()  # what was sent: answered, or aborted by a failure
-            self._conn.execute("ROLLBACK")
-            self._pipeline.sync()
-
-
-class _Later:
-    """A message after a batch's first: its statements sent unanswered, its record kept for
-    the commit. A class, not a generator: it is entered for nearly every message."""
-
-    __slots__ = ("_batch", "_message_id", "_tx")
-
-    def __init__(self, batch: _PipelinedBatch, message_id: str) -> None:
-        self._batch = batch
-        self._message_id = message_id
-        self._tx = Transaction(batch._conn, batch.queue, message_id, batch.epoch)
-
-    def __enter__(self) -> Transaction:
-        return self._tx
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: object) -> None:
-        if exc is None:
-            self._batch.later_done(self._message_id, self._tx)
-        else:
-            self._batch.later_failed(exc)
