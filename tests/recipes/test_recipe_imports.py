@@ -1,8 +1,8 @@
 """Recipes are what users copy: they use the SDK's public face (``sac.sdk`` and its public
-modules, such as ``sac.sdk.dedup``), ``sac.server`` to find a local cluster, and the harness
-they share, ``sac.recipe_kit``, which is installed with sac; nothing private, nothing of the
-chaos suite, and nothing of the checkout (no relative import, no ``recipes``): a recipe runs
-copied alone."""
+modules, such as ``sac.sdk.dedup``), ``sac.server`` to find a local cluster, ``sac.history``
+(the history format) and the harness they share, ``sac.recipe_kit``, which is installed with
+sac; nothing private, nothing of the chaos suite, and nothing of the checkout (no relative
+import, no ``recipes``): a recipe runs copied alone."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def allowed(module: str) -> bool:
     if parts[0] in LIBRARIES:
         return True
     public = not any(part.startswith("_") for part in parts)
-    return public and (parts[:2] == ["sac", "sdk"] or module in ("sac.server", KIT))
+    return public and (parts[:2] == ["sac", "sdk"] or module in ("sac.server", "sac.history", KIT))
 
 
 def imports(path: str) -> set[str]:
@@ -38,6 +38,7 @@ def test_the_rule_refuses_what_it_should() -> None:
     assert allowed("sac.sdk.dedup")
     assert not allowed("sac.sdk._settings")
     assert not allowed("sac.chaos.actors")
+    assert allowed("sac.history")  # the history contract a recorder writes
     assert not allowed("sac.server._rabbitmq_config")
     assert not allowed("pika")
     assert not allowed("._common")
