@@ -2,7 +2,7 @@
 
 A result is only comparable with the conditions it was measured under: the machine's load
 before and after (the broker's nodes share the cores with the client), the library and broker
-versions and the SDK commit (with or without uncommitted changes to ``sdk/``).
+versions and the SDK commit (with or without uncommitted changes to ``sac/sdk/``).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def broker_cpu_s(cluster: LocalCluster) -> float:
 
 
 def sdk_revision() -> dict[str, Any]:
-    """Which SDK code was measured: the commit, and whether ``sdk/`` differed from it."""
+    """Which SDK code was measured: the commit, and whether ``sac/sdk/`` differed from it."""
 
     def git(*args: str) -> str:
         done = subprocess.run(
@@ -93,7 +93,7 @@ def sdk_revision() -> dict[str, Any]:
     try:
         return {
             "commit": git("rev-parse", "HEAD"),
-            "uncommitted_changes": bool(git("status", "--porcelain", "--", "sdk")),
+            "uncommitted_changes": bool(git("status", "--porcelain", "--", "sac/sdk")),
         }
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "uncommitted_changes": None}

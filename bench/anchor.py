@@ -61,7 +61,6 @@ from typing import Any, Literal
 import attrs
 
 from sac.server import LocalCluster, LocalPostgres
-
 from . import throughput
 from ._report import broker_cpu_s, choices, positive_int, save, sdk_revision
 from .throughput import CHILD_GRACE, MESSAGE_SIZE, Job, Measurement

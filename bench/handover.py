@@ -13,7 +13,7 @@ choice of heartbeat interval trades against spurious failovers. Three ways for A
     on one clock, which a process stopped by SIGTERM would not tell.
 ``connection-reset``
     A runs in a process of its own, the chaos suite's consumer actor
-    (``chaos/actors/consumer.py``, no inbox, each handled id appended to a file), and gets
+    (``sac/chaos/actors/consumer.py``, no inbox, each handled id appended to a file), and gets
     SIGKILL: the kernel closes its socket, so the broker learns at once. Timed from the kill.
 ``frozen``
     A's process gets SIGSTOP: nothing closes its socket and the kernel keeps acknowledging TCP
@@ -93,7 +93,6 @@ from sac.sdk import (
     Unconfirmed,
 )
 from sac.server import LocalCluster
-
 from ._report import (
     DEFAULT_SERIES,
     choices,

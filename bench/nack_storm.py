@@ -49,7 +49,6 @@ import pika
 
 from sac.sdk import ConnectionSettings, Publisher, PublisherSettings, QueueSettings, SacError
 from sac.server import LocalCluster
-
 from ._report import conditions, positive_int, save, sdk_revision
 
 VARIANTS = {"throttle-off": False, "throttle-on": True}

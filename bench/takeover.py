@@ -85,7 +85,6 @@ from sac.chaos.errors import ChaosError
 from sac.chaos.proxy import ProxyThread
 from sac.sdk import ConnectionSettings, PublisherSettings, QueueSettings, Role, SacError
 from sac.server import LocalCluster, LocalZooKeeper
-
 from ._report import (
     DEFAULT_SERIES,
     choices,

@@ -69,7 +69,7 @@ Differences that are the SDK's real behaviour, benched as they are:
   ``x-single-active-consumer: true``). The bench declares every queue, for raw and SDK variants
   alike, with exactly these arguments before the run, so the SDK's declaration is a no-op and the
   work on the broker's side is the same;
-- the SDK consumer decodes its deliveries itself (``sdk/_wire/deliveries.py``; pika decodes
+- the SDK consumer decodes its deliveries itself (``sac/sdk/_wire/deliveries.py``; pika decodes
   every other frame), builds a ``Delivery`` per message and hands it to the handler through a
   queue (the async face: one worker task; the blocking face: the caller's thread, with acks
   sent back to the loop thread in batches of ``ack_batch``).
@@ -114,7 +114,6 @@ from pika.adapters.asyncio_connection import AsyncioConnection
 from pika.adapters.blocking_connection import BlockingChannel
 
 from sac.server import LocalCluster
-
 from ._report import DEFAULT_SERIES, broker_cpu_s, positive_int, rabbitmq_series, save, sdk_revision
 
 if TYPE_CHECKING:

@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 from sac.server import LocalCluster
-
 from . import handover, takeover, throughput
 from ._report import choices, conditions, positive_int, rabbitmq_series, save
 

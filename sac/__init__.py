@@ -2,9 +2,9 @@
 
 The one name the project installs. ``sac.sdk`` is what applications import; ``sac.server``
 starts local servers, ``sac.chaos`` is the chaos suite, ``sac.checker`` the data pipeline, and
-the rest of this package is the ``sac`` command line. The repository keeps each subpackage in
-a folder of its own (``sdk/``, ``server/``...), linked here, so its files have one path in git
-and one import name. Nothing is imported here: ``import sac.checker`` on a Spark executor, or
+the rest of this package is the ``sac`` command line. Each subpackage is a folder here
+(``sac/sdk/``, ``sac/server/``...), so a file has one path in git and in tracebacks, and one
+import name. Nothing is imported here: ``import sac.checker`` on a Spark executor, or
 ``import sac.sdk`` in an application, loads only that subpackage.
 """
 

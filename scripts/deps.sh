@@ -3,11 +3,11 @@
 # that `make test` and `make demo` work on a fresh Debian 12 machine and cost nothing when warm.
 set -euo pipefail
 
-# chromium renders checker/'s report headless (its test screenshots it);
+# chromium renders sac/checker/'s report headless (its test screenshots it);
 # libpostgresql-jdbc-java lets Spark read the dedup ledgers in PostgreSQL over JDBC;
 # iproute2 and nftables build netns clusters and cut links between their nodes (sac.chaos.partition);
 # mmdebstrap builds the Debian 13 root filesystem RabbitMQ 4.0 runs from (on the first
-# `sac server up --rabbitmq 4.0`, cached in /var/cache/sac: server/_rootfs.py);
+# `sac server up --rabbitmq 4.0`, cached in /var/cache/sac: sac/server/_rootfs.py);
 # golang-go and golang-github-rabbitmq-amqp091-go-dev build the Go anchor `make bench`
 # measures the SDK against (bench/go/anchor.go, offline, in GOPATH mode).
 packages=(rabbitmq-server zookeeper default-jre-headless openssl postgresql chromium

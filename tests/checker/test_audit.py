@@ -5,7 +5,7 @@ the shared local Spark session, and the command as a user runs it.
 Each full audit costs a few dozen small Spark stages, so the module audits each history
 once (module fixtures) and the tests read those results; what a test owns is the oracle it
 checks them against, computed here in plain Python from the generator's ``injected.json``
-and the events, or taken from the reference engine (``checker/python_engine.py``).
+and the events, or taken from the reference engine (``sac/checker/python_engine.py``).
 """
 
 from __future__ import annotations

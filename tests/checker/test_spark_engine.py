@@ -1,4 +1,4 @@
-"""The Spark engine on tiny hand-built runs, one per rule of ``checker/SPEC.md``.
+"""The Spark engine on tiny hand-built runs, one per rule of ``sac/checker/SPEC.md``.
 
 Every run is checked in one ``check_runs`` call (a Spark job costs seconds, a run almost
 nothing more), its files read in small splits; each test then reads the verdict fields a

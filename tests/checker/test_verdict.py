@@ -13,7 +13,7 @@ from sac.checker.python_engine import check_run
 from sac.checker.verdict import Verdict
 from sac.history import ANOMALIES, HistoryEvent, Publish, to_line
 
-SPEC = Path(__file__).parents[2] / "checker" / "SPEC.md"
+SPEC = Path(__file__).parents[2] / "sac" / "checker" / "SPEC.md"
 
 
 def _line(event: HistoryEvent, ts: float, actor: str) -> str:

@@ -28,7 +28,6 @@ from sac.chaos import SCENARIOS
 from sac.cli import build_parser
 from sac.sdk import Management, ManagementSettings
 from sac.server import LocalCluster
-
 from .blocks import ROOT, Block, blocks, options, pages, shell_commands
 
 SHELLS = {"sh", "bash", "shell"}

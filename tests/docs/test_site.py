@@ -12,7 +12,6 @@ import types
 from pathlib import Path
 
 from sac.cli import build_parser
-
 from .blocks import ROOT
 
 

@@ -71,7 +71,7 @@ SDK_PREFETCH: int = attrs.fields(ConsumerSettings).prefetch.default
 
 def consumer_actor(tmp_path: Path, actor: str, face: str, queue: str, urls: Sequence[str],
                    **options: Any) -> ConsumerActor:
-    """The chaos suite's consumer actor (``chaos/actors/consumer.py``) as these tests run it
+    """The chaos suite's consumer actor (``sac/chaos/actors/consumer.py``) as these tests run it
     in a process of its own: the SDK's default prefetch, no simulated work, and unless
     ``options`` say otherwise no inbox, each handled id appended to a file (``handled``)."""
     settings: dict[str, Any] = {

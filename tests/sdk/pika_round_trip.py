@@ -1,4 +1,4 @@
-"""One real round trip through ``sdk/_wire``, run by ``test_pika_versions.py`` in a process of
+"""One real round trip through ``sac/sdk/_wire``, run by ``test_pika_versions.py`` in a process of
 its own with one pika release first on the path.
 
 ``python -m tests.sdk.pika_round_trip VERSION URL QUEUE``: checks that the pika imported is

@@ -1,5 +1,5 @@
 """What a handler receives is what was published, whoever published it: the consumer decodes
-deliveries itself (``sdk/_wire/deliveries.py``), so every property it exposes, the headers,
+deliveries itself (``sac/sdk/_wire/deliveries.py``), so every property it exposes, the headers,
 empty and multi-frame bodies, and strings that are not UTF-8 are checked end to end, on both
 faces."""
 

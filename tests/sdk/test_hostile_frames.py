@@ -2,7 +2,7 @@
 
 A header table nested thousands deep makes pika's decoder raise ``RecursionError`` inside its
 frame reader: before, the connection was lost, and the broker handed the same message back
-first in line, forever. Now the SDK's own decoder (``sdk/_wire/tables.py``) refuses it, and
+first in line, forever. Now the SDK's own decoder (``sac/sdk/_wire/tables.py``) refuses it, and
 the consumer parks it at once, unrun, with the reason; the messages around it are handled
 once each, in order, on one connection.
 """

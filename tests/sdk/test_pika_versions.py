@@ -1,4 +1,4 @@
-"""``sdk/_wire/pika_hooks.py`` works with every pika release the dependency pin allows.
+"""``sac/sdk/_wire/pika_hooks.py`` works with every pika release the dependency pin allows.
 
 The hook module overrides and reads private parts of pika, which any release may change. This
 test asks the package index which releases the pin in ``pyproject.toml`` allows (so a new one

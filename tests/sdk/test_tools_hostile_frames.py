@@ -5,7 +5,7 @@ with ``basic.get`` (``sac dlq list|replay``, ``Parking.messages``, ``Parking.rep
 pika decodes the content header of every message those tools take, and a header table nested
 thousands deep (or a NaN float) made its decoder raise inside its frame reader: the
 connection was lost, and listing, replay and move failed for every message behind it, every
-time. Now such a header never reaches pika's decoder (``sdk/_wire/pika_hooks.py``): the
+time. Now such a header never reaches pika's decoder (``sac/sdk/_wire/pika_hooks.py``): the
 message is listed with its headers named invalid, and a replay or a move leaves it where it
 is, intact, and carries the rest over, in order.
 """

@@ -35,7 +35,6 @@ from sac.sim.script import (
     Publish,
     Qos,
 )
-
 from .rig import Rig
 
 QUORUM = {"x-queue-type": "quorum"}

@@ -14,7 +14,6 @@ from sac.sim.invariants import Sent, Settled, retransmitted_with_mark
 from sac.sim.publisher import PublisherClient
 from sac.sim.workload import EnginesWorkload
 from sac.sim.world import World
-
 from .rig import printed_under_other_hash_seeds
 
 FAST_RUN = 3000

@@ -41,7 +41,6 @@ from sac.sim.script import (
     SetAlarm,
     run_case,
 )
-
 from .real_driver import heard_on
 
 pytestmark = pytest.mark.rabbitmq("3.10")  # the simulator models 3.10.8

@@ -22,7 +22,6 @@ import pytest
 from sac.server import LocalCluster
 from sac.sim.model import MODELS, BrokerModel
 from sac.sim.script import Ack, Case, CloseChannel, Consume, Nack, Open, Qos, run_case
-
 from .real_driver import heard_on
 from .test_model_honesty import CASES, consumers, publish, queue_args, setup
 

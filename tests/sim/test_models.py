@@ -22,7 +22,6 @@ from sac.sim.script import Ack, CloseChannel, Consume, Declare, Nack, Open, Publ
 from sac.sim.workload import EnginesWorkload
 from sac.sim.world import World
 from sac.sim_command import BROKERS, DEFAULT_BROKER
-
 from .rig import Rig
 from .test_engines import Watched
 

@@ -11,7 +11,6 @@ from sac.sim.queue import Effect, QuorumQueue
 from sac.sim.run import run, schedule_for
 from sac.sim.sac import Consumer
 from sac.sim.shrink import ddmin, shrink
-
 from .naive import NaiveWorkload, digest_of
 from .rig import printed_under_other_hash_seeds
 

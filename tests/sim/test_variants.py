@@ -9,7 +9,6 @@ import pytest
 from sac.sim.campaign import campaign
 from sac.sim.variants import VARIANTS
 from sac.sim.workload import EnginesWorkload
-
 from .test_engines import FAST_RUN
 
 BUDGET = 500

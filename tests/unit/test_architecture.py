@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).parents[2]
 
-# The command line: every module of sac/ that is not one of the linked subpackages.
+# The command line: every module of sac/ that is not in one of its subpackages.
 CLI = {"sac"} | {f"sac.{path.stem}" for path in (ROOT / "sac").glob("*.py")} - {"sac.__init__"}
 
 
@@ -26,7 +26,7 @@ def imported_rooms(package: str) -> dict[str, set[str]]:
     ``sac.sdk``, ``from .. import server`` would reach ``sac.server``."""
     found: dict[str, set[str]] = {}
     for path in (ROOT / package).rglob("*.py"):
-        parts = ["sac", *path.relative_to(ROOT).with_suffix("").parts]
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
         home = parts if parts[-1] == "__init__" else parts[:-1]
         names: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -43,20 +43,21 @@ def imported_rooms(package: str) -> dict[str, set[str]]:
 @pytest.mark.parametrize(
     ("package", "forbidden"),
     [
-        ("sdk", {"sac.server", "sac.chaos", "sac.checker", "sac.sim", "recipes", "bench"} | CLI),
-        ("sdk/_core", {"pika", "aio_pika", "aiormq", "kazoo", "socket", "asyncio", "ssl"}),
+        ("sac/sdk",
+         {"sac.server", "sac.chaos", "sac.checker", "sac.sim", "recipes", "bench"} | CLI),
+        ("sac/sdk/_core", {"pika", "aio_pika", "aiormq", "kazoo", "socket", "asyncio", "ssl"}),
         # Of the SDK, only its management API client (test below).
-        ("server", {"sac.chaos", "recipes", "bench"} | CLI),
+        ("sac/server", {"sac.chaos", "recipes", "bench"} | CLI),
         # The pipeline reads histories, not code, and runs on a Spark cluster with only its
         # own dependencies.
-        ("checker", {"sac.sdk", "sac.server", "sac.chaos", "recipes", "bench", "pika"} | CLI),
+        ("sac/checker", {"sac.sdk", "sac.server", "sac.chaos", "recipes", "bench", "pika"} | CLI),
         # The suite is a library the CLI, recipes and benchmarks use, not the other way.
-        ("chaos", {"recipes", "bench", "tests"} | CLI),
+        ("sac/chaos", {"recipes", "bench", "tests"} | CLI),
         # The simulation is pure and deterministic: no I/O, no threads, no wall clock.
-        ("sim", {"pika", "aio_pika", "aiormq", "kazoo", "socket", "asyncio", "ssl", "threading",
-                 "concurrent", "multiprocessing", "subprocess", "selectors", "select", "time",
-                 "datetime", "sac.server", "sac.chaos", "sac.checker", "recipes", "bench",
-                 "tests"} | CLI),
+        ("sac/sim", {"pika", "aio_pika", "aiormq", "kazoo", "socket", "asyncio", "ssl",
+                     "threading", "concurrent", "multiprocessing", "subprocess", "selectors",
+                     "select", "time", "datetime", "sac.server", "sac.chaos", "sac.checker",
+                     "recipes", "bench", "tests"} | CLI),
     ],
 )
 def test_forbidden_imports(package: str, forbidden: set[str]) -> None:
@@ -72,8 +73,8 @@ def test_the_servers_use_only_the_sdks_management_client() -> None:
     """One client of the management API in the project: the servers use the SDK's, and
     nothing else of the SDK (its connections, consumers and settings are not theirs)."""
     used: dict[str, set[str]] = {}
-    for path in (ROOT / "server").rglob("*.py"):
-        parts = ["sac", *path.relative_to(ROOT).with_suffix("").parts]
+    for path in (ROOT / "sac" / "server").rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
         home = parts if parts[-1] == "__init__" else parts[:-1]
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
@@ -97,23 +98,23 @@ def test_the_servers_use_only_the_sdks_management_client() -> None:
 
 def test_rooms_are_seen_through_every_spelling() -> None:
     """The arrows above are named as the code spells them, or the test would pass on nothing."""
-    chaos = set().union(*imported_rooms("chaos").values())
+    chaos = set().union(*imported_rooms("sac/chaos").values())
     assert {"sac.sdk", "sac.server", "sac.checker", "sac.chaos"} <= chaos
     assert "sac.cli" in CLI
     assert "sac.chaos" not in CLI  # the suite, not a command
-    face = imported_rooms("sdk")["sdk/__init__.py"]
+    face = imported_rooms("sac/sdk")["sac/sdk/__init__.py"]
     assert face == {"sac.sdk"}  # its relative imports, resolved
 
 
 def test_the_history_contract_imports_only_the_standard_library() -> None:
     """The SDK's recorder and the checker both import ``sac.history``: anything it imported
     would come with the checker onto a Spark cluster (and with the SDK into applications)."""
-    rooms = set().union(*imported_rooms("history").values())
+    rooms = set().union(*imported_rooms("sac/history").values())
     assert "sac.history" in rooms  # its relative imports, resolved: the test sees them
     assert rooms - {"sac.history"} <= set(sys.stdlib_module_names) | {"__future__"}
 
 
-@pytest.mark.parametrize("package", ["server", "sim"])
+@pytest.mark.parametrize("package", ["sac/server", "sac/sim"])
 def test_only_the_sdk_the_checker_and_their_users_import_the_history_contract(
         package: str) -> None:
     """Arrows into the contract: sdk -> history and checker -> history (and chaos, the CLI
@@ -123,8 +124,8 @@ def test_only_the_sdk_the_checker_and_their_users_import_the_history_contract(
 
 
 def test_the_sdk_and_the_checker_use_the_history_contract() -> None:
-    assert "sac.history" in imported_rooms("sdk")["sdk/_history.py"]
-    assert "sac.history" in set().union(*imported_rooms("checker").values())
+    assert "sac.history" in imported_rooms("sac/sdk")["sac/sdk/_history.py"]
+    assert "sac.history" in set().union(*imported_rooms("sac/checker").values())
 
 
 def test_sim_uses_only_the_pure_parts_of_the_sdk() -> None:
@@ -134,7 +135,7 @@ def test_sim_uses_only_the_pure_parts_of_the_sdk() -> None:
     allowed = ("sac.sdk._core", "sac.sdk.dedup", "sac.sdk._errors", "sac.sdk._settings",
                "sac.sdk._delivery")
     used = set()
-    for path in (ROOT / "sim").rglob("*.py"):
+    for path in (ROOT / "sac" / "sim").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
                     and node.module.startswith("sac.sdk")):
@@ -150,16 +151,15 @@ def test_sim_uses_only_the_pure_parts_of_the_sdk() -> None:
 
 def test_the_sdk_values_the_simulator_uses_are_pure() -> None:
     """Settings and deliveries are plain values: no I/O library behind them."""
-    rooms = imported_rooms("sdk")
-    used = rooms["sdk/_settings.py"] | rooms["sdk/_delivery.py"]
+    rooms = imported_rooms("sac/sdk")
+    used = rooms["sac/sdk/_settings.py"] | rooms["sac/sdk/_delivery.py"]
     assert used <= {"__future__", "attrs", "os", "urllib", "collections", "typing", "sac.sdk"}
 
 
 # ------------------------------------------------------------ pika's internals stay in the wire
 
-WIRE = (ROOT / "sdk" / "_wire").resolve()
-OUR_FOLDERS = ("sdk", "server", "chaos", "checker", "sim", "history", "sac", "recipes", "bench",
-               "tests")
+WIRE = (ROOT / "sac" / "sdk" / "_wire").resolve()
+OUR_FOLDERS = ("sac", "recipes", "bench", "tests")
 
 
 def _private(name: str) -> bool:
@@ -182,7 +182,7 @@ def _defined_private_names(paths: list[Path]) -> set[str]:
 
 
 def _our_files() -> list[Path]:
-    """Every Python file of ours but the wire's, once (``sac/`` links to the folders)."""
+    """Every Python file of ours but the wire's."""
     found = {path.resolve() for folder in OUR_FOLDERS for path in (ROOT / folder).rglob("*.py")}
     return sorted(path for path in found if WIRE not in path.parents)
 
@@ -255,7 +255,7 @@ ALLOWED = {
     "tests/sim/real_driver.py": "ch._impl",
     # Not pika's: kazoo's client has a ``_connection`` too (a name pika also defines). The
     # guard reads the session timeout ZooKeeper granted off it, checked when a guard is built.
-    "sdk/guard.py": "client._connection (kazoo's)",
+    "sac/sdk/guard.py": "client._connection (kazoo's)",
 }
 
 
@@ -302,9 +302,10 @@ def test_no_file_points_outside_the_checkout() -> None:
 # ------------------------------------------------------------ the consumer's rooms (issue 23)
 
 CONSUMER_ROOMS = (
-    *(str(path.relative_to(ROOT)) for path in sorted((ROOT / "sdk").glob("_consumer_*.py"))),
-    "sdk/_role_poll.py", "sdk/_core/dispatch.py")
-RUN_SIDE = ("sdk/_consumer_runs.py", "sdk/_consumer_workers.py")
+    *(str(path.relative_to(ROOT))
+      for path in sorted((ROOT / "sac" / "sdk").glob("_consumer_*.py"))),
+    "sac/sdk/_role_poll.py", "sac/sdk/_core/dispatch.py")
+RUN_SIDE = ("sac/sdk/_consumer_runs.py", "sac/sdk/_consumer_workers.py")
 """Where runs execute, in whatever thread: told by their ticket, never reading the machine."""
 MACHINE_STATE = {"machine", "_machine", "stage", "paused", "generation", "live"}
 
@@ -313,8 +314,8 @@ def _sdk_modules() -> dict[str, set[str]]:
     """Each module of ``sac.sdk`` and the modules of ``sac.sdk`` it imports (any import,
     ``TYPE_CHECKING`` and function-level ones too: a circle is a circle to a reader)."""
     graph: dict[str, set[str]] = {}
-    for path in (ROOT / "sdk").rglob("*.py"):
-        parts = ["sac", *path.relative_to(ROOT).with_suffix("").parts]
+    for path in (ROOT / "sac" / "sdk").rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         home = parts if parts[-1] == "__init__" else parts[:-1]
         targets: set[str] = set()
@@ -329,7 +330,7 @@ def _sdk_modules() -> dict[str, set[str]]:
                 targets |= {alias.name for alias in node.names}
         graph[name] = targets
     return {name: {t for t in targets if t in graph and t != name and not (
-        name.startswith(t + ".") and (ROOT / t.replace("sac.", "", 1).replace(".", "/")
+        name.startswith(t + ".") and (ROOT / t.replace(".", "/")
                                       / "__init__.py").exists())}
         for name, targets in graph.items()}
 
@@ -395,7 +396,7 @@ def test_a_run_never_reads_the_machine() -> None:
     machine state: what it must know comes with its ticket."""
     rooms = _sdk_modules()
     for path in RUN_SIDE:
-        module = "sac." + path.removesuffix(".py").replace("/", ".")
+        module = path.removesuffix(".py").replace("/", ".")
         assert not {m for m in rooms[module]
                     if m.startswith("sac.sdk._consumer_") and m not in (
                         "sac.sdk._consumer_runs",)}, path
@@ -427,7 +428,7 @@ def test_the_sdk_sets_nothing_on_a_users_inbox() -> None:
     """The inbox is the user's object: the consumer takes a session from it
     (``Inbox.session``) and passes each batch's epoch with the batch."""
     offences = []
-    for path in (ROOT / "sdk").rglob("*.py"):
+    for path in (ROOT / "sac" / "sdk").rglob("*.py"):
         if "dedup" in path.parts:
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -438,3 +439,47 @@ def test_the_sdk_sets_nothing_on_a_users_inbox() -> None:
                     and node.func.attr == "bind" and "inbox" in ast.unparse(node.func.value)):
                 offences.append(f"{path.name}:{node.lineno}")
     assert offences == []
+
+
+# ------------------------------------------------------------ one import style
+
+ROOMS = ("sdk", "server", "chaos", "checker", "sim", "history")
+
+
+def _import_style_offences(room: str) -> list[str]:
+    """Inside a room, its own modules by relative import (the room can be read, and moved, as
+    one folder); another room by its absolute name, ``sac.<room>`` (the arrow reads the same
+    as in the table of rooms and in the tests above)."""
+    offences = []
+    for path in sorted((ROOT / "sac" / room).rglob("*.py")):
+        home = list(path.relative_to(ROOT).parts[:-1])  # the package the module is in
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    target = home[: len(home) - node.level + 1]
+                    if target[:2] != ["sac", room]:
+                        offences.append(f"{path.relative_to(ROOT)}:{node.lineno} leaves {room}"
+                                        " by a relative import")
+                elif (node.module or "").split(".")[:2] == ["sac", room]:
+                    offences.append(f"{path.relative_to(ROOT)}:{node.lineno} imports its own"
+                                    " room by its absolute name")
+            elif isinstance(node, ast.Import):
+                offences += [f"{path.relative_to(ROOT)}:{node.lineno} imports {alias.name}"
+                             for alias in node.names if alias.name.startswith("sac.")]
+    return offences
+
+
+@pytest.mark.parametrize("room", ROOMS)
+def test_one_import_style(room: str) -> None:
+    assert _import_style_offences(room) == []
+
+
+def test_the_import_style_check_sees_both_offences(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                    ) -> None:
+    folder = tmp_path / "sac" / "sdk" / "_core"
+    folder.mkdir(parents=True)
+    (folder / "x.py").write_text("from sac.sdk._core import acks\nfrom ...history import Ack\n"
+                                 "from ..dedup import Inbox\nfrom . import retry\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert [offence.split(":")[1].split()[0]
+            for offence in _import_style_offences("sdk")] == ["1", "2"]

@@ -1,4 +1,4 @@
-"""A parked message's headers read as untrusted input (``sdk/_core/parked.py``), and the
+"""A parked message's headers read as untrusted input (``sac/sdk/_core/parked.py``), and the
 listing's escaping (``sac dlq``): any value of any AMQP type in any ``x-sac-parked-*``
 header, and any text, without a broker."""
 

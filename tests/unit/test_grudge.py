@@ -1,4 +1,4 @@
-"""Grudges and their nftables text, without namespaces (chaos/_grudge.py)."""
+"""Grudges and their nftables text, without namespaces (sac/chaos/_grudge.py)."""
 
 from __future__ import annotations
 

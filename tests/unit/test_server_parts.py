@@ -1,4 +1,4 @@
-"""server/ pieces that need no running server: ports, names, secrets, processes."""
+"""sac/server/ pieces that need no running server: ports, names, secrets, processes."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The four local servers are one ``LocalServer``: same method names, signatures and meaning
-(mypy checks it too, in ``server/_protocol.py``); checked here without starting anything."""
+(mypy checks it too, in ``sac/server/_protocol.py``); checked here without starting anything."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The publisher's own frame encoding (sdk/_wire/frames.py) gives the bytes pika's marshalling
+"""The publisher's own frame encoding (sac/sdk/_wire/frames.py) gives the bytes pika's marshalling
 gives."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""sdk/_wire/pika_hooks.py refuses, at import, a pika that lacks a hook it uses, naming it;
+"""sac/sdk/_wire/pika_hooks.py refuses, at import, a pika that lacks a hook it uses, naming it;
 and no content header pika decodes holds a table our bounded decoder refuses."""
 
 from __future__ import annotations

@@ -1,0 +1,309 @@
+"""One chaos run: a workload of SDK actors on a local cluster, a scenario's faults, and the
+checker's verdict of the history it leaves (``docs/history.md``).
+
+``run(settings, cluster, out)`` writes ``out/<scenario>-s<seed>[-<weakening>]/`` with
+``run.json``, ``events/*.jsonl``, ``effects.jsonl`` (the sink read back), ``logs/`` (each
+actor's stderr) and ``verdict.json``, and returns a ``RunResult``. Every wait has a bound
+(``RunSettings.time_limit`` for the whole run); every process, proxy and fault the run made
+(a ZooKeeper it started for guarded consumers too) is gone when it returns or raises, Ctrl-C
+included, and the queue is deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+from sac.checker.errors import CheckerError
+from sac.checker.verdict import Verdict
+from sac.history import MESSAGE_ANOMALIES
+from sac.sdk import ManagementError
+from sac.server import LocalCluster, LocalPostgres, LocalZooKeeper
+from .actors import Sink
+from .errors import ChaosError, UnknownScenario
+from .faults import FaultProxy
+from .federation import federate, unfederate
+from .settings import GUARD_LEASE_S, GUARD_TICK_MS, RunSettings, Weakening
+from .world import World
+
+
+@attrs.frozen
+class RunResult:
+    path: Path
+    settings: RunSettings
+    verdict: Verdict
+    expected: tuple[str, ...]
+    """Anomalies a weakened run must show; empty for a run of the real configuration."""
+    seconds: float
+    error: str | None = None
+    """Why the run could not be carried out as planned (its history is checked anyway)."""
+    repaired: tuple[str, ...] = ()
+    """Nodes restarted because they did not serve again after a fault."""
+
+    @property
+    def outcome(self) -> str:
+        """``pass`` (a valid run), ``caught`` (a weakened run whose anomaly was found),
+        ``ERROR`` (the run could not be carried out) or ``FAIL`` (an anomaly in a real run,
+        or a weakened run that looked valid)."""
+        if self.error is not None:
+            return "ERROR"
+        found = {name for name in MESSAGE_ANOMALIES if self.verdict.count(name)}
+        if not self.expected:
+            return "pass" if self.verdict.valid else "FAIL"
+        return "caught" if found & set(self.expected) else "FAIL"
+
+
+Body = Callable[[World], None]
+
+
+@attrs.frozen
+class Scenario:
+    name: str
+    summary: str
+    body: Body
+    weakened: Weakening
+    """The weakening this scenario's fault exposes; its anomaly is ``expect``."""
+    expect: tuple[str, ...]
+    queue_type: Literal["quorum", "classic"] = "quorum"
+    prepare: Callable[[LocalCluster, str], None] | None = None
+    """Set-up before the queue exists (a policy), given the queue name."""
+    store: Literal["sqlite", "postgres"] = "sqlite"
+    """PostgreSQL where the fault is about row locks held by a frozen consumer: SQLite's one
+    writer serialises consumers whatever the fencing."""
+    network: Literal["loopback", "netns"] = "loopback"
+    """``netns``: the scenario cuts links between nodes, so each node needs a namespace."""
+    guard: bool = False
+    """The consumers are guarded by a ZooKeeper election (``World.zookeeper``), with a lease
+    of ``GUARD_LEASE_S``: the run needs a ZooKeeper with a short tick."""
+    single_active: bool = True
+    """The queue's native single active consumer; False (a plain queue) only with ``guard``,
+    which is then all that keeps a second consumer off it."""
+    evict: bool = False
+    """Guarded consumers get the cluster's management API: a new leader has the broker
+    close its predecessor's connection (``GuardSettings.evict``)."""
+    federated: bool = False
+    """The queue federated with a second cluster (``sac/chaos/federation.py``), consumer slots
+    alternating between the two: only a guard keeps one active across both."""
+    rabbitmq: str | None = None
+    """The RabbitMQ series the fault needs (``3.10`` for classic mirrored queues, which 4.0
+    removed); ``None``: any. The CLI runs such a scenario on that series whatever the
+    default, and ``run`` refuses it on another."""
+    rabbitmq_why: str = ""
+    """Why it needs that series: the refusal's reason."""
+
+    def __attrs_post_init__(self) -> None:
+        if not (self.single_active or self.guard):
+            raise ChaosError(f"scenario {self.name}: a queue without single active consumer "
+                             "needs guarded consumers (guard=True)")
+        if self.evict and not self.guard:
+            raise ChaosError(f"scenario {self.name}: eviction needs guarded consumers")
+        if self.federated and (self.single_active or not self.guard):
+            raise ChaosError(f"scenario {self.name}: a federated queue is kept to one "
+                             "consumer by the guard (guard=True, single_active=False)")
+        if (self.rabbitmq is None) != (not self.rabbitmq_why):
+            raise ChaosError(f"scenario {self.name}: a required RabbitMQ series comes with "
+                             "its reason (rabbitmq and rabbitmq_why)")
+
+    def series(self, asked: str | None, default: str) -> str:
+        """The series a run of this scenario uses when ``asked`` (``None``: not asked), the
+        default being ``default``; ChaosError when asked for a series it cannot run on."""
+        if self.rabbitmq is None:
+            return asked or default
+        if asked is not None and asked != self.rabbitmq:
+            raise ChaosError(self.refusal(asked))
+        return self.rabbitmq
+
+    def refusal(self, series: str) -> str:
+        return (f"scenario {self.name} needs RabbitMQ {self.rabbitmq}, not {series}: "
+                f"{self.rabbitmq_why}")
+
+
+def _delete_queue(cluster: LocalCluster, queue: str) -> None:
+    """The run's queue, its parking queue and a policy a scenario made for it."""
+    api = cluster.management()
+    for name in (queue, f"{queue}.parked"):
+        with contextlib.suppress(ManagementError):
+            api.delete_queue(name, if_empty=False)
+    with contextlib.suppress(ManagementError):
+        api.delete_policy(queue)
+
+
+def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
+        postgres: LocalPostgres | None = None, zookeeper: LocalZooKeeper | None = None,
+        scenarios: dict[str, Scenario] | None = None, check: str = "python",
+        toxiproxy_url: str | None = None, other: LocalCluster | None = None) -> RunResult:
+    """Carry out one run and check it; see the module's docstring. A scenario with guarded
+    consumers uses ``zookeeper`` (its tick short enough for ``GUARD_LEASE_S``), or starts
+    one of its own in the run's directory for the run; a federated one federates with
+    ``other``, or a one-node cluster it starts for the run."""
+    from .scenarios import SCENARIOS
+
+    table = SCENARIOS if scenarios is None else scenarios
+    if settings.scenario not in table:
+        raise UnknownScenario(f"no scenario {settings.scenario!r}; there are: "
+                              f"{', '.join(sorted(table))}")
+    scenario = table[settings.scenario]
+    if scenario.network == "netns" and cluster.spec.network != "netns":
+        raise ChaosError(f"scenario {scenario.name} cuts links between nodes: it needs a netns "
+                         f"cluster (LocalCluster(network='netns'), `sac server up --network "
+                         f"netns`), and {cluster.name!r} runs on loopback")
+    if scenario.rabbitmq not in (None, cluster.spec.rabbitmq):
+        raise ChaosError(f"{scenario.refusal(cluster.spec.rabbitmq)} (cluster "
+                         f"{cluster.name!r} runs {cluster.spec.rabbitmq})")
+    if scenario.guard and zookeeper is not None:
+        _check_lease(zookeeper)
+    started = time.monotonic()
+    run_dir = out / settings.label
+    again = 1
+    while run_dir.exists():  # an earlier run of the same plan: keep it, number this one
+        again += 1
+        run_dir = out / f"{settings.label}-{again}"
+    (run_dir / "events").mkdir(parents=True)
+    queue = f"chaos-{settings.label}-{uuid.uuid4().hex[:6]}"
+    expected = scenario.expect if settings.weakened else ()
+    meta: dict[str, Any] = {
+        "scenario": scenario.name, "summary": scenario.summary, "seed": settings.seed,
+        "parameters": attrs.asdict(settings), "queue": queue,
+        "queue_type": scenario.queue_type, "single_active_queues": [queue],
+        # A guard's lock over a plain or federated queue keeps one consumer, not the order.
+        "ordered_queues": [queue] if scenario.single_active else [],
+        "expect": list(expected),
+        "topology": {"nodes": [n.name for n in cluster.nodes], "cluster": cluster.name},
+        "start": time.time(),
+    }
+    store = settings.store or scenario.store
+    meta["store"] = store
+    if store == "postgres":
+        if postgres is None:
+            raise ChaosError(f"scenario {scenario.name} runs on PostgreSQL: start one "
+                             "(sac.server.LocalPostgres) and pass it")
+        sink = Sink(postgres.create_database(f"chaos_{uuid.uuid4().hex[:10]}"))
+    else:
+        sink = Sink(f"sqlite:{run_dir / 'sink.db'}")
+    sink.create()
+    servers = contextlib.ExitStack()  # what this run starts for itself
+    try:
+        hosts = None
+        if scenario.guard:
+            if zookeeper is None:
+                zookeeper = servers.enter_context(LocalZooKeeper(
+                    "zk", home=run_dir, tick_time_ms=GUARD_TICK_MS))
+            hosts = zookeeper.hosts
+        if scenario.federated and other is None:
+            other = servers.enter_context(LocalCluster(
+                f"fed-{uuid.uuid4().hex[:6]}", nodes=1, home=run_dir,
+                rabbitmq=cluster.spec.rabbitmq))
+        proxy = FaultProxy(f"chaos-{uuid.uuid4().hex[:6]}", toxiproxy_url)
+    except BaseException:
+        servers.close()
+        raise
+    world = World(settings, cluster, run_dir, proxy, queue, scenario.queue_type, sink,
+                  single_active=scenario.single_active, zookeeper=hosts,
+                  management=tuple(cluster.management_urls()) if scenario.evict else (),
+                  other=other if scenario.federated else None)
+    if scenario.federated:
+        meta["topology"]["federated_with"] = {
+            "cluster": world.clusters[1].name, "nodes": [n.name for n in world.clusters[1].nodes]}
+    if hosts is not None:
+        meta["guard"] = {"zookeeper": hosts, "group": world.guard_group,
+                         "lease_s": GUARD_LEASE_S, "native_single_active": scenario.single_active,
+                         "evict": scenario.evict}
+    error: BaseException | None = None
+    try:
+        world.ensure_whole()
+        # What the run ran on, as the broker itself says (version, metadata store).
+        meta["broker"] = cluster.broker()
+        if scenario.federated:
+            meta["topology"]["federated_with"]["broker"] = world.clusters[1].broker()
+        if scenario.prepare is not None:
+            scenario.prepare(cluster, queue)
+        if scenario.federated:
+            federate(world.clusters, queue, proxy)
+        _drive(world, scenario)
+    except ChaosError as exc:
+        error = exc  # the run went wrong (an actor died, a wait ran out): checked all the same
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        world.close()
+        meta["routes"] = proxy.routes()
+        proxy.close()
+        if scenario.federated:
+            unfederate(world.clusters, queue)
+        servers.close()
+        meta["end"] = time.time()
+        meta["restarts"] = world.restarts
+        meta["repaired"] = world.repaired
+        meta["faults"] = world.nemesis.faults
+        if error is not None:
+            meta["error"] = f"{type(error).__name__}: {error}"
+        world.sink.dump(run_dir / "effects.jsonl", world.commit_times())
+        (run_dir / "run.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+        _delete_queue(cluster, queue)
+    try:
+        verdict = _check(run_dir, check)
+    except CheckerError as exc:  # a run that died before its history holds anything
+        failed = f"; the run itself failed: {meta['error']}" if error is not None else ""
+        raise ChaosError(f"run {run_dir} could not be checked: {exc}{failed}") from exc
+    return RunResult(run_dir, settings, verdict, expected, time.monotonic() - started,
+                     None if error is None else meta["error"], tuple(world.repaired))
+
+
+def _check_lease(zookeeper: LocalZooKeeper) -> None:
+    """Refuse a ZooKeeper that cannot grant guarded consumers their lease (before anything
+    of the run is made)."""
+    if not zookeeper.min_session_timeout <= GUARD_LEASE_S <= zookeeper.max_session_timeout:
+        raise ChaosError(
+            f"guarded consumers ask ZooKeeper for a lease of {GUARD_LEASE_S:g} s, and "
+            f"{zookeeper.hosts} grants {zookeeper.min_session_timeout:g} s to "
+            f"{zookeeper.max_session_timeout:g} s: give a ZooKeeper with a shorter tick "
+            f"(LocalZooKeeper(tick_time_ms={GUARD_TICK_MS}))")
+
+
+def _drive(world: World, scenario: Scenario) -> None:
+    s = world.settings
+    first = world.start_consumer(0)
+    first.wait_for("subscription", lambda p: p.role in ("waiting", "active"),
+                   world.bound(60))
+    for slot in range(1, s.consumers):
+        world.start_consumer(slot).wait_for(
+            "subscription", lambda p: p.role in ("waiting", "active"), world.bound(60))
+    world.start()
+    world.start_publisher()
+    scenario.body(world)
+    for publisher in world.publishers:
+        publisher.wait_for("end of publishing", lambda p: p.last("done") is not None,
+                           world.bound(s.time_limit))
+    _drain(world)
+    for process in world.live_consumers():
+        world.stop_consumer(process)
+
+
+def _drain(world: World) -> None:
+    """Until every confirmed message has an effect, or the run's time is up (the checker
+    then reports what is missing as lost)."""
+    confirmed = world.confirmed_ids()
+    while not confirmed <= world.sink.distinct():
+        if world.left() <= 0:
+            return
+        world.pause(0.1)
+
+
+def _check(run_dir: Path, engine: str) -> Verdict:
+    if engine == "python":
+        from sac.checker.python_engine import check_run
+
+        verdict = check_run(run_dir)
+    else:
+        raise ChaosError(f"unknown engine {engine!r}")
+    (run_dir / "verdict.json").write_text(json.dumps(verdict.to_json(), indent=2,
+                                                     sort_keys=True))
+    return verdict

@@ -1,0 +1,134 @@
+"""The asyncio consumer's shell: carries out each action of the consumer machine, nothing
+else (``_core/dispatch.ConsumerShell``; the one dispatcher calls it).
+
+Each operation hands its action to the room that does the I/O: a run to the worker with its
+ticket (``_consumer_desk.py``), an ack to the link (``_consumer_link.py``), a park to the
+parker (``_consumer_parking.py``), a fenced run to the guard (``_consumer_guard.py``); timers
+call the machine's ``dispatch`` and ``tick`` on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from sac.history import Active
+from ._consumer_desk import RunDesk
+from ._consumer_guard import GuardRoom
+from ._consumer_link import ConsumerLink
+from ._consumer_log import ConsumerLog
+from ._consumer_parking import Parker
+from ._consumer_values import RoleCallback
+from ._consumer_workers import Worker
+from ._core.acks import Ack, Reject
+from ._core.consuming import (
+    Actions,
+    Cancel,
+    ConsumerMachine,
+    Halt,
+    Park,
+    Parking,
+    Release,
+    Replaced,
+    ResubscribeLater,
+    RetryLater,
+    RoleChanged,
+    Run,
+    Subscribe,
+)
+from ._core.dispatch import carry_out
+from ._core.roles import Role
+from ._delivery import Delivery
+from ._errors import SacError
+from ._role_poll import RolePoller
+
+log = logging.getLogger("sac.consumer")
+
+
+class AsyncConsumerShell:
+    """One consumer's ``ConsumerShell``, on its loop."""
+
+    def __init__(
+        self, machine: ConsumerMachine[Delivery], worker: Worker, desk: RunDesk,
+        link: ConsumerLink, parker: Parker, *, queue: str, records_activity: bool,
+        halt: Callable[[SacError], None], on_role_change: RoleCallback | None,
+    ) -> None:
+        self._machine = machine
+        self._worker = worker
+        self._desk = desk
+        self._link = link
+        self._parker = parker
+        self._queue = queue
+        self._records_activity = records_activity
+        """No inbox: the shell records each activation (an inbox records its epoch)."""
+        self._halt = halt
+        self._on_role_change = on_role_change
+        self._log = ConsumerLog(queue)
+        self.guard: GuardRoom | None = None
+        self.poller: RolePoller | None = None
+        self.handover: Cancel | Release | None = None
+        """What the graceful stop under way does once the machine said it (``finish``)."""
+
+    def carry_out(self, actions: Actions[Delivery]) -> None:
+        carry_out(actions, self)
+
+    def submit(self, run: Run[Delivery]) -> None:
+        self._worker.submit(self._desk.ticket(run))
+
+    def wake(self) -> None:
+        # After the read under way: one run takes all it brought.
+        asyncio.get_running_loop().call_soon(self._dispatch)
+
+    def ack(self, ack: Ack) -> None:
+        self._link.ack(ack)
+
+    def reject(self, reject: Reject) -> None:
+        self._link.reject(reject)
+
+    def retry_later(self, retry: RetryLater[Delivery]) -> None:
+        self._log.failure(retry.delivery, retry.error, retry.attempts, retry.delay)
+        asyncio.get_running_loop().call_at(retry.at, self._tick)
+
+    def park(self, park: Park[Delivery]) -> None:
+        self._log.failure(park.delivery, park.error, park.attempts, None)
+        if park.target is Parking.QUEUE:
+            self._parker.park(park)
+
+    def resubscribe_later(self, later: ResubscribeLater) -> None:
+        asyncio.get_running_loop().call_at(later.at, self._tick)
+
+    def subscribe(self, subscribe: Subscribe) -> None:
+        self._link.replace_recovery(self._link.resubscribe())
+
+    def hand_over(self, handover: Cancel | Release) -> None:
+        self.handover = handover
+
+    def role_changed(self, change: RoleChanged) -> None:
+        if self.poller is not None:
+            self.poller.changed(change.new, asyncio.get_running_loop().time())
+        if change.new is Role.ACTIVE and self._records_activity:
+            self._link.record(Active(queue=self._queue, epoch=None))
+        if self._on_role_change is not None:
+            try:
+                self._on_role_change(change.new)
+            except Exception:
+                log.exception("on_role_change callback failed")
+
+    def halt(self, halt: Halt[Delivery]) -> None:
+        self._desk.cut()
+        self._halt(self._log.error_of(halt))
+
+    def replaced(self, replaced: Replaced) -> None:
+        assert self.guard is not None, "only a guarded consumer's machine rejoins"
+        self.guard.replaced()
+
+    def _dispatch(self) -> None:
+        actions = self._machine.dispatch(asyncio.get_running_loop().time())
+        if actions:
+            self.carry_out(actions)
+
+    def _tick(self) -> None:
+        actions = self._machine.tick(asyncio.get_running_loop().time())
+        if actions:
+            self.carry_out(actions)

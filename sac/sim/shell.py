@@ -1,0 +1,249 @@
+"""The transport half of a simulated SDK client: what pika and ``sdk._recovery`` do for a real
+one, in virtual time. One link at a time; a loss is noticed as the real client notices it (a
+reset, an EOF, a ``connection.close``, or nothing heard for two heartbeat intervals); the
+reconnect goes to the next node under the SDK's own ``Attempts``, whose backoff alone decides
+how long to wait and when to give up.
+
+A subclass (``sim.consumer``, ``sim.publisher``) says what it sets up on a new link, what a
+frame means to its machine, and what a lost link leaves behind; it decides nothing else. The
+consumer's also implements ``sdk._core.dispatch.ConsumerShell``, as the SDK's engine does, and
+carries the machine's actions out through the same dispatcher.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from sac.sdk._core.attempts import Attempts
+from sac.sdk._core.queues import BrokerVersion
+from sac.sdk._errors import ConnectError
+from sac.sdk._settings import ConnectionSettings
+from .harness import (
+    Action,
+    Connect,
+    ConnectionLost,
+    ConnectionRefused,
+    Disconnect,
+    Event,
+    Received,
+    Send,
+)
+from .methods import ConnectionClose, ConnectionCloseOk, ConnectionOpenOk, Heartbeat
+
+MISSED_HEARTBEATS = 2
+"""A link heard from for this many heartbeat intervals is dead (pika's checker)."""
+
+
+def earliest(*times: float | None) -> float | None:
+    """The earliest of the times that are set."""
+    best = None
+    for t in times:
+        if t is not None and (best is None or t < best):
+            best = t
+    return best
+
+
+class Shell:
+    """Keeps one link up for an engine. Entry points (``start``, ``receive``, ``tick``)
+    collect the actions of one call in ``out``."""
+
+    def __init__(self, name: str, connection: ConnectionSettings, rng: random.Random) -> None:
+        self.name = name
+        self.connection = connection
+        self.rng = rng
+        self.heartbeat = float(connection.heartbeat)
+        self.out: list[Action] = []
+        self.link: str | None = None
+        """The current link's name (``name#n``, one per connection made)."""
+        self.up = False
+        """Set up and working (``ready`` was called, no loss since)."""
+        self.closing = False
+        self.recover = True
+        """Reconnect after a loss (a stopping client does not)."""
+        self._plan: Attempts | None = None
+        self._began = 0.0
+        self._connect_at: float | None = None
+        self._heard = 0.0
+        self._links = 0
+        self._node = 0
+        self.reconnects = 0
+        self.broker: BrokerVersion | None = None
+        """The version the last link's broker named (``connection.start``)."""
+        self.losses: list[tuple[float, str, str]] = []
+        """(time, link, why) of every loss of a working link."""
+
+    # ------------------------------------------------------------------ what subclasses say
+
+    def setup(self, now: float) -> None:
+        """The handshake is done on ``self.link``: send what sets the link up."""
+        raise NotImplementedError
+
+    def frame(self, now: float, channel: int, method: object) -> None:
+        """A frame for the engine."""
+        raise NotImplementedError
+
+    def dropped(self, now: float, why: str) -> None:
+        """The working link is gone: tell the engine."""
+        raise NotImplementedError
+
+    def failed(self, now: float, error: ConnectError) -> None:
+        """The reconnect policy is spent."""
+        raise NotImplementedError
+
+    def closed(self, now: float) -> None:
+        """The link closed at our request."""
+        raise NotImplementedError
+
+    def due(self) -> float | None:
+        """When the engine wants ``work`` called."""
+        return None
+
+    def work(self, now: float) -> None:
+        """The engine's time has come (timers, the worker)."""
+
+    def busy(self) -> bool:
+        """Whether the engine has something under way (else its ticks are housekeeping)."""
+        return False
+
+    # ------------------------------------------------------------------ helpers for them
+
+    def send(self, channel: int, method: object) -> None:
+        if self.link is not None:
+            self.out.append(Send(self.link, channel, method))
+
+    def ready(self, now: float) -> None:
+        """The link is set up: what the next loss reconnects from."""
+        plan = self._plan
+        if plan is not None:
+            self._node = plan.index
+        self._plan = None
+        self.up = True
+
+    def open(self, now: float, *, retry: bool) -> None:
+        nodes = [f"node{n}" for n in range(len(self.connection.urls))]
+        self._plan = Attempts(nodes, self._node, self.connection.reconnect, retry)
+        self._began = now
+        self._connect(now)
+
+    def close(self, now: float) -> None:
+        """Close the link (``connection.close``), or at once when there is none."""
+        self.closing = True
+        self._connect_at = None
+        self._plan = None
+        if self.link is not None and self.up:
+            self.send(0, ConnectionClose())
+            return
+        if self.link is not None:  # still opening: just go
+            self.out.append(Disconnect(self.link))
+            self.link = None
+        self.closed(now)
+
+    def abandon(self, now: float, why: str) -> None:
+        """Drop the link as lost although it works (the engine said so)."""
+        if self.link is not None:
+            self.out.append(Disconnect(self.link))
+        self._lost(now, why)
+
+    def crash(self) -> None:
+        """The process dies: the socket closes, nothing more is done."""
+        if self.link is not None:
+            self.out.append(Disconnect(self.link))
+        self.link = None
+        self.up = False
+        self._plan = None
+        self._connect_at = None
+
+    # ------------------------------------------------------------------ the Client protocol
+
+    def receive(self, now: float, event: Event) -> Sequence[Action]:
+        self.out = []
+        if getattr(event, "link", None) != self.link or self.link is None:
+            return self.out  # an older link's last words
+        self._heard = now
+        if isinstance(event, ConnectionRefused):
+            self.link = None
+            self._attempt_failed(now, "connection refused")
+        elif isinstance(event, ConnectionLost):
+            self._lost(now, event.reason)
+        elif isinstance(event, Received):
+            method = event.method
+            if isinstance(method, Heartbeat):
+                pass
+            elif isinstance(method, ConnectionOpenOk):
+                self.broker = BrokerVersion.parse(method.version)
+                self.setup(now)
+            elif isinstance(method, ConnectionCloseOk):
+                self.link = None
+                self.up = False
+                self.closed(now)
+            elif isinstance(method, ConnectionClose):
+                self.send(0, ConnectionCloseOk())
+                self._lost(now, f"closed by the broker: {method.reply_text}")
+            else:
+                self.frame(now, event.channel, method)
+        return self.out
+
+    def tick(self, now: float) -> Sequence[Action]:
+        self.out = []
+        if self._connect_at is not None and now >= self._connect_at:
+            self._connect_at = None
+            self._connect(now)
+        elif self.link is not None and now >= self._heard + MISSED_HEARTBEATS * self.heartbeat:
+            self.abandon(now, "missed heartbeats")
+        due = self.due()
+        if due is not None and now >= due:
+            self.work(now)
+        return self.out
+
+    def next_tick(self) -> float | None:
+        check = None if self.link is None else self._heard + MISSED_HEARTBEATS * self.heartbeat
+        return earliest(self._connect_at, self.due(), check)
+
+    def idle(self) -> bool:
+        """Only the heartbeat check is pending: not work (``World`` may go idle)."""
+        return (self._connect_at is None and self._plan is None and not self.busy()
+                and (self.link is None or self.up))
+
+    # ------------------------------------------------------------------ the mechanism
+
+    def _connect(self, now: float) -> None:
+        plan = self._plan
+        assert plan is not None
+        self._heard = now  # the handshake gets as long as a silent link
+        self._links += 1
+        self.link = f"{self.name}#{self._links}"
+        self.out.append(Connect(self.link, node=plan.index, heartbeat=self.heartbeat))
+
+    def _attempt_failed(self, now: float, cause: str) -> None:
+        plan = self._plan
+        if plan is None:
+            return
+        delay = plan.failed(cause, now - self._began, self.rng.random)
+        if delay is None:
+            self._plan = None
+            self.failed(now, ConnectError(plan.summary(now - self._began), plan.causes()))
+        elif delay <= 0:
+            self._connect(now)
+        else:
+            self._connect_at = now + delay
+
+    def _lost(self, now: float, why: str) -> None:
+        link, self.link = self.link, None
+        if self.closing:
+            self.up = False
+            self.closed(now)
+            return
+        if self._plan is not None:  # still opening: one failed attempt
+            self._attempt_failed(now, why)
+            return
+        if not self.up or link is None:
+            return
+        self.up = False
+        self.losses.append((now, link, why))
+        self.dropped(now, why)
+        if self.closing or not self.recover:
+            return
+        self._node += 1  # the next node first
+        self.reconnects += 1
+        self.open(now, retry=True)
