@@ -33,7 +33,7 @@ What they do for you:
   hand acked) when the session is lost and contends again; the leader's token fences its
   inbox (``guard`` tells its standing).
 
-Both are faces of one engine (``_consumer_engine.py``) around one state machine
+Both are faces of one engine (``_consumer/engine.py``) around one state machine
 (``_core/consuming.py``): the asyncio face runs handlers on its loop, the blocking face in the
 thread that calls ``run()``, told by the loop when to stop (``_consumer_runs.Ticket``).
 
@@ -58,10 +58,10 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
-from ._consumer_engine import ConsumerEngine
-from ._consumer_runs import Handler
-from ._consumer_values import ConsumerStats, RoleCallback
-from ._consumer_workers import AsyncWorker, ThreadWorker
+from ._consumer.engine import ConsumerEngine
+from ._consumer.runs import Handler
+from ._consumer.values import ConsumerStats, RoleCallback
+from ._consumer.workers import AsyncWorker, ThreadWorker
 from ._core.codecs import BYTES, Serializer
 from ._core.guarding import GuardStatus
 from ._core.lifecycle import Phase

@@ -302,10 +302,10 @@ def test_no_file_points_outside_the_checkout() -> None:
 # ------------------------------------------------------------ the consumer's rooms (issue 23)
 
 CONSUMER_ROOMS = (
-    *(str(path.relative_to(ROOT))
-      for path in sorted((ROOT / "sac" / "sdk").glob("_consumer_*.py"))),
-    "sac/sdk/_role_poll.py", "sac/sdk/_core/dispatch.py")
-RUN_SIDE = ("sac/sdk/_consumer_runs.py", "sac/sdk/_consumer_workers.py")
+    *(str(path.relative_to(ROOT)) for path in sorted((ROOT / "sac" / "sdk" / "_consumer").glob(
+        "*.py")) if path.name != "__init__.py"),
+    "sac/sdk/_core/dispatch.py")
+RUN_SIDE = ("sac/sdk/_consumer/runs.py", "sac/sdk/_consumer/workers.py")
 """Where runs execute, in whatever thread: told by their ticket, never reading the machine."""
 MACHINE_STATE = {"machine", "_machine", "stage", "paused", "generation", "live"}
 
@@ -370,7 +370,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_sdk_has_no_import_circles() -> None:
     """The engine and its workers imported each other; every room now points one way."""
     graph = _sdk_modules()
-    assert "sac.sdk._consumer_runs" in graph["sac.sdk._consumer_workers"]
+    assert "sac.sdk._consumer.runs" in graph["sac.sdk._consumer.workers"]
     assert _cycles(graph) == []
 
 
@@ -398,8 +398,8 @@ def test_a_run_never_reads_the_machine() -> None:
     for path in RUN_SIDE:
         module = path.removesuffix(".py").replace("/", ".")
         assert not {m for m in rooms[module]
-                    if m.startswith("sac.sdk._consumer_") and m not in (
-                        "sac.sdk._consumer_runs",)}, path
+                    if m.startswith("sac.sdk._consumer.") and m not in (
+                        "sac.sdk._consumer.runs",)}, path
         assert _machine_reads(ROOT / path) == [], path
 
 

@@ -18,12 +18,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sac.history import Evict as Evicted
-from ._consumer_link import ConsumerLink
-from ._core.consuming import Actions, ConsumerMachine
-from ._core.dispatch import carry_out_guard
-from ._core.eviction import Evict, decide_eviction
-from ._core.fencing import Fencing
-from ._core.guarding import (
+from .._core.consuming import Actions, ConsumerMachine
+from .._core.dispatch import carry_out_guard
+from .._core.eviction import Evict, decide_eviction
+from .._core.fencing import Fencing
+from .._core.guarding import (
     Abandon,
     Contend,
     ContendLater,
@@ -38,14 +37,15 @@ from ._core.guarding import (
     SessionState,
     Withdraw,
 )
-from ._delivery import Delivery
-from ._errors import ConsumerError, ManagementError, SacError
-from ._settings import ConsumerSettings, GuardSettings
-from ._transport import Link, LinkLost
+from .._delivery import Delivery
+from .._errors import ConsumerError, ManagementError, SacError
+from .._settings import ConsumerSettings, GuardSettings
+from .._transport import Link, LinkLost
+from .link import ConsumerLink
 
 if TYPE_CHECKING:
-    from ._evictor import Evictor
-    from .guard import ZooKeeperGuard
+    from .._evictor import Evictor
+    from ..guard import ZooKeeperGuard
 
 log = logging.getLogger("sac.consumer")
 
@@ -61,7 +61,7 @@ class GuardRoom:
         cut: Callable[[], None],
         refence: Callable[[bool], None],
     ) -> None:
-        from . import guard as zk  # kazoo, or a ConfigurationError naming the `zk` extra
+        from .. import guard as zk  # kazoo, or a ConfigurationError naming the `zk` extra
 
         self.settings = settings
         self._queue_name = settings.queue.name
@@ -238,7 +238,7 @@ class GuardRoom:
             log.info("consumer of %r evicts nobody: %s", self._queue_name, decision.why)
 
     async def _evict(self, decision: Evict) -> None:
-        from ._evictor import Evictor
+        from .._evictor import Evictor
 
         if self._evictor is None:
             self._evictor = Evictor(self.settings)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import attrs
 
-from ._core.roles import Role
+from .._core.roles import Role
 
 RoleCallback = Callable[[Role], None]
 

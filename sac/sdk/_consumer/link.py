@@ -20,17 +20,17 @@ from pika.spec import Basic, BasicProperties
 from sac.history import Ack as Acked
 from sac.history import Cancelled, Deliver, HistoryEvent, Subscribed
 from sac.history import Reject as Rejected
-from ._core.acks import Ack, Reject
-from ._core.codecs import Codecs, Undecodable
-from ._core.consuming import Actions, ConsumerMachine
-from ._core.queues import consume_arguments
-from ._delivery import Delivery, delivery_count, other_properties
-from ._errors import SacError, UnfitMessage
-from ._history import HistoryRecorder, recorded_id
-from ._recovery import Recovering
-from ._settings import ConnectionSettings, ConsumerSettings
-from ._transport import Link, LinkLost
-from ._wire.pika_hooks import undecodable
+from .._core.acks import Ack, Reject
+from .._core.codecs import Codecs, Undecodable
+from .._core.consuming import Actions, ConsumerMachine
+from .._core.queues import consume_arguments
+from .._delivery import Delivery, delivery_count, other_properties
+from .._errors import SacError, UnfitMessage
+from .._history import HistoryRecorder, recorded_id
+from .._recovery import Recovering
+from .._settings import ConnectionSettings, ConsumerSettings
+from .._transport import Link, LinkLost
+from .._wire.pika_hooks import undecodable
 
 log = logging.getLogger("sac.consumer")
 

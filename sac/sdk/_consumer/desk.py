@@ -14,10 +14,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from ._consumer_runs import Fence, Outcome, Ticket
-from ._core.consuming import Actions, ConsumerMachine, Run
-from ._delivery import Delivery
-from ._errors import StaleEpoch
+from .._core.consuming import Actions, ConsumerMachine, Run
+from .._delivery import Delivery
+from .._errors import StaleEpoch
+from .runs import Fence, Outcome, Ticket
 
 
 class RunDesk:

@@ -5,7 +5,7 @@ thread that called the blocking ``Consumer.run()``, so a long handler never stal
 and its heartbeats. Each runs the tickets it is given in order, skips those its
 ``Admission`` refuses (handed out before the machine learned that an earlier one ended
 early), and reports how each ended. A worker knows the ``Runner`` and its tickets, never the
-machine: what the loop has to tell a run comes with its ticket (``_consumer_runs.py``).
+machine: what the loop has to tell a run comes with its ticket (``runs.py``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import queue as thread_queue
 import threading
 from typing import Protocol
 
-from ._consumer_runs import Outcome, Runner, Tally, Ticket
-from ._core.consuming import Admission
+from .._core.consuming import Admission
+from .runs import Outcome, Runner, Tally, Ticket
 
 
 class Worker(Protocol):

@@ -2,8 +2,8 @@
 else (``_core/dispatch.ConsumerShell``; the one dispatcher calls it).
 
 Each operation hands its action to the room that does the I/O: a run to the worker with its
-ticket (``_consumer_desk.py``), an ack to the link (``_consumer_link.py``), a park to the
-parker (``_consumer_parking.py``), a fenced run to the guard (``_consumer_guard.py``); timers
+ticket (``desk.py``), an ack to the link (``link.py``), a park to the
+parker (``parking.py``), a fenced run to the guard (``guard.py``); timers
 call the machine's ``dispatch`` and ``tick`` on the loop.
 """
 
@@ -14,15 +14,8 @@ import logging
 from collections.abc import Callable
 
 from sac.history import Active
-from ._consumer_desk import RunDesk
-from ._consumer_guard import GuardRoom
-from ._consumer_link import ConsumerLink
-from ._consumer_log import ConsumerLog
-from ._consumer_parking import Parker
-from ._consumer_values import RoleCallback
-from ._consumer_workers import Worker
-from ._core.acks import Ack, Reject
-from ._core.consuming import (
+from .._core.acks import Ack, Reject
+from .._core.consuming import (
     Actions,
     Cancel,
     ConsumerMachine,
@@ -37,11 +30,18 @@ from ._core.consuming import (
     Run,
     Subscribe,
 )
-from ._core.dispatch import carry_out
-from ._core.roles import Role
-from ._delivery import Delivery
-from ._errors import SacError
-from ._role_poll import RolePoller
+from .._core.dispatch import carry_out
+from .._core.roles import Role
+from .._delivery import Delivery
+from .._errors import SacError
+from .desk import RunDesk
+from .guard import GuardRoom
+from .link import ConsumerLink
+from .log import ConsumerLog
+from .parking import Parker
+from .role_poll import RolePoller
+from .values import RoleCallback
+from .workers import Worker
 
 log = logging.getLogger("sac.consumer")
 

@@ -12,15 +12,15 @@ from collections.abc import Callable
 
 from pika.spec import BasicProperties
 
-from ._consumer_link import ConsumerLink
-from ._core.consuming import Actions, ConsumerMachine, Park
-from ._core.park_failures import ParkEnd, parking_failure
-from ._core.poison import parking_headers
-from ._delivery import PARKED_PROPERTIES, Delivery
-from ._errors import ParkingFailed, SacError
-from ._forward import Forwarder, Refused
-from ._settings import ConsumerSettings
-from ._transport import Link, LinkLost
+from .._core.consuming import Actions, ConsumerMachine, Park
+from .._core.park_failures import ParkEnd, parking_failure
+from .._core.poison import parking_headers
+from .._delivery import PARKED_PROPERTIES, Delivery
+from .._errors import ParkingFailed, SacError
+from .._forward import Forwarder, Refused
+from .._settings import ConsumerSettings
+from .._transport import Link, LinkLost
+from .link import ConsumerLink
 
 PARK_TIMEOUT = 120.0
 """Longest a park waits for the parking queue's confirm (the nack retries are bounded by

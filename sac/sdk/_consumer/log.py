@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 import time
 
-from ._core.consuming import Halt, Why
-from ._core.poison import LogBudget, describe_failure
-from ._delivery import Delivery
-from ._errors import ConsumerError, ParkingFailed, SacError, StaleEpoch
+from .._core.consuming import Halt, Why
+from .._core.poison import LogBudget, describe_failure
+from .._delivery import Delivery
+from .._errors import ConsumerError, ParkingFailed, SacError, StaleEpoch
 
 log = logging.getLogger("sac.consumer")
 

@@ -1,7 +1,7 @@
 """How one run (a batch of deliveries the consumer machine handed out) executes: the handler
 on each delivery, or the inbox on all of them.
 
-A run executes in whatever thread its worker uses (``_consumer_workers.py``), while the
+A run executes in whatever thread its worker uses (``workers.py``), while the
 loop thread owns the consumer machine. So a run never reads the machine: it carries a
 ``Ticket``, made on the loop when the run is handed out, with what it needs to know: the
 ``cut`` flag, which the loop sets when runs under way must end after the delivery in hand (a
@@ -19,10 +19,10 @@ from typing import Any, Protocol
 
 import attrs
 
-from ._core.consuming import Run
-from ._delivery import Delivery
-from ._errors import SacError, StaleEpoch, StoreUnavailable
-from .dedup.inbox import InboxSession
+from .._core.consuming import Run
+from .._delivery import Delivery
+from .._errors import SacError, StaleEpoch, StoreUnavailable
+from ..dedup.inbox import InboxSession
 
 Handler = Callable[[Delivery], Awaitable[None]] | Callable[[Delivery], None]
 Outcome = tuple[int, Exception | None, SacError | None]

@@ -4,12 +4,12 @@ rooms that carry its actions out, on one asyncio loop.
 Everything a consumer decides (what runs next, when to ack, retry or park, resubscribe, how a
 stop hands over) is the machine's. The engine owns its lifecycle (start, the graceful stop,
 the failure ``wait`` raises) and wires the rooms: the link and subscription, which feed the
-machine its events (``_consumer_link.py``); the shell, which carries its actions out through
-the one dispatcher (``_consumer_shell.py``, ``_core/dispatch.py``); parking
-(``_consumer_parking.py``); the guard and eviction (``_consumer_guard.py``); the role poll
-(``_role_poll.py``). Runs execute in a worker (``_consumer_workers.py``) through a
-``Runner`` (``_consumer_runs.py``) that never reads the machine: each run carries a
-``Ticket`` from the loop's desk (``_consumer_desk.py``).
+machine its events (``link.py``); the shell, which carries its actions out through
+the one dispatcher (``shell.py``, ``_core/dispatch.py``); parking
+(``parking.py``); the guard and eviction (``guard.py``); the role poll
+(``role_poll.py``). Runs execute in a worker (``workers.py``) through a
+``Runner`` (``runs.py``) that never reads the machine: each run carries a
+``Ticket`` from the loop's desk (``desk.py``).
 """
 
 from __future__ import annotations
@@ -24,27 +24,27 @@ from typing import Any
 import attrs
 
 from sac.history import Cancelled
-from ._consumer_desk import RunDesk
-from ._consumer_guard import GuardRoom
-from ._consumer_link import ConsumerLink
-from ._consumer_log import ConsumerLog
-from ._consumer_parking import Parker
-from ._consumer_runs import Handler, Runner
-from ._consumer_shell import AsyncConsumerShell
-from ._consumer_values import ConsumerStats, RoleCallback
-from ._consumer_workers import Worker
-from ._core.codecs import BYTES, Codecs, Serializer
-from ._core.consuming import Actions, Cancel, ConsumerMachine, Release, permanent_failure
-from ._core.eviction import instance_connection_name
-from ._core.guarding import GuardStatus
-from ._core.lifecycle import Lifecycle, Phase
-from ._delivery import Delivery
-from ._errors import ConfigurationError, LifecycleError, SacError
-from ._history import HistoryRecorder
-from ._role_poll import RolePoller, role_seen
-from ._settings import ConsumerSettings
-from ._transport import LinkLost
-from .dedup.inbox import Inbox
+from .._core.codecs import BYTES, Codecs, Serializer
+from .._core.consuming import Actions, Cancel, ConsumerMachine, Release, permanent_failure
+from .._core.eviction import instance_connection_name
+from .._core.guarding import GuardStatus
+from .._core.lifecycle import Lifecycle, Phase
+from .._delivery import Delivery
+from .._errors import ConfigurationError, LifecycleError, SacError
+from .._history import HistoryRecorder
+from .._settings import ConsumerSettings
+from .._transport import LinkLost
+from ..dedup.inbox import Inbox
+from .desk import RunDesk
+from .guard import GuardRoom
+from .link import ConsumerLink
+from .log import ConsumerLog
+from .parking import Parker
+from .role_poll import RolePoller, role_seen
+from .runs import Handler, Runner
+from .shell import AsyncConsumerShell
+from .values import ConsumerStats, RoleCallback
+from .workers import Worker
 
 log = logging.getLogger("sac.consumer")
 

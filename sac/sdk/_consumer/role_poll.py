@@ -19,14 +19,14 @@ from collections.abc import Callable
 
 import attrs
 
-from ._consumer_link import ConsumerLink
-from ._core.backoff import Backoff
-from ._core.consuming import Actions, ConsumerMachine
-from ._core.roles import Role, RoleWatch, Sighting, Verdict
-from ._delivery import Delivery
-from ._errors import ManagementError, ManagementNotFound
-from ._settings import ConsumerSettings
-from .management import Management
+from .._core.backoff import Backoff
+from .._core.consuming import Actions, ConsumerMachine
+from .._core.roles import Role, RoleWatch, Sighting, Verdict
+from .._delivery import Delivery
+from .._errors import ManagementError, ManagementNotFound
+from .._settings import ConsumerSettings
+from ..management import Management
+from .link import ConsumerLink
 
 log = logging.getLogger("sac.consumer")
 
