@@ -22,25 +22,9 @@ from typing import Any
 
 import attrs
 
+from sac.sdk._core import consuming as c
 from sac.sdk._core.acks import Ack, Reject
 from sac.sdk._core.backoff import Backoff
-from sac.sdk._core.consuming import (
-    Action,
-    Admission,
-    Cancel,
-    ConsumerMachine,
-    Halt,
-    Park,
-    Parking,
-    Release,
-    Replaced,
-    ResubscribeLater,
-    RetryLater,
-    RoleChanged,
-    Run,
-    Subscribe,
-    permanent_failure,
-)
 from sac.sdk._core.dispatch import carry_out
 from sac.sdk._core.poison import parking_headers
 from sac.sdk._core.queues import consume_arguments
@@ -111,14 +95,14 @@ class Halted:
 class _Work:
     """The run the worker has in hand: its tries, one store latency each."""
 
-    run: Run[Delivery]
+    run: c.Run[Delivery]
     at: float
     steps: Any = None
 
 
 @attrs.define
 class _Parking:
-    park: Park[Delivery]
+    park: c.Park[Delivery]
     link: str
     tag: int
     began: float
@@ -132,7 +116,7 @@ class ConsumerClient(Shell):
                  rng: random.Random, *, restart_after: float = 1.0,
                  effect_time: tuple[float, float] = (0.002, 0.02),
                  store_retry: Backoff = STORE_RETRY,
-                 machine: type[ConsumerMachine[Delivery]] = ConsumerMachine,
+                 machine: type[c.ConsumerMachine[Delivery]] = c.ConsumerMachine,
                  inbox: type[Inbox] = Inbox,
                  lookup: LookupPolicy = LookupPolicy.DEFAULT) -> None:
         super().__init__(name, settings.connection, rng)
@@ -166,7 +150,7 @@ class ConsumerClient(Shell):
         s = self.settings
         self.machine = self._machine_type(
             batch=s.ack_batch, retry=s.retry, resubscribe=s.connection.reconnect,
-            parking=s.queue.parking_target, permanent=permanent_failure, rng=self.rng.random)
+            parking=s.queue.parking_target, permanent=c.permanent_failure, rng=self.rng.random)
         self.inbox = self._inbox_type(self.store, self.effect, policy=self.lookup,
                                       store_retry=self.store_retry,
                                       clock=lambda: self.now, rng=self.rng.random)
@@ -182,9 +166,9 @@ class ConsumerClient(Shell):
         self.restart_wanted = False
         self.failure: BaseException | None = None
         self._work: _Work | None = None
-        self._handed: collections.deque[Run[Delivery]] = collections.deque()
+        self._handed: collections.deque[c.Run[Delivery]] = collections.deque()
         """Runs handed to the worker, not begun (the machine may pipeline them)."""
-        self._admission = Admission()
+        self._admission = c.Admission()
         self._dispatch_at: float | None = None
         self._parking: _Parking | None = None
         self._park_link: str | None = None
@@ -418,7 +402,7 @@ class ConsumerClient(Shell):
         else:
             work.at = now + delay + self._try_time(run)
 
-    def _try_time(self, run: Run[Delivery]) -> float:
+    def _try_time(self, run: c.Run[Delivery]) -> float:
         """One try of a run: its effects, then the store's commit."""
         low, high = self.effect_time
         effects = sum(self.rng.uniform(low, high) for _ in run.deliveries)
@@ -451,8 +435,8 @@ class ConsumerClient(Shell):
 
     # ------------------------------------------------------------------ parking
 
-    def _park(self, now: float, park: Park[Delivery]) -> None:
-        if park.target is not Parking.QUEUE:
+    def _park(self, now: float, park: c.Park[Delivery]) -> None:
+        if park.target is not c.Parking.QUEUE:
             return
         link = self.link
         if link is None or not self.up:
@@ -501,19 +485,19 @@ class ConsumerClient(Shell):
             else:
                 parking.at = now + delay
 
-    def _park_failed(self, now: float, park: Park[Delivery], why: str) -> None:
+    def _park_failed(self, now: float, park: c.Park[Delivery], why: str) -> None:
         error = ParkingFailed(self.settings.queue.name, park.delivery.message_id, why)
         self._carry_out(now, self.machine.park_failed(now, error))
 
     # ------------------------------------------------------------------ carrying out
 
-    def _carry_out(self, now: float, actions: Sequence[Action[Delivery]]) -> None:
+    def _carry_out(self, now: float, actions: Sequence[c.Action[Delivery]]) -> None:
         self.now = now
         carry_out(actions, self)
 
     # ------------------------------------------------------------------ ConsumerShell
 
-    def submit(self, run: Run[Delivery]) -> None:
+    def submit(self, run: c.Run[Delivery]) -> None:
         self._handed.append(run)
         self._next_run(self.now)
 
@@ -528,35 +512,35 @@ class ConsumerClient(Shell):
         if self.up:
             self.send(1, BasicReject(reject.tag, reject.requeue))
 
-    def retry_later(self, retry: RetryLater[Delivery]) -> None:
+    def retry_later(self, retry: c.RetryLater[Delivery]) -> None:
         """Nothing to schedule: ``machine.deadline`` says when to tick."""
 
-    def park(self, park: Park[Delivery]) -> None:
+    def park(self, park: c.Park[Delivery]) -> None:
         self._park(self.now, park)
 
-    def resubscribe_later(self, later: ResubscribeLater) -> None:
+    def resubscribe_later(self, later: c.ResubscribeLater) -> None:
         """Nothing to schedule: ``machine.deadline`` says when to tick."""
 
-    def subscribe(self, subscribe: Subscribe) -> None:
+    def subscribe(self, subscribe: c.Subscribe) -> None:
         if self.up:
             self._consume()
 
-    def hand_over(self, handover: Cancel | Release) -> None:
+    def hand_over(self, handover: c.Cancel | c.Release) -> None:
         """Release: the close that follows ends the subscription (``connection.close`` sends
         no basic.cancel), as the real shell's does. Cancel: cancelled first, and the stop
         waits for its answer."""
-        if isinstance(handover, Cancel) and self.up and self.tag is not None:
+        if isinstance(handover, c.Cancel) and self.up and self.tag is not None:
             self.cancel_pending = True
             self.send(1, BasicCancel(self.tag))
 
-    def role_changed(self, change: RoleChanged) -> None:
+    def role_changed(self, change: c.RoleChanged) -> None:
         self.roles.append(RoleSeen(self.now, self.process, change.old.value, change.new.value,
                                    change.activation))
 
-    def halt(self, halt: Halt[Delivery]) -> None:
+    def halt(self, halt: c.Halt[Delivery]) -> None:
         self._halt(self.now, halt.why.value, halt.error)
 
-    def replaced(self, replaced: Replaced) -> None:
+    def replaced(self, replaced: c.Replaced) -> None:
         """The simulated consumer has no guard: its machine is built without ``rejoins``, so
         a fenced run halts it (``Halt``) and ``Replaced`` never comes. One that did would
         mean the machine changed under the simulator: fail loudly rather than drop it."""

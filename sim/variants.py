@@ -53,7 +53,7 @@ class AckOnDispatch(ConsumerMachine[Delivery]):
         runs = [a for a in actions if isinstance(a, Run)]
         if runs:
             last = runs[-1].deliveries[-1].delivery_tag
-            actions.insert(0, Ack(last, True, len(runs[-1].deliveries)))
+            actions.insert(0, Ack(tag=last, multiple=True, count=len(runs[-1].deliveries)))
         return actions
 
 
