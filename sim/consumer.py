@@ -40,26 +40,10 @@ from sac.sdk._settings import PARK_NACK_RETRY, ConsumerSettings
 from sac.sdk.dedup import Inbox, LookupPolicy, Transaction
 from sac.sdk.dedup.inbox import STORE_RETRY
 
+from . import methods as m
 from .harness import Action as WorldAction
 from .harness import Event, Restart, Stop
 from .invariants import Span
-from .methods import (
-    BasicAck,
-    BasicCancel,
-    BasicCancelOk,
-    BasicConsume,
-    BasicConsumeOk,
-    BasicDeliver,
-    BasicNack,
-    BasicPublish,
-    BasicQos,
-    BasicReject,
-    BasicReturn,
-    ChannelClose,
-    ChannelOpen,
-    ConfirmSelect,
-    Properties,
-)
 from .publisher import declare
 from .shell import Shell, earliest
 from .store import SimStore
@@ -74,8 +58,10 @@ class ProcessDies(BaseException):
     kill), whatever the SDK would catch; its supervisor starts it again."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class RoleSeen:
+    """The consumer process's role changed at ``t`` (``RoleChanged``)."""
+
     t: float
     process: str
     old: str
@@ -83,15 +69,17 @@ class RoleSeen:
     activation: int
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Halted:
+    """The consumer process halted at ``t`` (``Halt``, or a reconnect given up)."""
+
     t: float
     process: str
     why: str
     error: str
 
 
-@attrs.define
+@attrs.define(kw_only=True)
 class _Work:
     """The run the worker has in hand: its tries, one store latency each."""
 
@@ -100,7 +88,7 @@ class _Work:
     steps: Any = None
 
 
-@attrs.define
+@attrs.define(kw_only=True)
 class _Parking:
     park: c.Park[Delivery]
     link: str
@@ -293,9 +281,9 @@ class ConsumerClient(Shell):
     def setup(self, now: float) -> None:
         self._park_link = None
         s = self.settings
-        self.send(1, ChannelOpen())
+        self.send(1, m.ChannelOpen())
         declare(self, s.queue)
-        self.send(1, BasicQos(s.prefetch))
+        self.send(1, m.BasicQos(s.prefetch))
         self._consume()
 
     def _consume(self) -> None:
@@ -304,28 +292,28 @@ class ConsumerClient(Shell):
         queue = self.settings.queue
         arguments: dict[str, Any] = dict(
             consume_arguments(queue.type, self.broker, self.settings.priority) or {})
-        self.send(1, BasicConsume(queue.name, self.tag, arguments))
+        self.send(1, m.BasicConsume(queue.name, self.tag, arguments))
 
     def frame(self, now: float, channel: int, method: object) -> None:
         if channel == PARK_CHANNEL:
             self._park_frame(now, method)
-        elif isinstance(method, BasicDeliver):
+        elif isinstance(method, m.BasicDeliver):
             self._carry_out(now, self.machine.deliver(self._delivery(method)))
-        elif isinstance(method, BasicConsumeOk):
+        elif isinstance(method, m.BasicConsumeOk):
             if method.consumer_tag == self.tag:
                 if not self.up:
                     self.ready(now)
                 self._carry_out(now, self.machine.subscribed(now))
-        elif isinstance(method, BasicCancel):
+        elif isinstance(method, m.BasicCancel):
             if method.consumer_tag == self.tag:
                 self.taken_away.append((self.process, now))
                 self._carry_out(now, self.machine.server_cancel(now))
-        elif isinstance(method, BasicCancelOk):
+        elif isinstance(method, m.BasicCancelOk):
             self.cancel_pending = False
-        elif isinstance(method, ChannelClose):
+        elif isinstance(method, m.ChannelClose):
             self.abandon(now, f"channel closed by the broker: {method.reply_text}")
 
-    def _delivery(self, method: BasicDeliver) -> Delivery:
+    def _delivery(self, method: m.BasicDeliver) -> Delivery:
         props = method.properties
         headers = dict(props.headers or {})
         return Delivery(body=method.body, message_id=props.message_id, headers=headers,
@@ -416,7 +404,7 @@ class ConsumerClient(Shell):
         assert work is not None
         run = work.run
         span = self.spans[-1]
-        self.spans[-1] = Span(span.process, span.start, now)
+        self.spans[-1] = attrs.evolve(span, end=now)
         self._admission.ran(run, done)
         if refused is None:
             actions = self.machine.ran(run, done, failed, now)
@@ -430,8 +418,8 @@ class ConsumerClient(Shell):
         while self._work is None and self._handed:
             run = self._handed.popleft()
             if self._admission.admits(run):
-                self._work = _Work(run, now + self._try_time(run))
-                self.spans.append(Span(self.process, now, None))
+                self._work = _Work(run=run, at=now + self._try_time(run))
+                self.spans.append(Span(process=self.process, start=now, end=None))
 
     # ------------------------------------------------------------------ parking
 
@@ -445,9 +433,9 @@ class ConsumerClient(Shell):
         if self._park_link != link:
             self._park_link = link
             self._park_tags = 0
-            self.send(PARK_CHANNEL, ChannelOpen())
-            self.send(PARK_CHANNEL, ConfirmSelect())
-        parking = self._parking = _Parking(park, link, 0, now)
+            self.send(PARK_CHANNEL, m.ChannelOpen())
+            self.send(PARK_CHANNEL, m.ConfirmSelect())
+        parking = self._parking = _Parking(park=park, link=link, tag=0, began=now)
         self._publish_copy(now, parking)
 
     def _publish_copy(self, now: float, parking: _Parking) -> None:
@@ -461,21 +449,21 @@ class ConsumerClient(Shell):
         parking.tag = self._park_tags
         message_id = delivery.message_id
         assert not isinstance(message_id, bytes), "the simulated publishers write text ids"
-        self.send(PARK_CHANNEL, BasicPublish("", target, delivery.body, Properties(
+        self.send(PARK_CHANNEL, m.BasicPublish("", target, delivery.body, m.Properties(
             message_id=message_id, headers=headers), mandatory=True))
 
     def _park_frame(self, now: float, method: object) -> None:
         parking = self._parking
         if parking is None:
             return
-        if isinstance(method, BasicReturn):
+        if isinstance(method, m.BasicReturn):
             self._parking = None
             self._park_failed(now, parking.park,
                               f"the parking queue refused the copy: {method.reply_text}")
-        elif isinstance(method, BasicAck) and method.delivery_tag >= parking.tag:
+        elif isinstance(method, m.BasicAck) and method.delivery_tag >= parking.tag:
             self._parking = None
             self._carry_out(now, self.machine.parked(now))
-        elif isinstance(method, BasicNack) and method.delivery_tag >= parking.tag:
+        elif isinstance(method, m.BasicNack) and method.delivery_tag >= parking.tag:
             parking.nacks += 1
             delay = PARK_NACK_RETRY.delay(parking.nacks, now - parking.began, self.rng.random)
             if delay is None:
@@ -506,11 +494,11 @@ class ConsumerClient(Shell):
 
     def ack(self, ack: Ack) -> None:
         if self.up:
-            self.send(1, BasicAck(ack.tag, ack.multiple))
+            self.send(1, m.BasicAck(ack.tag, ack.multiple))
 
     def reject(self, reject: Reject) -> None:
         if self.up:
-            self.send(1, BasicReject(reject.tag, reject.requeue))
+            self.send(1, m.BasicReject(reject.tag, reject.requeue))
 
     def retry_later(self, retry: c.RetryLater[Delivery]) -> None:
         """Nothing to schedule: ``machine.deadline`` says when to tick."""
@@ -531,11 +519,11 @@ class ConsumerClient(Shell):
         waits for its answer."""
         if isinstance(handover, c.Cancel) and self.up and self.tag is not None:
             self.cancel_pending = True
-            self.send(1, BasicCancel(self.tag))
+            self.send(1, m.BasicCancel(self.tag))
 
     def role_changed(self, change: c.RoleChanged) -> None:
-        self.roles.append(RoleSeen(self.now, self.process, change.old.value, change.new.value,
-                                   change.activation))
+        self.roles.append(RoleSeen(t=self.now, process=self.process, old=change.old.value,
+                                   new=change.new.value, activation=change.activation))
 
     def halt(self, halt: c.Halt[Delivery]) -> None:
         self._halt(self.now, halt.why.value, halt.error)
@@ -548,7 +536,7 @@ class ConsumerClient(Shell):
 
     def _halt(self, now: float, why: str, error: BaseException | None) -> None:
         """The consumer cannot go on: it stops, and its supervisor starts it again."""
-        self.halts.append(Halted(now, self.process, why, repr(error)))
+        self.halts.append(Halted(t=now, process=self.process, why=why, error=repr(error)))
         self.failure = error
         self._stop(now)
         self.restart_wanted = True

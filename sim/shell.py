@@ -21,17 +21,8 @@ from sac.sdk._core.reconnects import Reconnects
 from sac.sdk._errors import ConnectError
 from sac.sdk._settings import ConnectionSettings
 
-from .harness import (
-    Action,
-    Connect,
-    ConnectionLost,
-    ConnectionRefused,
-    Disconnect,
-    Event,
-    Received,
-    Send,
-)
-from .methods import ConnectionClose, ConnectionCloseOk, ConnectionOpenOk, Heartbeat
+from . import harness as h
+from . import methods as m
 
 MISSED_HEARTBEATS = 2
 """A link heard from for this many heartbeat intervals is dead (pika's checker)."""
@@ -55,7 +46,7 @@ class Shell:
         self.connection = connection
         self.rng = rng
         self.heartbeat = float(connection.heartbeat)
-        self.out: list[Action] = []
+        self.out: list[h.Action] = []
         self.link: str | None = None
         """The current link's name (``name#n``, one per connection made)."""
         self.up = False
@@ -118,7 +109,7 @@ class Shell:
 
     def send(self, channel: int, method: object) -> None:
         if self.link is not None:
-            self.out.append(Send(self.link, channel, method))
+            self.out.append(h.Send(self.link, channel, method))
 
     def ready(self, now: float) -> None:
         """The link is set up: what the next loss reconnects from."""
@@ -141,23 +132,23 @@ class Shell:
         self._reopen_at = None
         self._plan = None
         if self.link is not None and self.up:
-            self.send(0, ConnectionClose())
+            self.send(0, m.ConnectionClose())
             return
         if self.link is not None:  # still opening: just go
-            self.out.append(Disconnect(self.link))
+            self.out.append(h.Disconnect(self.link))
             self.link = None
         self.closed(now)
 
     def abandon(self, now: float, why: str) -> None:
         """Drop the link as lost although it works (the engine said so)."""
         if self.link is not None:
-            self.out.append(Disconnect(self.link))
+            self.out.append(h.Disconnect(self.link))
         self._lost(now, why)
 
     def crash(self) -> None:
         """The process dies: the socket closes, nothing more is done."""
         if self.link is not None:
-            self.out.append(Disconnect(self.link))
+            self.out.append(h.Disconnect(self.link))
         self.link = None
         self.up = False
         self._plan = None
@@ -166,35 +157,35 @@ class Shell:
 
     # ------------------------------------------------------------------ the Client protocol
 
-    def receive(self, now: float, event: Event) -> Sequence[Action]:
+    def receive(self, now: float, event: h.Event) -> Sequence[h.Action]:
         self.out = []
         if getattr(event, "link", None) != self.link or self.link is None:
             return self.out  # an older link's last words
         self._heard = now
-        if isinstance(event, ConnectionRefused):
+        if isinstance(event, h.ConnectionRefused):
             self.link = None
             self._attempt_failed(now, "connection refused")
-        elif isinstance(event, ConnectionLost):
+        elif isinstance(event, h.ConnectionLost):
             self._lost(now, event.reason)
-        elif isinstance(event, Received):
+        elif isinstance(event, h.Received):
             method = event.method
-            if isinstance(method, Heartbeat):
+            if isinstance(method, m.Heartbeat):
                 pass
-            elif isinstance(method, ConnectionOpenOk):
+            elif isinstance(method, m.ConnectionOpenOk):
                 self.broker = BrokerVersion.parse(method.version)
                 self.setup(now)
-            elif isinstance(method, ConnectionCloseOk):
+            elif isinstance(method, m.ConnectionCloseOk):
                 self.link = None
                 self.up = False
                 self.closed(now)
-            elif isinstance(method, ConnectionClose):
-                self.send(0, ConnectionCloseOk())
+            elif isinstance(method, m.ConnectionClose):
+                self.send(0, m.ConnectionCloseOk())
                 self._lost(now, f"closed by the broker: {method.reply_text}")
             else:
                 self.frame(now, event.channel, method)
         return self.out
 
-    def tick(self, now: float) -> Sequence[Action]:
+    def tick(self, now: float) -> Sequence[h.Action]:
         self.out = []
         if self._reopen_at is not None and now >= self._reopen_at:
             self._reopen_at = None
@@ -227,7 +218,7 @@ class Shell:
         self._heard = now  # the handshake gets as long as a silent link
         self._links += 1
         self.link = f"{self.name}#{self._links}"
-        self.out.append(Connect(self.link, node=plan.index, heartbeat=self.heartbeat))
+        self.out.append(h.Connect(self.link, node=plan.index, heartbeat=self.heartbeat))
 
     def _attempt_failed(self, now: float, cause: str) -> None:
         plan = self._plan
