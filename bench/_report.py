@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from sac.sdk.management import OverviewInfo
 from sac.server import ClusterSpec, LocalCluster
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -99,12 +100,17 @@ def sdk_revision() -> dict[str, Any]:
         return {"commit": None, "uncommitted_changes": None}
 
 
+def broker_versions(overview: OverviewInfo) -> dict[str, str | None]:
+    """The broker's versions as every report names them (``overview``: the management API's
+    ``/api/overview`` of the cluster measured, ``Management.overview()``)."""
+    return {"rabbitmq_version": overview.version, "erlang_version": overview.erlang_version}
+
+
 def conditions(
-    overview: dict[str, Any], nodes: int, load_before: Sequence[float],
+    overview: OverviewInfo, nodes: int, load_before: Sequence[float],
     libraries: Iterable[str] = ("pika", "attrs"),
 ) -> dict[str, Any]:
-    """Python, machine, load, library and broker versions (``overview``: the management
-    API's ``/api/overview`` of the cluster measured)."""
+    """Python, machine, load, library and broker versions (``broker_versions``)."""
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -114,8 +120,7 @@ def conditions(
         "libraries": {name: importlib.metadata.version(name) for name in libraries},
         "broker": {
             "nodes": nodes,
-            "rabbitmq_version": overview.get("rabbitmq_version"),
-            "erlang_version": overview.get("erlang_version"),
+            **broker_versions(overview),
         },
     }
 

@@ -92,6 +92,7 @@ from sac.sdk import (
     SacError,
     Unconfirmed,
 )
+from sac.sdk.management import OverviewInfo
 from sac.server import LocalCluster
 from ._report import (
     DEFAULT_SERIES,
@@ -766,7 +767,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"booting a 3-node RabbitMQ {args.rabbitmq} cluster {args.cluster_name!r} ...",
           file=sys.stderr, flush=True)
     with LocalCluster(name=args.cluster_name, nodes=NODES, rabbitmq=args.rabbitmq) as cluster:
-        overview = cluster.management().get("overview")
+        overview = cluster.management().overview()
         results = run_all(Bench(cluster, args), plan, args)
     report = describe(args, started, load_before, overview, results)
     save("handover", started, report, table(report["summary"]))
@@ -794,7 +795,7 @@ def run_all(bench: Bench, plan: Sequence[Scenario], args: argparse.Namespace,
 
 
 def describe(args: argparse.Namespace, started: dt.datetime, load_before: Sequence[float],
-             overview: dict[str, Any], results: Sequence[RunResult]) -> dict[str, Any]:
+             overview: OverviewInfo, results: Sequence[RunResult]) -> dict[str, Any]:
     """The JSON report of a run (``bench.versions`` writes one per RabbitMQ series)."""
     summary = summarize(results)
     return {

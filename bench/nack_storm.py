@@ -259,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[RunResult] = []
     print(f"booting a 3-node cluster {args.cluster_name!r} ...", file=sys.stderr, flush=True)
     with LocalCluster(name=args.cluster_name, nodes=3) as cluster:
-        overview = cluster.management().get("overview")
+        overview = cluster.management().overview()
         for index in range(args.repeat):
             order = args.variants if index % 2 == 0 else args.variants[::-1]
             for placement in args.placements:

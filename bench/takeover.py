@@ -84,6 +84,7 @@ from sac.chaos.actors import ConsumerActor, Sink
 from sac.chaos.errors import ChaosError
 from sac.chaos.proxy import ProxyThread
 from sac.sdk import ConnectionSettings, PublisherSettings, QueueSettings, Role, SacError
+from sac.sdk.management import OverviewInfo
 from sac.server import LocalCluster, LocalZooKeeper
 from ._report import (
     DEFAULT_SERIES,
@@ -578,7 +579,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           file=sys.stderr, flush=True)
     with LocalCluster(name=args.cluster_name, nodes=NODES, rabbitmq=args.rabbitmq) as cluster, \
             servers_for(cluster, args) as servers:
-        overview = cluster.management().get("overview")
+        overview = cluster.management().overview()
         trials = run_all(Bench(servers, args, work), args)
     report = describe(args, started, load_before, overview, trials, baseline)
     save("takeover", started, report, table(report["summary"], report["comparison"]))
@@ -623,7 +624,7 @@ def run_all(bench: Bench, args: argparse.Namespace) -> list[Trial]:
 
 
 def describe(args: argparse.Namespace, started: dt.datetime, load_before: Sequence[float],
-             overview: dict[str, Any], trials: Sequence[Trial],
+             overview: OverviewInfo, trials: Sequence[Trial],
              baseline: dict[str, Any] | None = None) -> dict[str, Any]:
     """The JSON report of a run (``bench.versions`` writes one per RabbitMQ series)."""
     summary = summarize(trials)

@@ -114,7 +114,15 @@ from pika.adapters.asyncio_connection import AsyncioConnection
 from pika.adapters.blocking_connection import BlockingChannel
 
 from sac.server import LocalCluster
-from ._report import DEFAULT_SERIES, broker_cpu_s, positive_int, rabbitmq_series, save, sdk_revision
+from ._report import (
+    DEFAULT_SERIES,
+    broker_cpu_s,
+    broker_versions,
+    positive_int,
+    rabbitmq_series,
+    save,
+    sdk_revision,
+)
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection as Pipe
@@ -1126,12 +1134,10 @@ class Bench:
                 self.run_once(variant, round_)
 
     def broker(self) -> dict[str, Any]:
-        overview = self.cluster.management().get("overview")
         return {
             "nodes": len(self.cluster.nodes),
             "connected_to": self.node1,
-            "rabbitmq_version": overview.get("rabbitmq_version"),
-            "erlang_version": overview.get("erlang_version"),
+            **broker_versions(self.cluster.management().overview()),
         }
 
 

@@ -43,9 +43,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sac.sdk.management import OverviewInfo
 from sac.server import LocalCluster
 from . import handover, takeover, throughput
-from ._report import choices, conditions, positive_int, rabbitmq_series, save
+from ._report import broker_versions, choices, conditions, positive_int, rabbitmq_series, save
 
 BENCHMARKS = ("throughput", "handover", "takeover")
 DEFAULT_SERIES = ("4.0", "3.10")
@@ -83,7 +84,8 @@ class Series:
     name: str
     options: dict[str, argparse.Namespace]
     boot_s: list[float] = field(default_factory=list)
-    overview: dict[str, Any] = field(default_factory=dict)
+    overview: OverviewInfo | None = None
+    """The broker's ``/api/overview``, read when the series is first measured."""
     broker: dict[str, Any] = field(default_factory=dict)
     """throughput's description of the cluster, read while it runs."""
     rates: throughput.Bench | None = None
@@ -93,7 +95,7 @@ class Series:
 
     def measure(self, cluster: LocalCluster, benchmarks: Sequence[str], work: Path) -> None:
         """One round of ``benchmarks`` on ``cluster`` (this series'), one after another."""
-        self.overview = cluster.management().get("overview")
+        self.overview = cluster.management().overview()
         for name in benchmarks:
             args = self.options[name]
             print(f"[{self.name}] {name}", file=sys.stderr, flush=True)
@@ -120,6 +122,13 @@ class Series:
             kept.notes += outcome.notes
         self.rates.fillers |= bench.fillers
 
+    def measured_overview(self) -> OverviewInfo:
+        """The broker's overview, once ``measure`` read it (every series is measured before
+        anything is reported)."""
+        if self.overview is None:
+            raise RuntimeError(f"RabbitMQ {self.name}: reported before it was measured")
+        return self.overview
+
     def reports(self, started: dt.datetime, load_before: Sequence[float]) -> dict[str, Any]:
         """Each benchmark's own JSON report, as its module writes it."""
         out: dict[str, Any] = {}
@@ -128,10 +137,12 @@ class Series:
                 self.options["throughput"], started, load_before, self.rates, self.broker)
         if self.handovers:
             out["handover"] = handover.describe(
-                self.options["handover"], started, load_before, self.overview, self.handovers)
+                self.options["handover"], started, load_before, self.measured_overview(),
+                self.handovers)
         if self.trials:
             out["takeover"] = takeover.describe(
-                self.options["takeover"], started, load_before, self.overview, self.trials)
+                self.options["takeover"], started, load_before, self.measured_overview(),
+                self.trials)
         return out
 
 
@@ -272,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     by_name[name].boot_s.append(round(time.monotonic() - booted, 1))
                     by_name[name].measure(cluster, args.benchmarks, Path(work))
     reports = {s.name: s.reports(started, load_before) for s in series}
+    overviews = [s.measured_overview() for s in series]
     first, second = args.rabbitmq
     found = ratios(reports[first], reports[second])
     report = {
@@ -285,11 +297,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "one_cluster_at_a_time": True,
         "boot_s": {s.name: s.boot_s for s in series},
         # the machine's; each series' broker is under "brokers"
-        **{k: v for k, v in conditions(series[0].overview, 3, load_before).items()
+        **{k: v for k, v in conditions(overviews[0], 3, load_before).items()
            if k != "broker"},
-        "brokers": {s.name: {"rabbitmq_version": s.overview.get("rabbitmq_version"),
-                             "erlang_version": s.overview.get("erlang_version")}
-                    for s in series},
+        "brokers": {s.name: broker_versions(o) for s, o in zip(series, overviews, strict=True)},
         "ratios": found,
         "reports": reports,
     }

@@ -18,7 +18,9 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
+
+import attrs
 
 from sac.history import (
     ANOMALIES,
@@ -50,7 +52,8 @@ from .verdict import Activity, Handover, Latency, Pair, Recovery, Verdict
 ENGINE = "python"
 
 
-class Interval(NamedTuple):
+@attrs.frozen(kw_only=True)
+class Interval:
     """The processing of one effect row: from its last deliver or claim to its commit."""
 
     queue: str
@@ -196,7 +199,7 @@ def _collect(events: Iterable[Event], wanted: set[tuple[str, str]] | None) -> _C
             if isinstance(queue, str):  # no queue named: it counts for none
                 c.actives.setdefault((event["actor"], queue), []).append(ts)
         elif kind == Commit.KIND and wanted is None:
-            c.commits.append(Effect(event["msg"], event["actor"], ts))
+            c.commits.append(Effect(msg=event["msg"], actor=event["actor"], ts=ts))
         elif kind == CommitRejected.KIND:
             reason = spec.COMMIT_REJECTED_WHY.get(_text(event, "why"))
             if reason:
@@ -286,7 +289,8 @@ def processing_intervals(
             _last_at_or_before(actives.get((effect.actor, queue), []), effect.ts),
         )
         start = max((ts for ts in latest if ts is not None), default=effect.ts)
-        intervals.append(Interval(queue, effect.actor, start, effect.ts, effect.msg))
+        intervals.append(Interval(queue=queue, actor=effect.actor, start=start, end=effect.ts,
+                                  msg=effect.msg))
     return intervals
 
 

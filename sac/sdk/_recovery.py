@@ -1,6 +1,9 @@
 """Keeping one link up: connect, notice its loss, reconnect to the next node, give up only
 when the reconnect policy is exhausted. Publisher and consumer differ only in what they set
 up on a new link and what they do with the state of a lost one.
+
+Which node and when are decided in ``_core/reconnects.py`` (the simulator's clients decide
+with the same code); this is the asyncio shell that carries them out.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from sac.history import Connected, ConnectionLost, HistoryEvent
-from ._core.attempts import Flaps
+from ._core.reconnects import Reconnects
 from ._errors import SacError
 from ._history import HistoryRecorder
 from ._settings import ConnectionSettings
@@ -30,13 +33,15 @@ class Recovering:
         self._connection = connection
         self._recorder = recorder
         self._link: Link | None = None
-        self._node_index = 0
-        self._reconnects = 0
+        self._reconnecting = Reconnects(connection.reconnect, connection.heartbeat)
         self._recovery: asyncio.Task[None] | None = None
         self._opener: object | None = None  # the open() under way, if any
         self._background: set[asyncio.Task[None]] = set()
-        self._flaps = Flaps(connection.reconnect, steady=2.0 * connection.heartbeat)
-        self._up_since = 0.0  # when the current link was set up (loop time)
+
+    @property
+    def _reconnects(self) -> int:
+        """Working links lost and reconnected from (``stats.reconnects``)."""
+        return self._reconnecting.reconnects
 
     # -- what subclasses decide
 
@@ -76,9 +81,10 @@ class Recovering:
                             self._role, node, cause, delay)
 
         try:
-            _, self._node_index = await connect_any(
+            _, node = await connect_any(
                 self._connection, lambda url: self._attempt(url, retry),
-                start=self._node_index, retry=retry, on_retry=told)
+                start=self._reconnecting.node, retry=retry, on_retry=told)
+            self._reconnecting.up(node, asyncio.get_running_loop().time())
         finally:
             if self._opener is token:
                 self._opener = None
@@ -95,7 +101,6 @@ class Recovering:
                 # Lost after the last step answered but before this resumed: a link that is
                 # already gone is not a working one.
                 raise link.lost
-            self._up_since = asyncio.get_running_loop().time()
         except BaseException:
             if self._link is link:
                 self._link = None
@@ -112,15 +117,12 @@ class Recovering:
             # start() reports a failure itself; a reconnect under way counts it as a
             # failed attempt (its pending step fails with LinkLost) and goes on.
             return
-        self._node_index += 1  # try the next node first
-        self._reconnects += 1
-        lived = asyncio.get_running_loop().time() - self._up_since
-        wait = self._flaps.lost(lived)
-        if wait > 0:
+        step = self._reconnecting.lost(asyncio.get_running_loop().time())
+        if step.wait > 0:
             log.warning("%s: the link to %s was lost %.2f s after it came up (%s), %d time(s) "
-                        "in a row; reconnecting in %.2f s", self._role, link.node, lived,
-                        reason.reason, self._flaps.streak, wait)
-        self._replace_recovery(self._reconnect(wait))
+                        "in a row; reconnecting in %.2f s", self._role, link.node, step.lived,
+                        reason.reason, step.streak, step.wait)
+        self._replace_recovery(self._reconnect(step.wait))
 
     def _replace_recovery(self, work: Coroutine[Any, Any, None]) -> None:
         if self._recovery is not None:

@@ -22,25 +22,9 @@ from typing import Any
 
 import attrs
 
+from sac.sdk._core import consuming as c
 from sac.sdk._core.acks import Ack, Reject
 from sac.sdk._core.backoff import Backoff
-from sac.sdk._core.consuming import (
-    Action,
-    Admission,
-    Cancel,
-    ConsumerMachine,
-    Halt,
-    Park,
-    Parking,
-    Release,
-    Replaced,
-    ResubscribeLater,
-    RetryLater,
-    RoleChanged,
-    Run,
-    Subscribe,
-    permanent_failure,
-)
 from sac.sdk._core.dispatch import carry_out
 from sac.sdk._core.poison import parking_headers
 from sac.sdk._core.queues import consume_arguments
@@ -55,26 +39,10 @@ from sac.sdk._errors import (
 from sac.sdk._settings import PARK_NACK_RETRY, ConsumerSettings
 from sac.sdk.dedup import Inbox, LookupPolicy, Transaction
 from sac.sdk.dedup.inbox import STORE_RETRY
+from . import methods as m
 from .harness import Action as WorldAction
 from .harness import Event, Restart, Stop
 from .invariants import Span
-from .methods import (
-    BasicAck,
-    BasicCancel,
-    BasicCancelOk,
-    BasicConsume,
-    BasicConsumeOk,
-    BasicDeliver,
-    BasicNack,
-    BasicPublish,
-    BasicQos,
-    BasicReject,
-    BasicReturn,
-    ChannelClose,
-    ChannelOpen,
-    ConfirmSelect,
-    Properties,
-)
 from .publisher import declare
 from .shell import Shell, earliest
 from .store import SimStore
@@ -89,8 +57,10 @@ class ProcessDies(BaseException):
     kill), whatever the SDK would catch; its supervisor starts it again."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class RoleSeen:
+    """The consumer process's role changed at ``t`` (``RoleChanged``)."""
+
     t: float
     process: str
     old: str
@@ -98,26 +68,28 @@ class RoleSeen:
     activation: int
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Halted:
+    """The consumer process halted at ``t`` (``Halt``, or a reconnect given up)."""
+
     t: float
     process: str
     why: str
     error: str
 
 
-@attrs.define
+@attrs.define(kw_only=True)
 class _Work:
     """The run the worker has in hand: its tries, one store latency each."""
 
-    run: Run[Delivery]
+    run: c.Run[Delivery]
     at: float
     steps: Any = None
 
 
-@attrs.define
+@attrs.define(kw_only=True)
 class _Parking:
-    park: Park[Delivery]
+    park: c.Park[Delivery]
     link: str
     tag: int
     began: float
@@ -131,7 +103,7 @@ class ConsumerClient(Shell):
                  rng: random.Random, *, restart_after: float = 1.0,
                  effect_time: tuple[float, float] = (0.002, 0.02),
                  store_retry: Backoff = STORE_RETRY,
-                 machine: type[ConsumerMachine[Delivery]] = ConsumerMachine,
+                 machine: type[c.ConsumerMachine[Delivery]] = c.ConsumerMachine,
                  inbox: type[Inbox] = Inbox,
                  lookup: LookupPolicy = LookupPolicy.DEFAULT) -> None:
         super().__init__(name, settings.connection, rng)
@@ -165,7 +137,7 @@ class ConsumerClient(Shell):
         s = self.settings
         self.machine = self._machine_type(
             batch=s.ack_batch, retry=s.retry, resubscribe=s.connection.reconnect,
-            parking=s.queue.parking_target, permanent=permanent_failure, rng=self.rng.random)
+            parking=s.queue.parking_target, permanent=c.permanent_failure, rng=self.rng.random)
         self.inbox = self._inbox_type(self.store, self.effect, policy=self.lookup,
                                       store_retry=self.store_retry,
                                       clock=lambda: self.now, rng=self.rng.random)
@@ -181,9 +153,9 @@ class ConsumerClient(Shell):
         self.restart_wanted = False
         self.failure: BaseException | None = None
         self._work: _Work | None = None
-        self._handed: collections.deque[Run[Delivery]] = collections.deque()
+        self._handed: collections.deque[c.Run[Delivery]] = collections.deque()
         """Runs handed to the worker, not begun (the machine may pipeline them)."""
-        self._admission = Admission()
+        self._admission = c.Admission()
         self._dispatch_at: float | None = None
         self._parking: _Parking | None = None
         self._park_link: str | None = None
@@ -308,9 +280,9 @@ class ConsumerClient(Shell):
     def setup(self, now: float) -> None:
         self._park_link = None
         s = self.settings
-        self.send(1, ChannelOpen())
+        self.send(1, m.ChannelOpen())
         declare(self, s.queue)
-        self.send(1, BasicQos(s.prefetch))
+        self.send(1, m.BasicQos(s.prefetch))
         self._consume()
 
     def _consume(self) -> None:
@@ -319,28 +291,28 @@ class ConsumerClient(Shell):
         queue = self.settings.queue
         arguments: dict[str, Any] = dict(
             consume_arguments(queue.type, self.broker, self.settings.priority) or {})
-        self.send(1, BasicConsume(queue.name, self.tag, arguments))
+        self.send(1, m.BasicConsume(queue.name, self.tag, arguments))
 
     def frame(self, now: float, channel: int, method: object) -> None:
         if channel == PARK_CHANNEL:
             self._park_frame(now, method)
-        elif isinstance(method, BasicDeliver):
+        elif isinstance(method, m.BasicDeliver):
             self._carry_out(now, self.machine.deliver(self._delivery(method)))
-        elif isinstance(method, BasicConsumeOk):
+        elif isinstance(method, m.BasicConsumeOk):
             if method.consumer_tag == self.tag:
                 if not self.up:
                     self.ready(now)
                 self._carry_out(now, self.machine.subscribed(now))
-        elif isinstance(method, BasicCancel):
+        elif isinstance(method, m.BasicCancel):
             if method.consumer_tag == self.tag:
                 self.taken_away.append((self.process, now))
                 self._carry_out(now, self.machine.server_cancel(now))
-        elif isinstance(method, BasicCancelOk):
+        elif isinstance(method, m.BasicCancelOk):
             self.cancel_pending = False
-        elif isinstance(method, ChannelClose):
+        elif isinstance(method, m.ChannelClose):
             self.abandon(now, f"channel closed by the broker: {method.reply_text}")
 
-    def _delivery(self, method: BasicDeliver) -> Delivery:
+    def _delivery(self, method: m.BasicDeliver) -> Delivery:
         props = method.properties
         headers = dict(props.headers or {})
         return Delivery(body=method.body, message_id=props.message_id, headers=headers,
@@ -417,7 +389,7 @@ class ConsumerClient(Shell):
         else:
             work.at = now + delay + self._try_time(run)
 
-    def _try_time(self, run: Run[Delivery]) -> float:
+    def _try_time(self, run: c.Run[Delivery]) -> float:
         """One try of a run: its effects, then the store's commit."""
         low, high = self.effect_time
         effects = sum(self.rng.uniform(low, high) for _ in run.deliveries)
@@ -431,7 +403,7 @@ class ConsumerClient(Shell):
         assert work is not None
         run = work.run
         span = self.spans[-1]
-        self.spans[-1] = Span(span.process, span.start, now)
+        self.spans[-1] = attrs.evolve(span, end=now)
         self._admission.ran(run, done)
         if refused is None:
             actions = self.machine.ran(run, done, failed, now)
@@ -445,13 +417,13 @@ class ConsumerClient(Shell):
         while self._work is None and self._handed:
             run = self._handed.popleft()
             if self._admission.admits(run):
-                self._work = _Work(run, now + self._try_time(run))
-                self.spans.append(Span(self.process, now, None))
+                self._work = _Work(run=run, at=now + self._try_time(run))
+                self.spans.append(Span(process=self.process, start=now, end=None))
 
     # ------------------------------------------------------------------ parking
 
-    def _park(self, now: float, park: Park[Delivery]) -> None:
-        if park.target is not Parking.QUEUE:
+    def _park(self, now: float, park: c.Park[Delivery]) -> None:
+        if park.target is not c.Parking.QUEUE:
             return
         link = self.link
         if link is None or not self.up:
@@ -460,9 +432,9 @@ class ConsumerClient(Shell):
         if self._park_link != link:
             self._park_link = link
             self._park_tags = 0
-            self.send(PARK_CHANNEL, ChannelOpen())
-            self.send(PARK_CHANNEL, ConfirmSelect())
-        parking = self._parking = _Parking(park, link, 0, now)
+            self.send(PARK_CHANNEL, m.ChannelOpen())
+            self.send(PARK_CHANNEL, m.ConfirmSelect())
+        parking = self._parking = _Parking(park=park, link=link, tag=0, began=now)
         self._publish_copy(now, parking)
 
     def _publish_copy(self, now: float, parking: _Parking) -> None:
@@ -476,21 +448,21 @@ class ConsumerClient(Shell):
         parking.tag = self._park_tags
         message_id = delivery.message_id
         assert not isinstance(message_id, bytes), "the simulated publishers write text ids"
-        self.send(PARK_CHANNEL, BasicPublish("", target, delivery.body, Properties(
+        self.send(PARK_CHANNEL, m.BasicPublish("", target, delivery.body, m.Properties(
             message_id=message_id, headers=headers), mandatory=True))
 
     def _park_frame(self, now: float, method: object) -> None:
         parking = self._parking
         if parking is None:
             return
-        if isinstance(method, BasicReturn):
+        if isinstance(method, m.BasicReturn):
             self._parking = None
             self._park_failed(now, parking.park,
                               f"the parking queue refused the copy: {method.reply_text}")
-        elif isinstance(method, BasicAck) and method.delivery_tag >= parking.tag:
+        elif isinstance(method, m.BasicAck) and method.delivery_tag >= parking.tag:
             self._parking = None
             self._carry_out(now, self.machine.parked(now))
-        elif isinstance(method, BasicNack) and method.delivery_tag >= parking.tag:
+        elif isinstance(method, m.BasicNack) and method.delivery_tag >= parking.tag:
             parking.nacks += 1
             delay = PARK_NACK_RETRY.delay(parking.nacks, now - parking.began, self.rng.random)
             if delay is None:
@@ -500,19 +472,19 @@ class ConsumerClient(Shell):
             else:
                 parking.at = now + delay
 
-    def _park_failed(self, now: float, park: Park[Delivery], why: str) -> None:
+    def _park_failed(self, now: float, park: c.Park[Delivery], why: str) -> None:
         error = ParkingFailed(self.settings.queue.name, park.delivery.message_id, why)
         self._carry_out(now, self.machine.park_failed(now, error))
 
     # ------------------------------------------------------------------ carrying out
 
-    def _carry_out(self, now: float, actions: Sequence[Action[Delivery]]) -> None:
+    def _carry_out(self, now: float, actions: Sequence[c.Action[Delivery]]) -> None:
         self.now = now
         carry_out(actions, self)
 
     # ------------------------------------------------------------------ ConsumerShell
 
-    def submit(self, run: Run[Delivery]) -> None:
+    def submit(self, run: c.Run[Delivery]) -> None:
         self._handed.append(run)
         self._next_run(self.now)
 
@@ -521,41 +493,41 @@ class ConsumerClient(Shell):
 
     def ack(self, ack: Ack) -> None:
         if self.up:
-            self.send(1, BasicAck(ack.tag, ack.multiple))
+            self.send(1, m.BasicAck(ack.tag, ack.multiple))
 
     def reject(self, reject: Reject) -> None:
         if self.up:
-            self.send(1, BasicReject(reject.tag, reject.requeue))
+            self.send(1, m.BasicReject(reject.tag, reject.requeue))
 
-    def retry_later(self, retry: RetryLater[Delivery]) -> None:
+    def retry_later(self, retry: c.RetryLater[Delivery]) -> None:
         """Nothing to schedule: ``machine.deadline`` says when to tick."""
 
-    def park(self, park: Park[Delivery]) -> None:
+    def park(self, park: c.Park[Delivery]) -> None:
         self._park(self.now, park)
 
-    def resubscribe_later(self, later: ResubscribeLater) -> None:
+    def resubscribe_later(self, later: c.ResubscribeLater) -> None:
         """Nothing to schedule: ``machine.deadline`` says when to tick."""
 
-    def subscribe(self, subscribe: Subscribe) -> None:
+    def subscribe(self, subscribe: c.Subscribe) -> None:
         if self.up:
             self._consume()
 
-    def hand_over(self, handover: Cancel | Release) -> None:
+    def hand_over(self, handover: c.Cancel | c.Release) -> None:
         """Release: the close that follows ends the subscription (``connection.close`` sends
         no basic.cancel), as the real shell's does. Cancel: cancelled first, and the stop
         waits for its answer."""
-        if isinstance(handover, Cancel) and self.up and self.tag is not None:
+        if isinstance(handover, c.Cancel) and self.up and self.tag is not None:
             self.cancel_pending = True
-            self.send(1, BasicCancel(self.tag))
+            self.send(1, m.BasicCancel(self.tag))
 
-    def role_changed(self, change: RoleChanged) -> None:
-        self.roles.append(RoleSeen(self.now, self.process, change.old.value, change.new.value,
-                                   change.activation))
+    def role_changed(self, change: c.RoleChanged) -> None:
+        self.roles.append(RoleSeen(t=self.now, process=self.process, old=change.old.value,
+                                   new=change.new.value, activation=change.activation))
 
-    def halt(self, halt: Halt[Delivery]) -> None:
+    def halt(self, halt: c.Halt[Delivery]) -> None:
         self._halt(self.now, halt.why.value, halt.error)
 
-    def replaced(self, replaced: Replaced) -> None:
+    def replaced(self, replaced: c.Replaced) -> None:
         """The simulated consumer has no guard: its machine is built without ``rejoins``, so
         a fenced run halts it (``Halt``) and ``Replaced`` never comes. One that did would
         mean the machine changed under the simulator: fail loudly rather than drop it."""
@@ -563,7 +535,7 @@ class ConsumerClient(Shell):
 
     def _halt(self, now: float, why: str, error: BaseException | None) -> None:
         """The consumer cannot go on: it stops, and its supervisor starts it again."""
-        self.halts.append(Halted(now, self.process, why, repr(error)))
+        self.halts.append(Halted(t=now, process=self.process, why=why, error=repr(error)))
         self.failure = error
         self._stop(now)
         self.restart_wanted = True

@@ -119,7 +119,7 @@ def one_consumer_per_epoch(world: World) -> list[str]:
             for (queue, epoch), who in holders.items() if len(who) > 1]
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Sent:
     """One publish as written on the wire."""
 
@@ -129,7 +129,7 @@ class Sent:
     mark: int | None
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Settled:
     """One confirm or nack as received."""
 
@@ -207,7 +207,7 @@ def copies_are_flagged(world: World, queue: str, mark: str) -> list[str]:
     return problems
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Span:
     """A consumer process's worker had a run in hand from ``start`` to ``end`` (None: the
     process died with it)."""

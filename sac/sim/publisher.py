@@ -120,10 +120,12 @@ class PublisherClient(Shell):
                 self._tags[link] = 0
                 self._carry_out(now, self.box.link_up(now))
         elif isinstance(method, BasicAck):
-            self.heard.append(Settled(link, method.delivery_tag, method.multiple, True))
+            self.heard.append(Settled(link=link, tag=method.delivery_tag,
+                                       multiple=method.multiple, ack=True))
             self._carry_out(now, self.box.acked(method.delivery_tag, method.multiple, now))
         elif isinstance(method, BasicNack):
-            self.heard.append(Settled(link, method.delivery_tag, method.multiple, False))
+            self.heard.append(Settled(link=link, tag=method.delivery_tag,
+                                       multiple=method.multiple, ack=False))
             self._carry_out(now, self.box.nacked(method.delivery_tag, method.multiple, now))
         elif isinstance(method, BasicReturn):
             mid = method.properties.message_id or ""
@@ -215,7 +217,7 @@ class PublisherClient(Shell):
             self.send(1, BasicPublish(entry.handover.exchange, entry.handover.routing_key,
                                       entry.message, properties, mandatory))
             tag = self._tags[link] = self._tags.get(link, 0) + 1
-            self.wire.append(Sent(link, tag, entry.message_id, mark))
+            self.wire.append(Sent(link=link, tag=tag, message_id=entry.message_id, mark=mark))
 
     def mark(self, entry: Held[bytes, None]) -> int | None:
         """The retransmission header, as ``sdk.publisher`` writes it."""

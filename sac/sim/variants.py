@@ -52,7 +52,7 @@ class AckOnDispatch(ConsumerMachine[Delivery]):
         runs = [a for a in actions if isinstance(a, Run)]
         if runs:
             last = runs[-1].deliveries[-1].delivery_tag
-            actions.insert(0, Ack(last, True, len(runs[-1].deliveries)))
+            actions.insert(0, Ack(tag=last, multiple=True, count=len(runs[-1].deliveries)))
         return actions
 
 
@@ -65,8 +65,8 @@ class NoIdleFlush(ConsumerMachine[Delivery]):
 
 class CancelAtStop(ConsumerMachine[Delivery]):
     """Cancels its subscription as soon as a graceful stop begins, with a run maybe still in
-    hand: the broker makes the next consumer active while this one still works (the order
-    the SDK had until the chaos suite's rolling handover caught a 0.7 ms overlap)."""
+    hand: the broker makes the next consumer active while this one still works, and two
+    consumers overlap (``clean_handovers`` must see it)."""
 
     def stop(self, now: float) -> Actions[Delivery]:
         actions: list[Action[Delivery]] = list(super().stop(now))

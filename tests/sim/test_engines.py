@@ -145,13 +145,17 @@ def test_a_busy_loop_is_a_violation_not_a_hang() -> None:
 
 
 def sent(link: str, tag: int, mid: str, mark: int | None = None) -> Sent:
-    return Sent(link, tag, mid, mark)
+    return Sent(link=link, tag=tag, message_id=mid, mark=mark)
+
+
+def settled(link: str, tag: int, *, multiple: bool = False, ack: bool = True) -> Settled:
+    return Settled(link=link, tag=tag, multiple=multiple, ack=ack)
 
 
 def test_retransmission_rules_each_fail_on_their_case() -> None:
     ok: list[Any] = [
         [sent("p#1", 1, "a"), sent("p#1", 2, "b"), sent("p#2", 1, "b", 1)],
-        [Settled("p#1", 1, False, True), Settled("p#2", 1, False, True)],
+        [settled("p#1", 1), settled("p#2", 1)],
     ]
     assert retransmitted_with_mark(*ok, told_failed=()) == []
     # b lost with p#1 and never sent again
@@ -160,12 +164,12 @@ def test_retransmission_rules_each_fail_on_their_case() -> None:
     assert retransmitted_with_mark(ok[0][:2], ok[1][:1], told_failed=("b",)) == []
     # sent again without its mark
     [unmarked] = retransmitted_with_mark(
-        [sent("p#1", 1, "a"), sent("p#2", 1, "a")], [Settled("p#2", 1, False, True)], ())
+        [sent("p#1", 1, "a"), sent("p#2", 1, "a")], [settled("p#2", 1)], ())
     assert "mark None, expected 1" in unmarked
     # nacked and dropped
-    [nacked] = retransmitted_with_mark([sent("p#1", 1, "a")], [Settled("p#1", 1, True, False)],
-                                       ())
+    [nacked] = retransmitted_with_mark(
+        [sent("p#1", 1, "a")], [settled("p#1", 1, multiple=True, ack=False)], ())
     assert "a was nacked on p#1" in nacked
     # a multiple ack covers the tags before it
     assert retransmitted_with_mark([sent("p#1", 1, "a"), sent("p#1", 2, "b")],
-                                   [Settled("p#1", 2, True, True)], ()) == []
+                                   [settled("p#1", 2, multiple=True)], ()) == []

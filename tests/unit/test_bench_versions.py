@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from bench import versions
+from bench._report import conditions
+from sac.sdk.management import OverviewInfo
 
 
 def test_rounds_alternate_which_series_boots_first() -> None:
@@ -88,3 +90,15 @@ def test_every_series_runs_the_same_options_less_what_it_cannot_run() -> None:
     assert {a.repeat for a in by_name.values()} == {2}
     assert {a.rate for a in by_name.values()} == {300.0}
     assert {a.rabbitmq for a in by_name.values()} == {"4.0", "3.10"}
+
+
+def test_every_report_names_the_brokers_versions_from_its_overview() -> None:
+    """The reports read the management API's overview as the SDK's typed ``OverviewInfo``:
+    the versions a reader compares runs by are its fields, never a guessed dict key."""
+    overview = OverviewInfo(product="RabbitMQ", version="4.0.5", erlang_version="26.2.5",
+                            node="rabbit-1@localhost")
+    assert conditions(overview, 3, (0.5, 0.4, 0.3))["broker"] == {
+        "nodes": 3, "rabbitmq_version": "4.0.5", "erlang_version": "26.2.5"}
+    series = versions.Series(name="4.0", options={})
+    with pytest.raises(RuntimeError, match="reported before it was measured"):
+        series.measured_overview()

@@ -142,16 +142,16 @@ def test_a_run_takes_at_most_a_batch_and_the_rest_follows_in_order() -> None:
     [run] = m.dispatch(0.0)
     assert tags(run) == [1, 2]
     acks = m.done(2, None, 0.0)
-    assert acks[0] == Ack(2, multiple=True)
+    assert acks[0] == Ack(tag=2, multiple=True)
     assert tags(acks[1]) == [3, 4]
-    assert m.done(2, None, 0.0)[0] == Ack(4, multiple=True)
+    assert m.done(2, None, 0.0)[0] == Ack(tag=4, multiple=True)
 
 
 def test_idle_flushes_acks_below_the_batch() -> None:
     m = running(machine(batch=10))
     m.deliver(Msg(1))
     m.dispatch(0.0)
-    assert m.done(1, None, 0.0) == [Ack(1, multiple=False)]
+    assert m.done(1, None, 0.0) == [Ack(tag=1, multiple=False)]
     assert m.unacked_done == 0
 
 
@@ -164,7 +164,7 @@ def test_deliveries_during_a_run_wait_for_it_and_no_wake_is_sent() -> None:
     [run] = of(actions, Run)
     assert tags(run) == [2]
     assert of(actions, Ack) == []  # not idle: the ack waits for the batch or the idle point
-    assert m.done(1, None, 0.0) == [Ack(2, multiple=True)]
+    assert m.done(1, None, 0.0) == [Ack(tag=2, multiple=True)]
 
 
 def test_a_run_cut_short_puts_the_rest_back_first() -> None:
@@ -188,7 +188,7 @@ def test_a_failure_is_retried_in_place_after_the_backoff_then_acked() -> None:
     m.dispatch(0.0)
     error = ValueError("boom")
     actions = m.done(1, error, 10.0)
-    assert actions == [Ack(1, multiple=False),
+    assert actions == [Ack(tag=1, multiple=False),
                        RetryLater(delivery=Msg(2), error=error, attempts=1, delay=1.0, at=11.0)]
     assert m.deadline == 11.0
     assert m.tick(10.5) == []
@@ -200,7 +200,7 @@ def test_a_failure_is_retried_in_place_after_the_backoff_then_acked() -> None:
     actions = m.done(1, None, 11.5)
     [run] = of(actions, Run)
     assert tags(run) == [3, 4]
-    assert m.done(2, None, 12.0) == [Ack(4, multiple=True)]
+    assert m.done(2, None, 12.0) == [Ack(tag=4, multiple=True)]
     assert m.counts.handler_errors == 1
 
 
@@ -224,7 +224,7 @@ def test_a_message_that_keeps_failing_is_parked_then_acked() -> None:
     assert m.counts.parked == 1
     [run] = of(actions, Run)
     assert tags(run) == [2]
-    assert m.done(1, None, now + 2) == [Ack(2, multiple=True)]  # covers the parked one
+    assert m.done(1, None, now + 2) == [Ack(tag=2, multiple=True)]  # covers the parked one
 
 
 def test_a_permanent_failure_is_parked_at_once() -> None:
@@ -243,7 +243,7 @@ def test_without_a_parking_queue_it_is_rejected_into_the_dead_letter_exchange() 
     m.dispatch(0.0)
     actions = m.done(1, Permanent("x"), 0.0)
     assert [type(a) for a in actions] == [Park, Ack, Reject, Run]
-    assert actions[1:3] == [Ack(1, multiple=False), Reject(2, requeue=False)]
+    assert actions[1:3] == [Ack(tag=1, multiple=False), Reject(tag=2, requeue=False)]
     assert tags(actions[3]) == [3]
     assert m.counts.parked == 1
 
@@ -255,7 +255,7 @@ def test_with_nowhere_to_park_it_halts_and_acks_only_what_is_done() -> None:
     m.dispatch(0.0)
     error = Permanent("x")
     actions = m.done(1, error, 0.0)
-    assert actions[1:] == [Ack(1, multiple=False), Halt(why=Why.NOWHERE_TO_PARK, error=error,
+    assert actions[1:] == [Ack(tag=1, multiple=False), Halt(why=Why.NOWHERE_TO_PARK, error=error,
                                                        delivery=Msg(2), attempts=1)]
     assert m.stage is Stage.HALTED
     assert m.deliver(Msg(4)) == ()
@@ -286,7 +286,7 @@ def test_a_fenced_commit_halts_and_acks_nothing_of_its_run() -> None:
         m.deliver(Msg(tag))
     m.dispatch(0.0)
     [ack, run] = m.done(2, None, 0.0)
-    assert ack == Ack(2, multiple=True)
+    assert ack == Ack(tag=2, multiple=True)
     assert tags(run) == [3, 4]
     error = RuntimeError("stale epoch")
     assert m.refused(error, 1.0, True) == [Halt(why=Why.FENCED, error=error)]
@@ -339,7 +339,7 @@ def test_a_lost_channel_makes_its_runs_and_tags_stale() -> None:
     [run] = actions
     assert run.deliveries == [Msg(1, "new channel")]
     assert run.generation == 1
-    assert m.done(1, None, 3.0) == [Ack(1, multiple=False)]
+    assert m.done(1, None, 3.0) == [Ack(tag=1, multiple=False)]
 
 
 def test_a_server_cancel_flushes_then_resubscribes_with_backoff() -> None:
@@ -350,7 +350,7 @@ def test_a_server_cancel_flushes_then_resubscribes_with_backoff() -> None:
     m.done(1, None, 0.0)  # not idle yet: 2 comes next
     actions = m.server_cancel(5.0)
     assert actions == [RoleChanged(old=Role.ACTIVE, new=Role.CONNECTING, activation=1),
-                       Ack(1, multiple=False), ResubscribeLater(at=5.5, attempt=1)]
+                       Ack(tag=1, multiple=False), ResubscribeLater(at=5.5, attempt=1)]
     assert m.tick(5.5) == [Subscribe(attempt=1)]
     assert m.subscribe_failed(6.0, RuntimeError("queue gone")) == [
         ResubscribeLater(at=7.0, attempt=2)]
@@ -383,7 +383,7 @@ def test_a_graceful_stop_finishes_the_run_acks_it_and_leaves_the_rest() -> None:
     assert m.stop(1.0) == [RoleChanged(old=Role.ACTIVE, new=Role.STOPPING, activation=1)]
     assert not m.live(run.generation)  # the worker stops after the running handler
     assert m.busy
-    assert m.done(1, None, 2.0) == [Ack(1, multiple=False)]
+    assert m.done(1, None, 2.0) == [Ack(tag=1, multiple=False)]
     assert not m.busy
     assert m.waiting == 0
     assert m.finish(2.0) == [RELEASE]  # only now: no overlap with the next
@@ -400,7 +400,7 @@ def test_a_stop_closes_with_the_subscription_in_place_unless_told_to_cancel() ->
         m.dispatch(0.0)
         m.deliver(Msg(2))
         m.stop(1.0)
-        assert m.done(1, None, 2.0) == [Ack(1, multiple=False)]
+        assert m.done(1, None, 2.0) == [Ack(tag=1, multiple=False)]
         assert m.finish(2.0) == [last]
 
 
@@ -416,7 +416,7 @@ def test_a_stop_waits_for_a_park_under_way_and_acks_it() -> None:
     m = failed_once(Permanent("x"))
     m.stop(0.1)
     assert m.busy
-    assert m.parked(0.2) == [Ack(1, multiple=False)]
+    assert m.parked(0.2) == [Ack(tag=1, multiple=False)]
     assert not m.busy
 
 

@@ -315,7 +315,7 @@ def test_a_run_under_way_when_paused_ends_after_the_delivery_in_hand() -> None:
     assert not m.live(run.generation)  # the worker stops before delivery 2
     after = m.ran(run, 1, None, 1.1)
     assert runs(after) == []
-    assert after == [Ack(1, multiple=False, count=1)]  # done is acked: it is durable
+    assert after == [Ack(tag=1, multiple=False, count=1)]  # done is acked: it is durable
     assert m.waiting == 2
     [again] = runs(m.resume(2.0))
     assert [d.delivery_tag for d in again.deliveries] == [2, 3]

@@ -58,11 +58,11 @@ class Boom(Exception):
 def test_permanent_failure_parks_at_once(attempts: int) -> None:
     step = after_failure(HANDLER_RETRY, attempts, elapsed=0.0, permanent=True,
                          rng=lambda: 0.5)
-    assert step == Park(attempts)
+    assert step == Park(attempts=attempts)
 
 
 def test_first_permanent_failure_parks_with_one_attempt() -> None:
-    assert after_failure(HANDLER_RETRY, 1, elapsed=0.0, permanent=True) == Park(1)
+    assert after_failure(HANDLER_RETRY, 1, elapsed=0.0, permanent=True) == Park(attempts=1)
 
 
 def test_transient_failure_retries_with_the_next_attempt_number() -> None:
@@ -94,8 +94,9 @@ def test_retry_delays_stay_within_zero_and_the_cap() -> None:
 def test_failures_one_to_four_retry_and_the_fifth_parks() -> None:
     steps = [after_failure(HANDLER_RETRY, n, elapsed=0.0, permanent=False, rng=lambda: 1.0)
              for n in range(1, 7)]
-    assert steps[:4] == [Retry(0.5, 2), Retry(1.0, 3), Retry(2.0, 4), Retry(4.0, 5)]
-    assert steps[4:] == [Park(5), Park(6)]
+    assert steps[:4] == [Retry(delay=0.5, attempt=2), Retry(delay=1.0, attempt=3),
+                         Retry(delay=2.0, attempt=4), Retry(delay=4.0, attempt=5)]
+    assert steps[4:] == [Park(attempts=5), Park(attempts=6)]
 
 
 def test_a_failing_message_runs_max_attempts_plus_one_times() -> None:
@@ -110,7 +111,7 @@ def test_a_failing_message_runs_max_attempts_plus_one_times() -> None:
         elapsed += step.delay
         attempts = step.attempt
         runs += 1
-    assert step == Park(5)
+    assert step == Park(attempts=5)
     assert runs == 5
     assert elapsed == pytest.approx((0.5 + 1 + 2 + 4) / 2)
 
@@ -118,7 +119,7 @@ def test_a_failing_message_runs_max_attempts_plus_one_times() -> None:
 @pytest.mark.parametrize("elapsed", [60.0, 60.001, 3600.0])
 def test_parks_once_max_elapsed_is_passed(elapsed: float) -> None:
     step = after_failure(HANDLER_RETRY, 2, elapsed, permanent=False, rng=lambda: 0.5)
-    assert step == Park(2)
+    assert step == Park(attempts=2)
 
 
 def test_retry_delay_never_overshoots_max_elapsed() -> None:
@@ -130,7 +131,8 @@ def test_retry_delay_never_overshoots_max_elapsed() -> None:
 def test_time_only_policy_retries_until_max_elapsed() -> None:
     policy = Backoff(initial=1.0, maximum=1.0, max_attempts=None, max_elapsed=10.0)
     assert isinstance(after_failure(policy, 500, 9.5, permanent=False, rng=lambda: 1.0), Retry)
-    assert after_failure(policy, 500, 10.0, permanent=False, rng=lambda: 1.0) == Park(500)
+    assert (after_failure(policy, 500, 10.0, permanent=False, rng=lambda: 1.0)
+            == Park(attempts=500))
 
 
 def test_without_an_rng_the_delay_is_still_within_the_cap() -> None:
@@ -193,7 +195,7 @@ def test_delays_drawn_never_exceed_the_worst_case(policy: Backoff) -> None:
         attempts = step.attempt
     else:
         pytest.fail(f"{policy} never parked")
-    assert step == Park(attempts)
+    assert step == Park(attempts=attempts)
     assert total <= worst_case(policy) * (1 + 1e-12)
     if policy.max_attempts is not None:
         assert attempts <= policy.max_attempts + 1

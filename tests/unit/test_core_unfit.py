@@ -23,7 +23,7 @@ def test_an_unfit_delivery_waits_for_those_before_it_and_is_parked_unrun() -> No
     [run] = m.dispatch(0.0)
     assert tags(run) == [1, 2], "the unfit one and what follows it must not run yet"
     actions = m.done(2, None, 0.0)
-    assert actions[0] == Ack(2, multiple=True)
+    assert actions[0] == Ack(tag=2, multiple=True)
     [park] = of(actions, Park)
     assert park.delivery == Msg(3)
     assert park.attempts == 0, "its handler never ran"
@@ -33,7 +33,7 @@ def test_an_unfit_delivery_waits_for_those_before_it_and_is_parked_unrun() -> No
     after = m.parked(1.0)
     [next_run] = of(after, Run)
     assert tags(next_run) == [4]
-    assert of(m.done(1, None, 1.0), Ack) == [Ack(4, multiple=True)], "3 acked once parked"
+    assert of(m.done(1, None, 1.0), Ack) == [Ack(tag=4, multiple=True)], "3 acked once parked"
     assert m.counts.parked == 1
     assert m.counts.handler_errors == 0
 
@@ -67,7 +67,7 @@ def test_without_a_parking_queue_an_unfit_delivery_is_dead_lettered() -> None:
     m.deliver(Msg(2))
     actions = m.dispatch(0.0)
     assert [type(a) for a in actions] == [Park, Reject, Run]
-    assert actions[1] == Reject(1, requeue=False)
+    assert actions[1] == Reject(tag=1, requeue=False)
     assert tags(actions[2]) == [2]
 
 
@@ -79,7 +79,7 @@ def test_with_nowhere_to_park_an_unfit_delivery_halts_the_consumer() -> None:
     actions = m.done(1, None, 0.0)
     [halt] = of(actions, Halt)
     assert halt.why is Why.NOWHERE_TO_PARK
-    assert of(actions, Ack) == [Ack(1, multiple=False)], "only what was done is acked"
+    assert of(actions, Ack) == [Ack(tag=1, multiple=False)], "only what was done is acked"
 
 
 def test_a_park_that_fails_halts_and_the_unfit_delivery_is_never_acked() -> None:

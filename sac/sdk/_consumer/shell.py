@@ -14,22 +14,8 @@ import logging
 from collections.abc import Callable
 
 from sac.history import Active
+from .._core import consuming as c
 from .._core.acks import Ack, Reject
-from .._core.consuming import (
-    Actions,
-    Cancel,
-    ConsumerMachine,
-    Halt,
-    Park,
-    Parking,
-    Release,
-    Replaced,
-    ResubscribeLater,
-    RetryLater,
-    RoleChanged,
-    Run,
-    Subscribe,
-)
 from .._core.dispatch import carry_out
 from .._core.roles import Role
 from .._delivery import Delivery
@@ -50,7 +36,7 @@ class AsyncConsumerShell:
     """One consumer's ``ConsumerShell``, on its loop."""
 
     def __init__(
-        self, machine: ConsumerMachine[Delivery], worker: Worker, desk: RunDesk,
+        self, machine: c.ConsumerMachine[Delivery], worker: Worker, desk: RunDesk,
         link: ConsumerLink, parker: Parker, *, queue: str, records_activity: bool,
         halt: Callable[[SacError], None], on_role_change: RoleCallback | None,
     ) -> None:
@@ -67,13 +53,13 @@ class AsyncConsumerShell:
         self._log = ConsumerLog(queue)
         self.guard: GuardRoom | None = None
         self.poller: RolePoller | None = None
-        self.handover: Cancel | Release | None = None
+        self.handover: c.Cancel | c.Release | None = None
         """What the graceful stop under way does once the machine said it (``finish``)."""
 
-    def carry_out(self, actions: Actions[Delivery]) -> None:
+    def carry_out(self, actions: c.Actions[Delivery]) -> None:
         carry_out(actions, self)
 
-    def submit(self, run: Run[Delivery]) -> None:
+    def submit(self, run: c.Run[Delivery]) -> None:
         self._worker.submit(self._desk.ticket(run))
 
     def wake(self) -> None:
@@ -86,25 +72,25 @@ class AsyncConsumerShell:
     def reject(self, reject: Reject) -> None:
         self._link.reject(reject)
 
-    def retry_later(self, retry: RetryLater[Delivery]) -> None:
+    def retry_later(self, retry: c.RetryLater[Delivery]) -> None:
         self._log.failure(retry.delivery, retry.error, retry.attempts, retry.delay)
         asyncio.get_running_loop().call_at(retry.at, self._tick)
 
-    def park(self, park: Park[Delivery]) -> None:
+    def park(self, park: c.Park[Delivery]) -> None:
         self._log.failure(park.delivery, park.error, park.attempts, None)
-        if park.target is Parking.QUEUE:
+        if park.target is c.Parking.QUEUE:
             self._parker.park(park)
 
-    def resubscribe_later(self, later: ResubscribeLater) -> None:
+    def resubscribe_later(self, later: c.ResubscribeLater) -> None:
         asyncio.get_running_loop().call_at(later.at, self._tick)
 
-    def subscribe(self, subscribe: Subscribe) -> None:
+    def subscribe(self, subscribe: c.Subscribe) -> None:
         self._link.replace_recovery(self._link.resubscribe())
 
-    def hand_over(self, handover: Cancel | Release) -> None:
+    def hand_over(self, handover: c.Cancel | c.Release) -> None:
         self.handover = handover
 
-    def role_changed(self, change: RoleChanged) -> None:
+    def role_changed(self, change: c.RoleChanged) -> None:
         if self.poller is not None:
             self.poller.changed(change.new, asyncio.get_running_loop().time())
         if change.new is Role.ACTIVE and self._records_activity:
@@ -115,11 +101,11 @@ class AsyncConsumerShell:
             except Exception:
                 log.exception("on_role_change callback failed")
 
-    def halt(self, halt: Halt[Delivery]) -> None:
+    def halt(self, halt: c.Halt[Delivery]) -> None:
         self._desk.cut()
         self._halt(self._log.error_of(halt))
 
-    def replaced(self, replaced: Replaced) -> None:
+    def replaced(self, replaced: c.Replaced) -> None:
         assert self.guard is not None, "only a guarded consumer's machine rejoins"
         self.guard.replaced()
 

@@ -13,16 +13,21 @@ from __future__ import annotations
 import attrs
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Ack:
+    """``basic.ack`` of ``tag`` (and, with ``multiple``, of every earlier unacked tag)."""
+
     tag: int
     multiple: bool
     count: int = attrs.field(default=1, eq=False)
-    """How many deliveries this ack settles."""
+    """How many deliveries this ack settles (for counting only: two acks of the same tags
+    are equal)."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Reject:
+    """``basic.reject`` of ``tag``: ``requeue`` false dead-letters it."""
+
     tag: int
     requeue: bool
 
@@ -58,7 +63,7 @@ class AckBatcher:
         return []
 
     def failed(self, tag: int, requeue: bool = True) -> list[Action]:
-        return [*self.flush(), Reject(tag, requeue)]
+        return [*self.flush(), Reject(tag=tag, requeue=requeue)]
 
     def flush(self) -> list[Action]:
         if not self._pending:
@@ -66,7 +71,7 @@ class AckBatcher:
         tag = self._pending[-1]
         count = len(self._pending)
         self._pending.clear()
-        return [Ack(tag, count > 1, count)]
+        return [Ack(tag=tag, multiple=count > 1, count=count)]
 
     def channel_lost(self) -> list[int]:
         """Tags handled but never acked: the broker will redeliver them (dedup catches them)."""

@@ -13,33 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol, TypeVar, assert_never
 
+from . import consuming as c
+from . import guarding as g
 from .acks import Ack, Reject
-from .consuming import (
-    Action,
-    Cancel,
-    Halt,
-    Park,
-    Release,
-    Replaced,
-    ResubscribeLater,
-    RetryLater,
-    RoleChanged,
-    Run,
-    Subscribe,
-    Tagged,
-    Wake,
-)
-from .guarding import (
-    Abandon,
-    Contend,
-    ContendLater,
-    GiveUp,
-    GuardAction,
-    Lead,
-    Pause,
-    Resume,
-    Withdraw,
-)
+from .consuming import Tagged
 
 D = TypeVar("D", bound=Tagged)
 
@@ -48,7 +25,7 @@ class ConsumerShell(Protocol[D]):
     """The operations a consumer shell carries out, one per member of ``consuming.Action``
     (see its docstring for what each means)."""
 
-    def submit(self, run: Run[D]) -> None:
+    def submit(self, run: c.Run[D]) -> None:
         """Hand ``run`` to the worker."""
 
     def wake(self) -> None:
@@ -58,58 +35,58 @@ class ConsumerShell(Protocol[D]):
 
     def reject(self, reject: Reject) -> None: ...
 
-    def retry_later(self, retry: RetryLater[D]) -> None:
+    def retry_later(self, retry: c.RetryLater[D]) -> None:
         """Log the failure; ``tick`` the machine at ``retry.at``."""
 
-    def park(self, park: Park[D]) -> None:
+    def park(self, park: c.Park[D]) -> None:
         """Log it; with a parking queue, copy it there and report the confirm."""
 
-    def resubscribe_later(self, later: ResubscribeLater) -> None:
+    def resubscribe_later(self, later: c.ResubscribeLater) -> None:
         """``tick`` the machine at ``later.at``."""
 
-    def subscribe(self, subscribe: Subscribe) -> None:
+    def subscribe(self, subscribe: c.Subscribe) -> None:
         """Consume again (after a server cancel)."""
 
-    def hand_over(self, handover: Cancel | Release) -> None:
+    def hand_over(self, handover: c.Cancel | c.Release) -> None:
         """The graceful stop's handover: cancel then close, or close with the subscription
         in place."""
 
-    def role_changed(self, change: RoleChanged) -> None: ...
+    def role_changed(self, change: c.RoleChanged) -> None: ...
 
-    def halt(self, halt: Halt[D]) -> None:
+    def halt(self, halt: c.Halt[D]) -> None:
         """Stop; ``wait``/``run`` raise the error."""
 
-    def replaced(self, replaced: Replaced) -> None:
+    def replaced(self, replaced: c.Replaced) -> None:
         """A newer leader fenced this one: give the channel up, contend again."""
 
 
-def carry_out(actions: Iterable[Action[D]], shell: ConsumerShell[D]) -> None:
+def carry_out(actions: Iterable[c.Action[D]], shell: ConsumerShell[D]) -> None:
     """Carry out ``actions`` in order on ``shell``."""
     for action in actions:
         match action:
-            case Run():
+            case c.Run():
                 shell.submit(action)
-            case Wake():
+            case c.Wake():
                 shell.wake()
             case Ack():
                 shell.ack(action)
             case Reject():
                 shell.reject(action)
-            case RetryLater():
+            case c.RetryLater():
                 shell.retry_later(action)
-            case Park():
+            case c.Park():
                 shell.park(action)
-            case ResubscribeLater():
+            case c.ResubscribeLater():
                 shell.resubscribe_later(action)
-            case Subscribe():
+            case c.Subscribe():
                 shell.subscribe(action)
-            case Cancel() | Release():
+            case c.Cancel() | c.Release():
                 shell.hand_over(action)
-            case RoleChanged():
+            case c.RoleChanged():
                 shell.role_changed(action)
-            case Halt():
+            case c.Halt():
                 shell.halt(action)
-            case Replaced():
+            case c.Replaced():
                 shell.replaced(action)
             case _:
                 assert_never(action)
@@ -119,47 +96,47 @@ class GuardShell(Protocol):
     """The operations a guarded consumer carries out, one per member of
     ``guarding.GuardAction``."""
 
-    def lead(self, lead: Lead) -> None:
+    def lead(self, lead: g.Lead) -> None:
         """Evict the predecessor if the rules allow, and subscribe."""
 
-    def pause(self, pause: Pause) -> None:
+    def pause(self, pause: g.Pause) -> None:
         """Start no new work (the consumer machine's ``pause``)."""
 
-    def resume(self, resume: Resume) -> None: ...
+    def resume(self, resume: g.Resume) -> None: ...
 
-    def abandon(self, abandon: Abandon) -> None:
+    def abandon(self, abandon: g.Abandon) -> None:
         """Give the channel up, acking nothing in hand."""
 
-    def contend(self, contend: Contend) -> None: ...
+    def contend(self, contend: g.Contend) -> None: ...
 
-    def contend_later(self, later: ContendLater) -> None:
+    def contend_later(self, later: g.ContendLater) -> None:
         """``tick`` the guard machine at ``later.at``."""
 
-    def withdraw(self, withdraw: Withdraw) -> None: ...
+    def withdraw(self, withdraw: g.Withdraw) -> None: ...
 
-    def give_up(self, give_up: GiveUp) -> None:
+    def give_up(self, give_up: g.GiveUp) -> None:
         """The election cannot be joined: halt the consumer."""
 
 
-def carry_out_guard(actions: Iterable[GuardAction], shell: GuardShell) -> None:
+def carry_out_guard(actions: Iterable[g.GuardAction], shell: GuardShell) -> None:
     """Carry out the guard machine's ``actions`` in order on ``shell``."""
     for action in actions:
         match action:
-            case Lead():
+            case g.Lead():
                 shell.lead(action)
-            case Pause():
+            case g.Pause():
                 shell.pause(action)
-            case Resume():
+            case g.Resume():
                 shell.resume(action)
-            case Abandon():
+            case g.Abandon():
                 shell.abandon(action)
-            case Contend():
+            case g.Contend():
                 shell.contend(action)
-            case ContendLater():
+            case g.ContendLater():
                 shell.contend_later(action)
-            case Withdraw():
+            case g.Withdraw():
                 shell.withdraw(action)
-            case GiveUp():
+            case g.GiveUp():
                 shell.give_up(action)
             case _:
                 assert_never(action)

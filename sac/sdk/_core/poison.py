@@ -46,7 +46,7 @@ BROKER_HEADERS = ("x-death", "x-first-death-exchange", "x-first-death-queue",
 MAX_REASON = 1000
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Retry:
     """Run the handler again for the same message after ``delay`` s."""
 
@@ -55,7 +55,7 @@ class Retry:
     """The attempt about to be made (2 for the first retry)."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Park:
     """Move the message to the parking queue (or dead-letter it), then ack it."""
 
@@ -72,11 +72,11 @@ def after_failure(
     """The next step for a message whose handler failed ``attempts`` times, the first
     failure ``elapsed`` s ago. A ``permanent`` failure is parked at once."""
     if permanent:
-        return Park(attempts)
+        return Park(attempts=attempts)
     delay = policy.delay(attempts, elapsed) if rng is None else policy.delay(attempts, elapsed, rng)
     if delay is None:
-        return Park(attempts)
-    return Retry(delay, attempts + 1)
+        return Park(attempts=attempts)
+    return Retry(delay=delay, attempt=attempts + 1)
 
 
 def worst_case(policy: Backoff) -> float:
@@ -165,7 +165,7 @@ def _names(value: Sequence[str]) -> tuple[str, ...]:
     return tuple(value)
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class MessageIdFrom:
     """Where a message without a ``message_id`` gets one, for publishers that set none.
 
