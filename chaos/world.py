@@ -121,16 +121,17 @@ class World:
             handover="cancel" if s.weakened == "cancel-first" else "close",
             sink=self.sink.location, **guard)
 
-    def start_consumer(self, slot: int) -> ActorProcess:
+    def start_consumer(self, slot: int, *, held: bool = False) -> ActorProcess:
         """Start the consumer of ``slot`` (``consumer-a``, ``-b``...); a later incarnation of
-        a slot is a new actor (``consumer-a.2``), so its events never mix with the old one's."""
+        a slot is a new actor (``consumer-a.2``), so its events never mix with the old one's.
+        ``held``: it connects only once released (``ActorProcess.release``)."""
         with self._lock:
             base = f"consumer-{chr(ord('a') + slot)}"
             n = sum(1 for p in [*self.retired, *self.consumers.values()]
                     if p.name.split(".")[0] == base)
             actor = base if n == 0 else f"{base}.{n + 1}"
             spec = self._consumer_spec(slot, actor)
-            process = ActorProcess.start(spec)
+            process = ActorProcess.start(spec, held=held)
             old = self.consumers.get(slot)
             if old is not None:
                 self.retired.append(old)
@@ -146,7 +147,9 @@ class World:
         return self.side_of_slot(slot)
 
     def start_publisher(self, index: int = 0, messages: int | None = None,
-                        side: int = 0, rate: float | None = None) -> ActorProcess:
+                        side: int = 0, rate: float | None = None, *,
+                        held: bool = False) -> ActorProcess:
+        """Start publisher ``index``; ``held``: it publishes only once released."""
         s = self.settings
         actor = f"publisher-{index}"
         first = 0 if index == 0 else self.rng.randrange(len(self.clusters[side].nodes))
@@ -155,7 +158,7 @@ class World:
                               queue_type=self.queue_type,
                               heartbeat=s.heartbeat, single_active=self.single_active,
                               messages=messages or s.messages, rate=rate or s.rate)
-        process = ActorProcess.start(spec)
+        process = ActorProcess.start(spec, held=held)
         self.publishers.append(process)
         self.planned += spec.messages
         return process
