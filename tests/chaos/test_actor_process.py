@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pika
 import pytest
 
 from sac.chaos._process import ActorProcess
@@ -56,15 +57,22 @@ def test_a_held_actor_subscribes_only_once_released(
                              urls=cluster.urls(), dedup="off",
                              sink=f"file:{tmp_path / 'effects.jsonl'}")
 
+    def subscribed(process: ActorProcess) -> bool:
+        return process.role in ("waiting", "active")
+
     with ActorProcess.start(spec("held"), held=True) as held, \
             ActorProcess.start(spec("first")) as first:
-        first.wait_for("subscription", lambda p: p.role == "active", 60)
+        first.wait_for("subscription", subscribed, 60)
         assert held.alive
         assert held.role is None  # said nothing: it has not even connected
         held.release()
-        held.wait_for("subscription", lambda p: p.role is not None, 60)
-        assert held.role == "waiting"
+        held.wait_for("subscription", subscribed, 60)
         with pytest.raises(ChaosError, match="not held"):
             held.release()
+        # The broker names the active one with its first delivery: the one released first.
+        with pika.BlockingConnection(pika.URLParameters(cluster.urls()[0])) as connection:
+            connection.channel().basic_publish("", queue_name, b"m")
+        first.wait_for("the delivery", lambda p: p.role == "active", 60)
+        assert held.role == "waiting"
         assert held.stop(30) == 0
         assert first.stop(30) == 0
