@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Self
 
-from .errors import ActorFailed, ChaosTimeout
+from .errors import ActorFailed, ChaosError, ChaosTimeout
 
 if TYPE_CHECKING:
     from .actors import ConsumerActor, PublisherActor
@@ -32,9 +32,12 @@ Message = dict[str, Any]
 
 class ActorProcess:
     def __init__(self, name: str, argv: Sequence[str], log_dir: Path,
-                 settings: str | None = None) -> None:
+                 settings: str | None = None, *, held: bool = False) -> None:
         """Start ``argv``; ``settings``, when given, is written as the first line of its stdin
-        (an actor's JSON settings, which hold passwords: never on the command line)."""
+        (an actor's JSON settings, which hold passwords: never on the command line), at once,
+        or with ``held`` only on ``release()``: an actor imports everything before it reads
+        its settings, so a held one is ready to work the moment it is released, and one
+        that must wait for another (a second consumer, the publisher) costs no start-up."""
         self.name = name
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"{name}.log"
@@ -47,16 +50,26 @@ class ActorProcess:
             list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
             start_new_session=True, text=True, bufsize=1)
         self.pid = self._proc.pid
-        if settings is not None:
+        self._held = settings if held else None
+        if settings is not None and not held:
             self.tell(settings)
         self._reader = threading.Thread(target=self._read, name=f"chaos-{name}", daemon=True)
         self._reader.start()
 
     @classmethod
-    def start(cls, spec: ConsumerActor | PublisherActor, log_dir: Path | None = None) -> Self:
-        """The process of ``spec``, its stderr in ``log_dir`` (default: ``RUN/logs``)."""
+    def start(cls, spec: ConsumerActor | PublisherActor, log_dir: Path | None = None, *,
+              held: bool = False) -> Self:
+        """The process of ``spec``, its stderr in ``log_dir`` (default: ``RUN/logs``); with
+        ``held``, its settings wait for ``release()``."""
         logs = Path(spec.run_dir) / "logs" if log_dir is None else log_dir
-        return cls(spec.actor, spec.argv(), logs, settings=spec.to_json())
+        return cls(spec.actor, spec.argv(), logs, settings=spec.to_json(), held=held)
+
+    def release(self) -> None:
+        """Give a held process its settings: it connects and works from now on."""
+        if self._held is None:
+            raise ChaosError(f"{self.name} is not held: it had its settings at its start")
+        settings, self._held = self._held, None
+        self.tell(settings)
 
     def _read(self) -> None:
         assert self._proc.stdout is not None

@@ -26,6 +26,7 @@ from sac.checker.verdict import Verdict
 from sac.history import MESSAGE_ANOMALIES
 from sac.sdk import ManagementError
 from sac.server import LocalCluster, LocalPostgres, LocalZooKeeper
+from ._process import ActorProcess
 from .actors import Sink
 from .errors import ChaosError, UnknownScenario
 from .faults import FaultProxy
@@ -217,6 +218,7 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
                          "evict": scenario.evict}
     error: BaseException | None = None
     try:
+        actors = _spawn(world)
         world.ensure_whole()
         # What the run ran on, as the broker itself says (version, metadata store).
         meta["broker"] = cluster.broker()
@@ -226,7 +228,7 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
             scenario.prepare(cluster, queue)
         if scenario.federated:
             federate(world.clusters, queue, proxy)
-        _drive(world, scenario)
+        _drive(world, scenario, actors)
     except ChaosError as exc:
         error = exc  # the run went wrong (an actor died, a wait ran out): checked all the same
     except BaseException as exc:
@@ -268,16 +270,27 @@ def _check_lease(zookeeper: LocalZooKeeper) -> None:
             f"(LocalZooKeeper(tick_time_ms={GUARD_TICK_MS}))")
 
 
-def _drive(world: World, scenario: Scenario) -> None:
+def _spawn(world: World) -> list[ActorProcess]:
+    """The run's first actors, started held (``ActorProcess.release``): the consumers of
+    every slot, then the publisher. Each imports what it needs while the cluster is checked
+    and the queue set up, and while the actor before it connects: a run waits for no
+    actor's start-up."""
+    consumers = [world.start_consumer(slot, held=True)
+                 for slot in range(world.settings.consumers)]
+    return [*consumers, world.start_publisher(held=True)]
+
+
+def _drive(world: World, scenario: Scenario, actors: list[ActorProcess]) -> None:
+    """The consumers subscribe in slot order (the first is the active one), then the
+    publisher starts, then the scenario's faults."""
     s = world.settings
-    first = world.start_consumer(0)
-    first.wait_for("subscription", lambda p: p.role in ("waiting", "active"),
-                   world.bound(60))
-    for slot in range(1, s.consumers):
-        world.start_consumer(slot).wait_for(
-            "subscription", lambda p: p.role in ("waiting", "active"), world.bound(60))
+    *consumers, publisher = actors
+    for process in consumers:
+        process.release()
+        process.wait_for("subscription", lambda p: p.role in ("waiting", "active"),
+                         world.bound(60))
     world.start()
-    world.start_publisher()
+    publisher.release()
     scenario.body(world)
     for publisher in world.publishers:
         publisher.wait_for("end of publishing", lambda p: p.last("done") is not None,

@@ -27,6 +27,7 @@ from .settings import (
     GUARD_LEASE_S,
     REPAIR_AFTER_S,
     SPLIT_AFTER_S,
+    SPLIT_SEEN_S,
     RunSettings,
 )
 
@@ -121,16 +122,17 @@ class World:
             handover="cancel" if s.weakened == "cancel-first" else "close",
             sink=self.sink.location, **guard)
 
-    def start_consumer(self, slot: int) -> ActorProcess:
+    def start_consumer(self, slot: int, *, held: bool = False) -> ActorProcess:
         """Start the consumer of ``slot`` (``consumer-a``, ``-b``...); a later incarnation of
-        a slot is a new actor (``consumer-a.2``), so its events never mix with the old one's."""
+        a slot is a new actor (``consumer-a.2``), so its events never mix with the old one's.
+        ``held``: it connects only once released (``ActorProcess.release``)."""
         with self._lock:
             base = f"consumer-{chr(ord('a') + slot)}"
             n = sum(1 for p in [*self.retired, *self.consumers.values()]
                     if p.name.split(".")[0] == base)
             actor = base if n == 0 else f"{base}.{n + 1}"
             spec = self._consumer_spec(slot, actor)
-            process = ActorProcess.start(spec)
+            process = ActorProcess.start(spec, held=held)
             old = self.consumers.get(slot)
             if old is not None:
                 self.retired.append(old)
@@ -146,7 +148,9 @@ class World:
         return self.side_of_slot(slot)
 
     def start_publisher(self, index: int = 0, messages: int | None = None,
-                        side: int = 0, rate: float | None = None) -> ActorProcess:
+                        side: int = 0, rate: float | None = None, *,
+                        held: bool = False) -> ActorProcess:
+        """Start publisher ``index``; ``held``: it publishes only once released."""
         s = self.settings
         actor = f"publisher-{index}"
         first = 0 if index == 0 else self.rng.randrange(len(self.clusters[side].nodes))
@@ -155,7 +159,7 @@ class World:
                               queue_type=self.queue_type,
                               heartbeat=s.heartbeat, single_active=self.single_active,
                               messages=messages or s.messages, rate=rate or s.rate)
-        process = ActorProcess.start(spec)
+        process = ActorProcess.start(spec, held=held)
         self.publishers.append(process)
         self.planned += spec.messages
         return process
@@ -282,16 +286,14 @@ class World:
         self.recover()
 
     def recover(self) -> None:
-        """Until every node serves; one that most of the other nodes still do not list as
-        running after ``SPLIT_AFTER_S`` (a partition RabbitMQ kept after the heal), or that
-        does not serve within ``REPAIR_AFTER_S``, is killed and started again (listed in
+        """Until every node serves; one that serves while most of the other nodes do not
+        list it as running for ``SPLIT_SEEN_S``, or that they still do not list as running
+        after ``SPLIT_AFTER_S`` (a partition RabbitMQ kept after the heal), or that does not
+        serve within ``REPAIR_AFTER_S``, is killed and started again (listed in
         ``repaired``, and in ``run.json``)."""
-        try:
-            self.wait_serving(SPLIT_AFTER_S)
+        out = self._kept_split(SPLIT_AFTER_S)
+        if out is None:
             return
-        except ChaosTimeout:
-            pass
-        out = set(outcasts({n.index: self._running_seen_by(n) for n in self.cluster.nodes}))
         if not out:
             try:
                 self.wait_serving(REPAIR_AFTER_S - SPLIT_AFTER_S)
@@ -306,6 +308,29 @@ class World:
                 self.cluster.start(node.index, timeout=self.bound(120))
                 self.repaired.append(node.name)
         self.wait_serving()
+
+    def _kept_split(self, timeout: float) -> set[int] | None:
+        """Polls each node's view until the cluster is whole (``None``), or ``kept_split``
+        names the same nodes for ``SPLIT_SEEN_S`` in a row (those), or for ``timeout`` (then
+        the ``outcasts``, perhaps none)."""
+        deadline = time.monotonic() + min(timeout, self.left())
+        everyone = {n.index for n in self.cluster.nodes}
+        seen: set[int] = set()
+        since = time.monotonic()
+        while True:
+            views = {n.index: self._running_seen_by(n) for n in self.cluster.nodes}
+            serving = {n.index for n in self.cluster.nodes if self.serving(n)}
+            if serving == everyone and all(v == everyone for v in views.values()):
+                return None
+            split = set(kept_split(views, serving))
+            now = time.monotonic()
+            if not split or split != seen:
+                seen, since = split, now
+            elif now - since >= SPLIT_SEEN_S:
+                return split
+            if now >= deadline:
+                return set(outcasts(views))
+            self.pause(0.25)
 
     def node_of(self, process: ActorProcess) -> int:
         """The node ``process`` is connected to now (its latest ``connected`` event)."""
@@ -387,6 +412,13 @@ def outcasts(views: dict[int, set[int] | None]) -> list[int]:
         if excluded * 2 > len(nodes) - 1:
             found.append(node)
     return found
+
+
+def kept_split(views: dict[int, set[int] | None], serving: set[int]) -> list[int]:
+    """The ``outcasts`` that serve all the same: nodes that never paused (pause_minority
+    opens a paused node's listeners only once it has rejoined) and that RabbitMQ leaves
+    apart after the heal."""
+    return [node for node in outcasts(views) if node in serving]
 
 
 def _zk_link(actor: str) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from sac.chaos.errors import ChaosError
+from sac.chaos.partition import Partitions
 from sac.chaos.runner import run
 from sac.chaos.scenarios import SCENARIOS
 from sac.chaos.settings import ANOMALIES, RunSettings
@@ -41,6 +42,8 @@ def test_scenario(name: str, weakened: bool, postgres: LocalPostgres, tmp_path: 
     # A federated queue: its other side is a one-node loopback cluster of the same series.
     other = (request.getfixturevalue("cluster_b" if series == "4.0" else "cluster_b310")
              if scenario.federated else None)
+    for side in [cluster] if other is None else [cluster, other]:
+        _reset(side)
     settings = RunSettings(name, seed=1, messages=MESSAGES,
                            weakened=scenario.weakened if weakened else None)
     # Guarded consumers: the session's short-tick ZooKeeper (a run would start its own).
@@ -70,12 +73,35 @@ def test_scenario(name: str, weakened: bool, postgres: LocalPostgres, tmp_path: 
     assert run_json["broker"] == {"product": "RabbitMQ",
                                   "version": "4.0.5" if series == "4.0" else "3.10.8",
                                   "metadata_store": "mnesia"}
-    # Nothing of the run is left: no actor process, no proxy, no queue.
+    # Nothing of the run is left: no actor process, no proxy, no queue, no cut.
     assert not _actors_of(tmp_path)
     for side in [cluster] if other is None else [cluster, other]:
         api = side.management()
         assert run_json["queue"] not in [q.name for q in api.queues()]
         assert not [p for p in api.policies() if run_json["queue"] in p.name]
+    if cluster.spec.network == "netns":
+        parts = Partitions(cluster)
+        assert all(parts.rules(i) == "" for i in parts.nodes)
+
+
+def _reset(cluster: LocalCluster) -> None:
+    """The session's clusters serve every scenario in turn: whatever an earlier one left,
+    had it failed half-way (a cut, a chaos queue or policy), goes before the next run, and
+    is checked gone, so that no run's verdict depends on the one before it. (A run makes
+    its nodes whole itself before it starts: ``World.ensure_whole``.)"""
+    if cluster.spec.network == "netns":
+        parts = Partitions(cluster)
+        parts.heal()
+        assert all(parts.rules(i) == "" for i in parts.nodes)
+    api = cluster.management()
+    for queue in api.queues():
+        if queue.name.startswith("chaos-"):
+            api.delete_queue(queue.name, if_empty=False)
+    for policy in api.policies():
+        if policy.name.startswith("chaos-"):
+            api.delete_policy(policy.name)
+    assert not [q.name for q in api.queues() if q.name.startswith("chaos-")]
+    assert not [p.name for p in api.policies() if p.name.startswith("chaos-")]
 
 
 def test_an_interrupted_run_leaves_no_process(netns_cluster4: LocalCluster,
