@@ -372,12 +372,15 @@ class Inbox:
         ran = False  # every effect ran: what fails now is the commit
         try:
             with store.batch(queue, epoch, self.consumer) as batch:
-                # One read for the batch; ids staged in it are added as they commit.
-                seen = batch.committed_among([
-                    id_key(d.message_id) for d in deliveries
-                    if d.message_id and _looks_up(policy, d)])
-                for delivery in deliveries:
-                    result = self._one(batch, delivery, queue, policy, seen, events)
+                # One read for the batch (a store may take the records in it too); ids
+                # staged in it are added as they commit.
+                keys = [id_key(d.message_id) if d.message_id else "" for d in deliveries]
+                seen = batch.lookup(
+                    [k for k, d in zip(keys, deliveries, strict=True)
+                     if k and _looks_up(policy, d)],
+                    [k for k in keys if k])
+                for delivery, key in zip(deliveries, keys, strict=True):
+                    result = self._one(batch, delivery, key, queue, policy, seen, events)
                     results.append(result)
                     if isinstance(result, Exception):
                         break  # what follows waits: the consumer retries or parks this first
@@ -400,24 +403,25 @@ class Inbox:
         for i, delivery in enumerate(deliveries[:len(results)]):
             if results[i] is not Outcome.COMMITTED:
                 continue
-            key = recorded_id(delivery.message_id)
-            if key in batch.late_duplicates:
+            recorded = recorded_id(delivery.message_id)
+            if recorded in batch.late_duplicates:
                 results[i] = Outcome.DUPLICATE
                 self._dup_commit += 1
                 if rec is not None:
-                    rec.record(CommitRejected(msg=key, epoch=epoch, why="duplicate"))
+                    rec.record(CommitRejected(msg=recorded, epoch=epoch, why="duplicate"))
                 continue
             self._committed += 1
             if rec is not None:
-                rec.record(Commit(msg=key, epoch=epoch))
+                rec.record(Commit(msg=recorded, epoch=epoch))
         return results
 
-    def _one(self, batch: Batch, delivery: Delivery, queue: str, policy: LookupPolicy,
-             seen: set[str], events: list[HistoryEvent] | None) -> Outcome | Exception:
-        message_id = delivery.message_id
-        if not message_id:
+    def _one(self, batch: Batch, delivery: Delivery, key: str, queue: str,
+             policy: LookupPolicy, seen: set[str],
+             events: list[HistoryEvent] | None) -> Outcome | Exception:
+        """``key``: the message id as every store can hold it (``id_key``), whatever the
+        publisher sent; empty without one."""
+        if not key:
             return MissingMessageId(queue, delivery.delivery_tag)
-        key = id_key(message_id)  # what every store can hold, whatever the publisher sent
         if _looks_up(policy, delivery):
             self._lookups += 1
             if key in seen:
