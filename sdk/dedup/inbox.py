@@ -370,11 +370,12 @@ class Inbox:
         events: list[HistoryEvent] | None = None if rec is None else []
         results: list[Outcome | Exception] = []
         ran = False  # every effect ran: what fails now is the commit
+        # The ids as every store holds them (and histories record them); "": none.
+        keys = [id_key(d.message_id) if d.message_id else "" for d in deliveries]
         try:
             with store.batch(queue, epoch, self.consumer) as batch:
                 # One read for the batch (a store may take the records in it too); ids
                 # staged in it are added as they commit.
-                keys = [id_key(d.message_id) if d.message_id else "" for d in deliveries]
                 seen = batch.lookup(
                     [k for k, d in zip(keys, deliveries, strict=True)
                      if k and _looks_up(policy, d)],
@@ -400,19 +401,20 @@ class Inbox:
         if rec is not None and events:
             for event in events:
                 rec.record(event)
-        for i, delivery in enumerate(deliveries[:len(results)]):
-            if results[i] is not Outcome.COMMITTED:
+        late = batch.late_duplicates
+        for i, result in enumerate(results):
+            if result is not Outcome.COMMITTED:
                 continue
-            recorded = recorded_id(delivery.message_id)
-            if recorded in batch.late_duplicates:
+            key = keys[i]  # recorded_id of the message id: committed ones have one
+            if late and key in late:
                 results[i] = Outcome.DUPLICATE
                 self._dup_commit += 1
                 if rec is not None:
-                    rec.record(CommitRejected(msg=recorded, epoch=epoch, why="duplicate"))
+                    rec.record(CommitRejected(msg=key, epoch=epoch, why="duplicate"))
                 continue
             self._committed += 1
             if rec is not None:
-                rec.record(Commit(msg=recorded, epoch=epoch))
+                rec.record(Commit(msg=key, epoch=epoch))
         return results
 
     def _one(self, batch: Batch, delivery: Delivery, key: str, queue: str,

@@ -31,7 +31,7 @@ import re
 import secrets
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from .._errors import ConfigurationError, StaleEpoch, StoreUnavailable
 from ._sql import EPOCHS, LOOKUP_CHUNK, RECORDS, SqlStore
@@ -142,6 +142,8 @@ class PostgresStore(SqlStore):
         self._epoch_checks: dict[tuple[str, int], str] = {}
         self.token = secrets.token_hex(8)
         """Names this store's sessions (``application_name``) and its epochs (``holder``)."""
+        self.batching_name = f"{APPLICATION}{self.token}{BATCHING}"
+        """The sessions' ``application_name`` for the length of a pipelined batch."""
         super().__init__()
 
     def __repr__(self) -> str:
@@ -243,9 +245,10 @@ class PostgresStore(SqlStore):
         self, queue: str, epoch: int, consumer: str | None = None
     ) -> Iterator[Batch]:
         """Pipelined (``_PipelinedBatch``): one round trip to take the records (and look
-        them up), one to commit."""
+        them up), one to commit (the pipeline's closing sync)."""
         with self._lock:
             conn = self._connection()
+            batch: _PipelinedBatch | None = None
             try:
                 with conn.pipeline() as pipeline:
                     batch = _PipelinedBatch(self, conn, pipeline, queue, epoch, consumer)
@@ -255,10 +258,12 @@ class PostgresStore(SqlStore):
                     except BaseException:
                         batch.rollback()
                         raise
-                    batch.commit()
+                    batch.finish()
             except StoreUnavailable:
                 raise
             except Exception as exc:
+                if batch is not None and batch.finishing:
+                    batch.refuse(exc)
                 if self._outage(exc, conn):
                     raise self.unavailable(exc) from exc
                 raise
@@ -284,6 +289,16 @@ class PostgresStore(SqlStore):
     def _delete_batch_sql(self, condition: str) -> str:
         return (f"DELETE FROM {RECORDS} WHERE ctid IN "
                 f"(SELECT ctid FROM {RECORDS} WHERE {condition} LIMIT %s)")
+
+
+_TAKE = (
+    f"INSERT INTO {RECORDS} (queue, message_id, epoch, consumer, committed_at) "
+    "SELECT %s, m, %s, %s, %s + (n - 1) * 1e-6 "
+    "FROM unnest(%b::text[]) WITH ORDINALITY AS r(m, n){source} "
+    "ON CONFLICT (queue, message_id) DO NOTHING RETURNING message_id")
+"""A batch's records taken (``_PipelinedBatch._take``)."""
+_NAMED = ", (SELECT set_config('application_name', %s, true)) AS named(name)"
+"""Joined to the take's rows: the session's name set by the same statement, once."""
 
 
 class _PipelinedBatch(Batch):
@@ -330,23 +345,36 @@ class _PipelinedBatch(Batch):
         """Messages whose effect ran: a batch that tried one can blame a failure on it."""
         self._refused: BaseException | None = None
         """A statement of an effect failed: nothing of the batch can commit."""
+        self._named = False
+        self.finishing = False
+        """The batch's end was sent: what fails now refuses the batch (``refuse``)."""
 
     def begin(self) -> None:
         self._conn.execute("BEGIN")
-        self._conn.execute("SELECT set_config('application_name', %s, true)",
-                           (f"{APPLICATION}{self._store.token}{BATCHING}",))
+
+    def _name(self) -> None:
+        """Name the session a batch's for its transaction (``BATCHING``), before the
+        statements that lock anything: with the first take, or on its own."""
+        if not self._named:
+            self._named = True
+            self._conn.execute("SELECT set_config('application_name', %s, true)",
+                               (self._store.batching_name,))
 
     def _take(self, message_ids: list[str]) -> set[str]:
         """Insert the records of ``message_ids`` (distinct), waiting for the answer: which
         this batch now holds. Their times keep the batch's order, a microsecond apart, so
         that the ledger (``records``) lists them in the order they were delivered."""
         now = time.time()
-        rows = self._conn.execute(
-            f"INSERT INTO {RECORDS} (queue, message_id, epoch, consumer, committed_at) "
-            "SELECT %s, m, %s, %s, %s + (n - 1) * 1e-6 "
-            "FROM unnest(%b::text[]) WITH ORDINALITY AS r(m, n) "
-            "ON CONFLICT (queue, message_id) DO NOTHING RETURNING message_id",
-            (self.queue, self.epoch, self.consumer, now, message_ids)).fetchall()
+        if self._named:
+            rows = self._conn.execute(
+                _TAKE.format(source=""),
+                (self.queue, self.epoch, self.consumer, now, message_ids)).fetchall()
+        else:  # the session's name for the batch set in the same statement
+            self._named = True
+            rows = self._conn.execute(
+                _TAKE.format(source=_NAMED),
+                (self.queue, self.epoch, self.consumer, now, message_ids,
+                 self._store.batching_name)).fetchall()
         taken = {row[0] for row in rows}
         self._taken |= taken
         self._found.update(m for m in message_ids if m not in taken)
@@ -412,13 +440,13 @@ class _PipelinedBatch(Batch):
             if self._refused is None:
                 self._refused = exc
 
-    def done(self, message_id: str, tx: _SavedTransaction) -> None:
+    def done(self, tx: _Message) -> None:
         if tx.saved:
             self._send("RELEASE SAVEPOINT sac_message")
-        self._staged.add(message_id)
-        self._stage(message_id, tx)
+        self._staged.add(tx.message_id)
+        self._stage(tx.message_id, tx)
 
-    def failed(self, tx: _SavedTransaction, exc: BaseException) -> None:
+    def failed(self, tx: _Message, exc: BaseException) -> None:
         """An effect raised. A failing store is not the message's: the batch is tried
         again. A statement that failed (psycopg's error) aborted the transaction: the batch
         is refused at the commit. Anything else the effect raised is undone alone."""
@@ -435,39 +463,43 @@ class _PipelinedBatch(Batch):
             self._send("ROLLBACK TO SAVEPOINT sac_message")
             self._send("RELEASE SAVEPOINT sac_message")
 
-    def commit(self) -> None:
-        """Drop the records of what was not staged, check the epoch and commit, in one
-        round trip; or roll back and raise what refused it."""
+    def finish(self) -> None:
+        """Send the end of the batch, answered at the pipeline's closing sync: drop the
+        records of what was not staged, check the epoch, commit."""
+        self.finishing = True
+        if self._refused is not None:
+            raise self._refused
+        self._name()
+        conn = self._conn
+        unstaged = [m for m in self._taken if m not in self._staged]
+        if unstaged:
+            conn.execute(f"DELETE FROM {RECORDS} WHERE queue = %s "
+                         "AND message_id = ANY(%b::text[])", (self.queue, unstaged))
+        conn.execute(self._store.epoch_check(self.queue, self.epoch))
+        conn.execute("COMMIT")
+
+    def refuse(self, raised: Exception) -> NoReturn:
+        """The end of the batch failed (``raised``, out of pipeline mode now): roll back
+        and raise what refused it."""
         import psycopg
 
         conn = self._conn
         store = self._store
-        try:
-            if self._refused is not None:
-                raise self._refused
-            unstaged = [m for m in self._taken if m not in self._staged]
-            if unstaged:
-                conn.execute(f"DELETE FROM {RECORDS} WHERE queue = %s "
-                             "AND message_id = ANY(%b::text[])", (self.queue, unstaged))
-            conn.execute(store.epoch_check(self.queue, self.epoch))
-            conn.execute("COMMIT")
-            self._pipeline.sync()
-        except BaseException as raised:
-            self.rollback()
-            # A statement skipped for an earlier one's failure: that failure is the cause.
-            exc = self._refused if store._aborted(raised) and self._refused else raised
-            if isinstance(exc, psycopg.Error) and exc.sqlstate == STALE_EPOCH:
-                current = int(exc.diag.message_primary or 0)
-                raise StaleEpoch(self.queue, self.epoch, current) from None
-            if not isinstance(exc, Exception):
-                raise
-            if store._outage(exc, conn) and not store._aborted(exc):
-                raise store.unavailable(exc) from exc
-            if store.setup_fault(exc) or (self._tried <= 1 and store.message_fault(exc)):
-                raise exc from None  # the set-up's (tried again), or the one message's
-            raise BatchRefused(
-                f"a statement of a batch of {self._tried} message(s) failed ({exc}); each "
-                "message is tried alone") from exc
+        if store._usable(conn):
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+        # A statement skipped for an earlier one's failure: that failure is the cause.
+        exc = self._refused if store._aborted(raised) and self._refused else raised
+        if isinstance(exc, psycopg.Error) and exc.sqlstate == STALE_EPOCH:
+            current = int(exc.diag.message_primary or 0)
+            raise StaleEpoch(self.queue, self.epoch, current) from None
+        if store._outage(exc, conn) and not store._aborted(exc):
+            raise store.unavailable(exc) from exc
+        if store.setup_fault(exc) or (self._tried <= 1 and store.message_fault(exc)):
+            raise exc  # the set-up's (tried again), or the one message's own failure
+        raise BatchRefused(
+            f"a statement of a batch of {self._tried} message(s) failed ({exc}); each "
+            "message is tried alone") from exc
 
     def rollback(self) -> None:
         with contextlib.suppress(Exception):
@@ -477,14 +509,17 @@ class _PipelinedBatch(Batch):
             self._pipeline.sync()
 
 
-class _SavedTransaction(Transaction):
-    """A message's transaction that takes the message's savepoint the first time the
-    effect asks for the connection: an effect that writes nothing sends nothing."""
+class _Message(Transaction):
+    """One message of a pipelined batch: its transaction, and the context manager around
+    its effect (one object a message: it is made for every message). It takes the
+    message's savepoint the first time the effect asks for the connection: an effect that
+    writes nothing sends nothing."""
 
-    __slots__ = ("saved",)
+    __slots__ = ("_batch", "saved")
 
-    def __init__(self, connection: Any, queue: str, message_id: str, epoch: int) -> None:
-        super().__init__(connection, queue, message_id, epoch)
+    def __init__(self, batch: _PipelinedBatch, message_id: str) -> None:
+        super().__init__(batch._conn, batch.queue, message_id, batch.epoch)
+        self._batch = batch
         self.saved = False
 
     @property
@@ -494,24 +529,12 @@ class _SavedTransaction(Transaction):
             self._connection.execute("SAVEPOINT sac_message")
         return self._connection
 
-
-class _Message:
-    """One message of a pipelined batch (a class, not a generator: it is entered for
-    every message)."""
-
-    __slots__ = ("_batch", "_message_id", "_tx")
-
-    def __init__(self, batch: _PipelinedBatch, message_id: str) -> None:
-        self._batch = batch
-        self._message_id = message_id
-        self._tx = _SavedTransaction(batch._conn, batch.queue, message_id, batch.epoch)
-
     def __enter__(self) -> Transaction:
-        return self._tx
+        return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: object) -> None:
         if exc is None:
-            self._batch.done(self._message_id, self._tx)
+            self._batch.done(self)
         else:
-            self._batch.failed(self._tx, exc)
+            self._batch.failed(self, exc)
