@@ -13,14 +13,15 @@ for what the consumer has waiting); each message's effect runs inside a savepoin
    back: ``StaleEpoch``;
 3. commit, then the ``on_commit`` callbacks.
 
-That is the SQLite store's batch, and PostgreSQL's for a batch that may hold a single
-message. A PostgreSQL batch of several sends the same work in pipeline mode, without
-waiting for answers: records and epoch check go with the commit, and a failure found there
-refuses the whole batch (``BatchRefused``) so that the inbox tries each message alone
-(``postgres._PipelinedBatch``).
+That is the SQLite store's batch. The PostgreSQL store keeps the order (a message's record
+is written before its effect can commit, and refuses a second one) but takes the records of
+the whole batch first, in the round trip that looks them up, and sends everything else in
+pipeline mode without waiting for answers, the epoch check with the commit: two round
+trips a batch (``postgres._PipelinedBatch``). A statement that fails there refuses the
+whole batch (``BatchRefused``), and the inbox tries each message alone.
 
-Nothing is locked before a message's first write. After it, a batch holds locks (SQLite's
-one write lock; PostgreSQL row locks on what it inserted) until it commits or rolls back: a
+Nothing is locked before a batch's first write. After it, a batch holds locks (SQLite's
+one write lock; PostgreSQL row locks on the records it took) until it commits or rolls back: a
 consumer frozen in the middle of a batch holds them for as long as it is frozen. Its
 successor deals with that when it claims its epoch, which it does only once the broker has
 made it the active consumer, so that the holder recorded with the old epoch is known to be

@@ -1,26 +1,29 @@
 """A PostgreSQL store (psycopg 3, the ``postgres`` extra): for consumers on several hosts, and
 for effects that already live in PostgreSQL, so that effect and record commit together.
 
-A frozen holder. A batch holds row locks (on the records it inserted, on rows its effects
-wrote, and at its end a share lock on the epoch row) until it commits. If the active consumer
-is frozen in the middle of a batch, its session waits "idle in transaction" and its
-successor's inserts of the same records wait on it. So every session of a store carries an
-``application_name`` of ``sac-dedup:<token>``, the token random per store; the epoch row
-records the token of its holder; and an epoch claim, in the same statement that raises the
-epoch, ends (``pg_terminate_backend``) the previous holder's sessions that wait for their
-client inside a transaction: "idle in transaction" between batches' round trips, or
-"active" waiting on ``ClientRead`` while a pipelined batch's statements are sent ahead of
-its sync (the server counts a statement without its Sync as still running; the batch's
-``application_name`` carries ``BATCHING`` for its transaction, so that a session merely
-receiving a statement is never taken for one). Such a
-transaction could never commit after the claim (the epoch check at its commit refuses it);
-the woken zombie finds its session gone, tries again on a new one and is fenced
-(``StaleEpoch``). Sessions executing a statement are left alone: they are not waiting for a
-frozen client, and reach that check by themselves; this also keeps a claim from ending a
-concurrent claim. Ending a session needs the role's own sessions (or
-membership of the role, or ``pg_signal_backend``): consumers of one queue connect as one
-role. Sessions are also opened with ``idle_in_transaction_session_timeout``, the bound when
-nothing else applies.
+A batch costs two round trips whatever its size (``_PipelinedBatch``): one takes the records
+of all its messages (which is also the lookup), one commits; effects' statements go in
+between in pipeline mode, unanswered.
+
+A frozen holder. A batch holds row locks (on the records it took, from its start, on rows
+its effects wrote, and at its end a share lock on the epoch row) until it commits. If the
+active consumer is frozen in the middle of a batch, its session waits for its client inside
+the transaction and its successor's take of the same records waits on it. So every session
+of a store carries an ``application_name`` of ``sac-dedup:<token>``, the token random per
+store; the epoch row records the token of its holder; and an epoch claim, in the same
+statement that raises the epoch, ends (``pg_terminate_backend``) the previous holder's
+sessions that wait for their client inside a transaction: "idle in transaction" between
+batches' round trips, or "active" waiting on ``ClientRead`` while a pipelined batch's
+statements are sent ahead of its sync (the server counts a statement without its Sync as
+still running; the batch's ``application_name`` carries ``BATCHING`` for its transaction, so
+that a session merely receiving a statement is never taken for one). Such a transaction
+could never commit after the claim (the epoch check at its commit refuses it); the woken
+zombie finds its session gone, tries again on a new one and is fenced (``StaleEpoch``).
+Sessions executing a statement are left alone: they are not waiting for a frozen client, and
+reach that check by themselves; this also keeps a claim from ending a concurrent claim.
+Ending a session needs the role's own sessions (or membership of the role, or
+``pg_signal_backend``): consumers of one queue connect as one role. Sessions are also opened
+with ``idle_in_transaction_session_timeout``, the bound when nothing else applies.
 """
 
 from __future__ import annotations
@@ -246,8 +249,12 @@ class PostgresStore(SqlStore):
     ) -> Iterator[Batch]:
         """Pipelined (``_PipelinedBatch``): one round trip to take the records (and look
         them up), one to commit (the pipeline's closing sync)."""
+        import psycopg
+
         with self._lock:
             conn = self._connection()
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")  # what an interrupted batch left open
             batch: _PipelinedBatch | None = None
             try:
                 with conn.pipeline() as pipeline:
