@@ -13,8 +13,15 @@ for what the consumer has waiting); each message's effect runs inside a savepoin
    back: ``StaleEpoch``;
 3. commit, then the ``on_commit`` callbacks.
 
-Nothing is locked before a message's first write. After it, a batch holds locks (SQLite's
-one write lock; PostgreSQL row locks on what it inserted) until it commits or rolls back: a
+That is the SQLite store's batch. The PostgreSQL store keeps the order (a message's record
+is written before its effect can commit, and refuses a second one) but takes the records of
+the whole batch first, in the round trip that looks them up, and sends everything else in
+pipeline mode without waiting for answers, the epoch check with the commit: two round
+trips a batch (``postgres._PipelinedBatch``). A statement that fails there refuses the
+whole batch (``BatchRefused``), and the inbox tries each message alone.
+
+Nothing is locked before a batch's first write. After it, a batch holds locks (SQLite's
+one write lock; PostgreSQL row locks on the records it took) until it commits or rolls back: a
 consumer frozen in the middle of a batch holds them for as long as it is frozen. Its
 successor deals with that when it claims its epoch, which it does only once the broker has
 made it the active consumer, so that the holder recorded with the old epoch is known to be
@@ -34,7 +41,16 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .._errors import ClosedError, SchemaMismatch, StaleEpoch, StoreUnavailable
-from ._store import SCHEMA_VERSION, Batch, Duplicate, Retention, Store, Transaction, now_or
+from ._store import (
+    SCHEMA_VERSION,
+    Batch,
+    BatchRefused,
+    Duplicate,
+    Retention,
+    Store,
+    Transaction,
+    now_or,
+)
 
 META = "sac_dedup_meta"
 EPOCHS = "sac_dedup_epochs"
@@ -57,7 +73,7 @@ a consumer of the older version still running beside it keeps working (its claim
 holder empty, and an empty holder is never ended or killed)."""
 
 
-_LOOKUP_CHUNK = 500
+LOOKUP_CHUNK = 500
 """Ids per lookup statement (SQLite allows 32 766 parameters, PostgreSQL 65 535)."""
 
 
@@ -124,7 +140,8 @@ class SqlStore(Store):
         return ()
 
     def message_fault(self, exc: BaseException) -> bool:
-        return isinstance(exc, self._data_errors()) and not self._outage(exc, self._conn)
+        return isinstance(exc, BatchRefused) or (
+            isinstance(exc, self._data_errors()) and not self._outage(exc, self._conn))
 
     def missing_tables(self, names: Sequence[str]) -> list[str]:
         with self._lock:
@@ -352,8 +369,8 @@ class _SqlBatch(Batch):
     def committed_among(self, message_ids: Sequence[str]) -> set[str]:
         found: set[str] = set()
         p = self._store.placeholder
-        for start in range(0, len(message_ids), _LOOKUP_CHUNK):
-            chunk = message_ids[start:start + _LOOKUP_CHUNK]
+        for start in range(0, len(message_ids), LOOKUP_CHUNK):
+            chunk = message_ids[start:start + LOOKUP_CHUNK]
             rows = self._conn.execute(
                 f"SELECT message_id FROM {RECORDS} WHERE queue = {p} AND message_id IN "
                 f"({', '.join([p] * len(chunk))})", (self.queue, *chunk)).fetchall()

@@ -35,6 +35,14 @@ class Duplicate(Exception):
     transaction (and the effect written through it) is rolled back."""
 
 
+class BatchRefused(Exception):
+    """Raised by a batch's commit when one of its messages failed in a way the store can
+    only undo with the whole batch (a statement of an effect that the PostgreSQL store sent
+    without waiting for its answer failed, which aborts its transaction): nothing of the
+    batch was committed, and ``Store.message_fault`` is true for it, so the inbox tries
+    each message alone and finds the one at fault. ``__cause__`` is what failed."""
+
+
 def _positive(*, integer: bool, optional: bool) -> Any:
     def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value is None and optional:
@@ -75,14 +83,21 @@ class Transaction:
     the id as the store records it (``id_key``: text any store can hold, whatever octets the
     publisher sent)."""
 
-    __slots__ = ("_after", "connection", "epoch", "message_id", "queue")
+    __slots__ = ("_after", "_connection", "epoch", "message_id", "queue")
 
     def __init__(self, connection: Any, queue: str, message_id: str, epoch: int) -> None:
-        self.connection = connection
+        self._connection = connection
         self.queue = queue
         self.message_id = message_id
         self.epoch = epoch
         self._after: list[Callable[[], None]] = []
+
+    @property
+    def connection(self) -> Any:
+        """The store's connection, inside the batch's transaction (``None``: memory store).
+        A store may prepare something the first time an effect asks for it (PostgreSQL: the
+        message's savepoint, so that an effect that writes nothing costs nothing)."""
+        return self._connection
 
     def on_commit(self, action: Callable[[], None]) -> None:
         """Run ``action`` only if this transaction commits: the way to apply an in-process
@@ -105,7 +120,12 @@ class Transaction:
 class Batch(abc.ABC):
     """Messages staged in one store transaction. ``message()`` wraps one message's effect:
     an exception inside (the effect failed) or ``Duplicate``/``StaleEpoch`` on its exit
-    undoes that message only; the others stay staged. ``staged`` lists what will commit."""
+    undoes that message only; the others stay staged. ``staged`` lists what will commit.
+
+    A store may learn of a statement's failure only at the commit (the PostgreSQL store
+    sends effects' statements without waiting for their answers): it then commits nothing
+    and raises ``BatchRefused``, and the caller tries each message alone, where every
+    failure is found at the message's own exit as above."""
 
     def __init__(self, queue: str, epoch: int, consumer: str | None) -> None:
         self.queue = queue
@@ -129,6 +149,14 @@ class Batch(abc.ABC):
         whole batch up at once, so that looking every message up costs one read a batch,
         not one a message. Stores override this with one query; this default asks each."""
         return {message_id for message_id in message_ids if self.seen(message_id)}
+
+    def lookup(self, looked_up: Sequence[str], staging: Sequence[str]) -> set[str]:
+        """Which of ``looked_up`` were committed before this batch, told first every id the
+        batch will try to stage (``staging``, in order): a store may take their records at
+        once, in the same round trip (PostgreSQL), so that what it finds committed is
+        refused before its effect runs and what it takes waits for nobody later. This
+        default looks ``looked_up`` up (``committed_among``) and takes nothing."""
+        return self.committed_among(looked_up)
 
     def _stage(self, message_id: str, tx: Transaction) -> None:
         self.staged.append(message_id)

@@ -370,14 +370,18 @@ class Inbox:
         events: list[HistoryEvent] | None = None if rec is None else []
         results: list[Outcome | Exception] = []
         ran = False  # every effect ran: what fails now is the commit
+        # The ids as every store holds them (and histories record them); "": none.
+        keys = [id_key(d.message_id) if d.message_id else "" for d in deliveries]
         try:
             with store.batch(queue, epoch, self.consumer) as batch:
-                # One read for the batch; ids staged in it are added as they commit.
-                seen = batch.committed_among([
-                    id_key(d.message_id) for d in deliveries
-                    if d.message_id and _looks_up(policy, d)])
-                for delivery in deliveries:
-                    result = self._one(batch, delivery, queue, policy, seen, events)
+                # One read for the batch (a store may take the records in it too); ids
+                # staged in it are added as they commit.
+                seen = batch.lookup(
+                    [k for k, d in zip(keys, deliveries, strict=True)
+                     if k and _looks_up(policy, d)],
+                    [k for k in keys if k])
+                for delivery, key in zip(deliveries, keys, strict=True):
+                    result = self._one(batch, delivery, key, queue, policy, seen, events)
                     results.append(result)
                     if isinstance(result, Exception):
                         break  # what follows waits: the consumer retries or parks this first
@@ -397,11 +401,12 @@ class Inbox:
         if rec is not None and events:
             for event in events:
                 rec.record(event)
-        for i, delivery in enumerate(deliveries[:len(results)]):
-            if results[i] is not Outcome.COMMITTED:
+        late = batch.late_duplicates
+        for i, result in enumerate(results):
+            if result is not Outcome.COMMITTED:
                 continue
-            key = recorded_id(delivery.message_id)
-            if key in batch.late_duplicates:
+            key = keys[i]  # recorded_id of the message id: committed ones have one
+            if late and key in late:
                 results[i] = Outcome.DUPLICATE
                 self._dup_commit += 1
                 if rec is not None:
@@ -412,12 +417,13 @@ class Inbox:
                 rec.record(Commit(msg=key, epoch=epoch))
         return results
 
-    def _one(self, batch: Batch, delivery: Delivery, queue: str, policy: LookupPolicy,
-             seen: set[str], events: list[HistoryEvent] | None) -> Outcome | Exception:
-        message_id = delivery.message_id
-        if not message_id:
+    def _one(self, batch: Batch, delivery: Delivery, key: str, queue: str,
+             policy: LookupPolicy, seen: set[str],
+             events: list[HistoryEvent] | None) -> Outcome | Exception:
+        """``key``: the message id as every store can hold it (``id_key``), whatever the
+        publisher sent; empty without one."""
+        if not key:
             return MissingMessageId(queue, delivery.delivery_tag)
-        key = id_key(message_id)  # what every store can hold, whatever the publisher sent
         if _looks_up(policy, delivery):
             self._lookups += 1
             if key in seen:
