@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .campaign import Row, carry_out, plan, row, table
     from .errors import ActorFailed, ChaosError, ChaosTimeout, UnknownScenario
-    from .runner import RunResult, Scenario, run
+    from .runner import RunResult, run
+    from .scenario import Scenario
     from .scenarios import SCENARIOS
     from .settings import WEAKENINGS, RunSettings, Weakening
     from .world import World
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
 _HOMES = {
     "sac.chaos.campaign": ("Row", "carry_out", "plan", "row", "table"),
     "sac.chaos.errors": ("ActorFailed", "ChaosError", "ChaosTimeout", "UnknownScenario"),
-    "sac.chaos.runner": ("RunResult", "Scenario", "run"),
+    "sac.chaos.runner": ("RunResult", "run"),
+    "sac.chaos.scenario": ("Scenario",),
     "sac.chaos.scenarios": ("SCENARIOS",),
     "sac.chaos.settings": ("WEAKENINGS", "RunSettings", "Weakening"),
     "sac.chaos.world": ("World",),

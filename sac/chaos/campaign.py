@@ -18,7 +18,8 @@ from sac.checker.verdict import Verdict
 from sac.history import CONCURRENT, DUPLICATED, LOST, REORDERED
 from sac.server import LocalCluster, LocalPostgres
 from .errors import ChaosError
-from .runner import RunResult, Scenario, run
+from .runner import RunResult, run
+from .scenario import Scenario
 from .scenarios import SCENARIOS
 from .settings import RunSettings
 

@@ -15,9 +15,8 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
@@ -31,7 +30,9 @@ from .actors import Sink
 from .errors import ChaosError, UnknownScenario
 from .faults import FaultProxy
 from .federation import federate, unfederate
-from .settings import GUARD_LEASE_S, GUARD_TICK_MS, RunSettings, Weakening
+from .scenario import Scenario
+from .scenarios import SCENARIOS
+from .settings import GUARD_LEASE_S, GUARD_TICK_MS, RunSettings
 from .world import World
 
 
@@ -61,71 +62,6 @@ class RunResult:
         return "caught" if found & set(self.expected) else "FAIL"
 
 
-Body = Callable[[World], None]
-
-
-@attrs.frozen
-class Scenario:
-    name: str
-    summary: str
-    body: Body
-    weakened: Weakening
-    """The weakening this scenario's fault exposes; its anomaly is ``expect``."""
-    expect: tuple[str, ...]
-    queue_type: Literal["quorum", "classic"] = "quorum"
-    prepare: Callable[[LocalCluster, str], None] | None = None
-    """Set-up before the queue exists (a policy), given the queue name."""
-    store: Literal["sqlite", "postgres"] = "sqlite"
-    """PostgreSQL where the fault is about row locks held by a frozen consumer: SQLite's one
-    writer serialises consumers whatever the fencing."""
-    network: Literal["loopback", "netns"] = "loopback"
-    """``netns``: the scenario cuts links between nodes, so each node needs a namespace."""
-    guard: bool = False
-    """The consumers are guarded by a ZooKeeper election (``World.zookeeper``), with a lease
-    of ``GUARD_LEASE_S``: the run needs a ZooKeeper with a short tick."""
-    single_active: bool = True
-    """The queue's native single active consumer; False (a plain queue) only with ``guard``,
-    which is then all that keeps a second consumer off it."""
-    evict: bool = False
-    """Guarded consumers get the cluster's management API: a new leader has the broker
-    close its predecessor's connection (``GuardSettings.evict``)."""
-    federated: bool = False
-    """The queue federated with a second cluster (``sac/chaos/federation.py``), consumer slots
-    alternating between the two: only a guard keeps one active across both."""
-    rabbitmq: str | None = None
-    """The RabbitMQ series the fault needs (``3.10`` for classic mirrored queues, which 4.0
-    removed); ``None``: any. The CLI runs such a scenario on that series whatever the
-    default, and ``run`` refuses it on another."""
-    rabbitmq_why: str = ""
-    """Why it needs that series: the refusal's reason."""
-
-    def __attrs_post_init__(self) -> None:
-        if not (self.single_active or self.guard):
-            raise ChaosError(f"scenario {self.name}: a queue without single active consumer "
-                             "needs guarded consumers (guard=True)")
-        if self.evict and not self.guard:
-            raise ChaosError(f"scenario {self.name}: eviction needs guarded consumers")
-        if self.federated and (self.single_active or not self.guard):
-            raise ChaosError(f"scenario {self.name}: a federated queue is kept to one "
-                             "consumer by the guard (guard=True, single_active=False)")
-        if (self.rabbitmq is None) != (not self.rabbitmq_why):
-            raise ChaosError(f"scenario {self.name}: a required RabbitMQ series comes with "
-                             "its reason (rabbitmq and rabbitmq_why)")
-
-    def series(self, asked: str | None, default: str) -> str:
-        """The series a run of this scenario uses when ``asked`` (``None``: not asked), the
-        default being ``default``; ChaosError when asked for a series it cannot run on."""
-        if self.rabbitmq is None:
-            return asked or default
-        if asked is not None and asked != self.rabbitmq:
-            raise ChaosError(self.refusal(asked))
-        return self.rabbitmq
-
-    def refusal(self, series: str) -> str:
-        return (f"scenario {self.name} needs RabbitMQ {self.rabbitmq}, not {series}: "
-                f"{self.rabbitmq_why}")
-
-
 def _delete_queue(cluster: LocalCluster, queue: str) -> None:
     """The run's queue, its parking queue and a policy a scenario made for it."""
     api = cluster.management()
@@ -144,7 +80,6 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
     consumers uses ``zookeeper`` (its tick short enough for ``GUARD_LEASE_S``), or starts
     one of its own in the run's directory for the run; a federated one federates with
     ``other``, or a one-node cluster it starts for the run."""
-    from .scenarios import SCENARIOS
 
     table = SCENARIOS if scenarios is None else scenarios
     if settings.scenario not in table:

@@ -26,7 +26,7 @@ from ._process import ActorProcess
 from .errors import ChaosTimeout
 from .federation import link_actor, links_running, unacked
 from .partition import Grudge, isolate, majorities_ring, one_way
-from .runner import Body, Scenario
+from .scenario import Body, Scenario
 from .world import World, toxic, zk_cut
 
 EFFECT_WAIT_S = 30.0

@@ -88,7 +88,7 @@ def test_settings_are_checked() -> None:
 
 
 def test_a_plain_queue_needs_guarded_consumers() -> None:
-    from sac.chaos.runner import Scenario
+    from sac.chaos.scenario import Scenario
 
     with pytest.raises(ChaosError, match="guard=True"):
         Scenario("x", "a plain queue, nothing to keep a second consumer off it", lambda _w: None,
@@ -100,7 +100,7 @@ def test_a_plain_queue_needs_guarded_consumers() -> None:
 def test_a_federated_queue_is_kept_to_one_consumer_by_the_guard(options: dict[str, bool]
                                                                   ) -> None:
     """Native single active consumer is per cluster: across two only the guard can hold."""
-    from sac.chaos.runner import Scenario
+    from sac.chaos.scenario import Scenario
 
     with pytest.raises(ChaosError, match="federated queue is kept to one consumer"):
         Scenario("x", "federated", lambda _w: None, "dedup-off", ("duplicated",),
