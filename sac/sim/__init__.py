@@ -4,7 +4,7 @@ that fails or is slow, fault schedules drawn from a seed, exact replay and shrin
 Pure: no sockets, threads, asyncio or wall clock; everything random comes from the seed, so
 a run is a function of its seed and its workload::
 
-    outcome = run(seed, workload)          # workload: see harness.Workload
+    outcome = run(seed, workload)          # workload: see run.Workload
     if outcome.failed:
         small = shrink(outcome.schedule, lambda s: run(seed, workload, s).failed)
 
@@ -53,11 +53,10 @@ from .harness import (
     Event,
     Received,
     Send,
-    Workload,
 )
 from .invariants import broker_violations
 from .model import DEFAULT_MODEL, MODELS, BrokerChoice, BrokerModel, Timeout
-from .run import Outcome, run, schedule_for
+from .run import Outcome, Workload, run, schedule_for
 from .shrink import ddmin, shrink
 from .store import LedgerEntry, SimStore
 from .trace import Entry, Trace

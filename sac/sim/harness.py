@@ -15,15 +15,10 @@ client of the model's own tests is ``sim.script``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import attrs
-
-if TYPE_CHECKING:
-    from .faults import Space
-    from .model import BrokerModel
-    from .world import World
 
 # ------------------------------------------------------------------ actions (client -> world)
 
@@ -145,22 +140,4 @@ class Client(Protocol):
 
     def next_tick(self) -> float | None:
         """When ``tick`` should run next (virtual time), or None."""
-        ...
-
-
-class Workload(Protocol):
-    """What one simulated run drives: the clients under test, the faults they may meet,
-    and what must hold at the end. ``sim.run.run`` calls ``build`` on a fresh world, runs
-    it to ``horizon`` under a schedule drawn from ``space`` (then until idle, at most
-    ``settle`` more seconds) and calls the checker ``build`` returned."""
-
-    horizon: float
-    settle: float
-    space: Space
-    broker: BrokerModel
-    """The RabbitMQ the simulated broker follows (``sim.model``)."""
-
-    def build(self, world: World) -> Callable[[], list[str]]:
-        """Add the clients to ``world``; return what lists the invariants violated at the
-        end of the run (empty: it passed)."""
         ...

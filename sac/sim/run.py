@@ -12,15 +12,36 @@ from __future__ import annotations
 
 import random
 import traceback
+from collections.abc import Callable
+from typing import Protocol
 
 import attrs
 
-from .faults import Schedule, draw
-from .harness import Workload
+from .faults import Schedule, Space, draw
+from .model import BrokerModel
 from .trace import Trace
 from .world import World
 
 _SCHEDULE_STREAM = 0x5EED5C4E
+
+
+class Workload(Protocol):
+    """What one simulated run drives: the clients under test, the faults they may meet,
+    and what must hold at the end. ``sim.run.run`` calls ``build`` on a fresh world, runs
+    it to ``horizon`` under a schedule drawn from ``space`` (then until idle, at most
+    ``settle`` more seconds) and calls the checker ``build`` returned."""
+
+    horizon: float
+    settle: float
+    space: Space
+    broker: BrokerModel
+    """The RabbitMQ the simulated broker follows (``sim.model``)."""
+
+    def build(self, world: World) -> Callable[[], list[str]]:
+        """Add the clients to ``world``; return what lists the invariants violated at the
+        end of the run (empty: it passed)."""
+        ...
+
 
 
 @attrs.frozen(eq=False)
