@@ -122,6 +122,7 @@ HOOKS = (
     Hook(BaseConnection, "_transport", "writes to directly", set_in="_proto_connection_made"),
     Hook(BaseConnection, "_proto_connection_made", "overrides to size its transport's reads"),
     Hook(_TransportBase, "_MAX_RECV_BYTES", "raises to read deliveries in larger chunks"),
+    Hook(_TransportBase, "_MAX_CONSUME_BYTES", "lowers to read once per readable event"),
     Hook(_PlaintextTransport, "_STATE_ACTIVE", "checks before writing to the socket"),
     Hook(_PlaintextTransport, "_state", "checks before writing to the socket",
          set_in="__init__"),
@@ -150,8 +151,7 @@ def undecodable(properties: Any) -> str | None:
 RECV_BYTES = 65536
 """The most one ``recv`` reads: what a busy consumer's socket holds (prefetched deliveries
 arrive back to back), under the size above which the allocator maps fresh memory for each
-read. pika still stops reading after 100 KiB per event, so a busy socket cannot starve the
-loop."""
+read."""
 
 _CONTENT_HEADER = 2
 _BASIC = 60
@@ -245,6 +245,12 @@ class BatchedAsyncioConnection(AsyncioConnection):  # type: ignore[misc]
             # across two reads every few. One read of what the socket holds costs one
             # call and one decoding pass for the lot (``RECV_BYTES``).
             transport._MAX_RECV_BYTES = RECV_BYTES
+        if type(transport) is _PlaintextTransport:
+            # And one read per readable event: pika reads until the socket would block,
+            # so every event ends in an EAGAIN raised through three Python frames. The
+            # loop's epoll is level-triggered: what is left is read at the next iteration.
+            # Plain TCP only: TLS may hold decrypted bytes that epoll does not see.
+            transport._MAX_CONSUME_BYTES = 1
         super()._proto_connection_made(transport)
 
     def _sac_to_pika(self, frames: bytes) -> None:
