@@ -89,7 +89,7 @@ class Runner:
     """Executes runs for one consumer; knows the handler or the inbox, never the machine."""
 
     def __init__(self, handler: Handler | None, session: InboxSession | None, *,
-                 queue: str, batch: int, reports: Reports) -> None:
+                 queue: str, batch: int, reports: Reports, pipelined: bool) -> None:
         self._handler: Any = handler
         self.session = session
         self.handler_is_async = session is None and inspect.iscoroutinefunction(handler)
@@ -97,6 +97,9 @@ class Runner:
         self.batch = batch
         """The ack batch: the blocking face's worker reports at least this often."""
         self.reports = reports
+        self.pipelined = pipelined
+        """The machine hands runs out without waiting for the reports of those before
+        (``ConsumerMachine``'s ``pipeline``): a worker may hold its reports back a moment."""
         self.stop_requested = False
         """Set from any thread by the consumer's ``request_stop``: the run under way ends
         after the delivery in hand, before the loop has begun the stop."""
