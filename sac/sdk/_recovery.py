@@ -25,7 +25,7 @@ log = logging.getLogger("sac.recovery")
 
 class Recovering:
     """Base of the publisher (``AsyncPublisher``) and of the consumer's link
-    (``_consumer_link.ConsumerLink``): owns ``_link`` and its recovery."""
+    (``_consumer.link.ConsumerLink``): owns ``_link`` and its recovery."""
 
     _role = "client"
 

@@ -35,7 +35,7 @@ What they do for you:
 
 Both are faces of one engine (``_consumer/engine.py``) around one state machine
 (``_core/consuming.py``): the asyncio face runs handlers on its loop, the blocking face in the
-thread that calls ``run()``, told by the loop when to stop (``_consumer_runs.Ticket``).
+thread that calls ``run()``, told by the loop when to stop (``_consumer.runs.Ticket``).
 
 Example::
 

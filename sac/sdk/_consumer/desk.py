@@ -17,7 +17,7 @@ from collections.abc import Callable
 from .._core.consuming import Actions, ConsumerMachine, Run
 from .._delivery import Delivery
 from .._errors import StaleEpoch
-from .runs import Fence, Outcome, Ticket
+from .runs import Cut, Fence, Outcome, Ticket
 
 
 class RunDesk:
@@ -28,7 +28,7 @@ class RunDesk:
         self._machine = machine
         self._carry_out = carry_out
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._cut = threading.Event()
+        self._cut = Cut()
         self._fence = Fence(token=None, gone=threading.Event()) if fenced else None
 
     def ticket(self, run: Run[Delivery]) -> Ticket:
@@ -37,8 +37,8 @@ class RunDesk:
     def cut(self) -> None:
         """Runs handed out so far end after the delivery in hand (stop, pause, halt, lost
         channel); those handed out later get a fresh flag."""
-        self._cut.set()
-        self._cut = threading.Event()
+        self._cut.up = True
+        self._cut = Cut()
 
     def refence(self, gone: bool, token: int | None) -> None:
         """A guarded inbox's runs from now on commit under ``token``; with ``gone``, those

@@ -58,6 +58,7 @@ class ConsumerEngine:
         serializers: Serializer[Any] | Sequence[Serializer[Any]] = BYTES,
     ) -> None:
         inbox = handler if isinstance(handler, Inbox) else None
+        pipelined = inbox is None
         codecs = Codecs(serializers)  # a wrong one fails here, before anything connects
         if inbox is None and not callable(handler):
             raise TypeError(f"handler must be callable or an Inbox, got {type(handler).__name__}")
@@ -82,7 +83,7 @@ class ConsumerEngine:
             permanent=permanent_failure,
             # An inbox commits a run in one transaction: one at a time, each as large as
             # what waits. Handlers run one message at a time anyway: keep the worker fed.
-            pipeline=1 if inbox is not None else None,
+            pipeline=None if pipelined else 1,
             rejoins=settings.guard is not None, handover=settings.handover)
         self.life = Lifecycle("consumer")
         self._recorder = recorder
@@ -91,7 +92,7 @@ class ConsumerEngine:
                             fenced=settings.guard is not None and inbox is not None)
         self.runner = Runner(None if isinstance(handler, Inbox) else handler, self.session,
                              queue=self._queue_name, batch=settings.ack_batch,
-                             reports=self.desk)
+                             reports=self.desk, pipelined=pipelined)
         self.link = ConsumerLink(settings, connection, recorder, self.machine, codecs, self)
         self._parker = Parker(settings, self.link, self.machine, self.carry_out)
         self.shell = AsyncConsumerShell(

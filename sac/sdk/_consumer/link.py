@@ -193,9 +193,9 @@ class ConsumerLink(Recovering):
                     unfit = undecodable.reason
             delivery = Delivery(
                 body, message_id, headers or _NO_HEADERS, bool(redelivered),
-                delivery_count(headers), self._queue_name, routing_key, exchange,
-                content_type, correlation_id, timestamp, tag, derived, properties, value,
-            )
+                None if headers is None else delivery_count(headers), self._queue_name,
+                routing_key, exchange, content_type, correlation_id, timestamp, tag, derived,
+                properties, value)
             rec = self._recorder
             if rec is not None:
                 msg = self._ids_by_tag[tag] = recorded_id(message_id)

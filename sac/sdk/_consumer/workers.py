@@ -15,6 +15,7 @@ import collections
 import contextvars
 import queue as thread_queue
 import threading
+import time
 from typing import Protocol
 
 from .._core.consuming import Admission
@@ -98,9 +99,20 @@ class AsyncWorker:
                     await asyncio.sleep(0)
 
 
+REPORT_LINGER = 0.001
+"""Seconds the blocking face's worker waits for the next run of a stream before it reports
+the runs it ended. A fast handler empties each run (what one read brought: a few
+deliveries, when the broker is the slower side) long before the next one comes, and every
+report wakes the loop thread: a round trip of thread switches per run. While runs keep
+coming, waiting a millisecond lets one report cover the runs of that millisecond (up to an
+ack batch); an ack goes out that much later at most. A run that comes alone (the first
+after a pause) is reported at once, and nothing that needs its report (a failure, a run cut
+short, a stop) waits."""
+
+
 class ThreadWorker:
     """Hands runs to the thread in ``serve`` (the blocking face's ``run()``): one thread
-    hop per run each way, not per message."""
+    hop per run there, one per report back (which covers several runs), not per message."""
 
     def __init__(self) -> None:
         self._runs: thread_queue.SimpleQueue[Ticket | None] = thread_queue.SimpleQueue()
@@ -134,8 +146,10 @@ class ThreadWorker:
         outside the handler's own (``KeyboardInterrupt``) ends it too, after reporting
         what the run under way had done.
 
-        Reports go back in one hop for several runs: when no run waits (the worker would
-        block), when an ack batch is done, or when a run ended early."""
+        Reports go back in one hop for several runs: when no further run waits, or, while
+        runs keep coming (each within ``REPORT_LINGER`` of the last one's end), when none
+        came within that time; when an ack batch is done; when a run ended early. An inbox
+        never waits: its next run waits for this report."""
         self._server = threading.get_ident()
         self._idle.clear()
         runs = self._runs
@@ -146,12 +160,21 @@ class ThreadWorker:
         ended: list[tuple[Ticket, Outcome]] = []
         done = 0
         running: Ticket | None = None
+        linger = REPORT_LINGER if runner.pipelined else 0.0
+        streaming = False  # this run came within ``linger`` of the last one's end
+        last_end = 0.0
         try:
             while True:
-                if ended and runs.empty():
-                    reports.report_threadsafe(ended)
-                    ended, done = [], 0
-                ticket = runs.get()
+                if ended:
+                    try:
+                        ticket = runs.get(timeout=linger if streaming else 0.0)
+                    except thread_queue.Empty:
+                        reports.report_threadsafe(ended)
+                        ended, done = [], 0
+                        ticket = runs.get()
+                else:
+                    ticket = runs.get()
+                streaming = time.monotonic() - last_end < linger
                 if ticket is None:
                     break
                 if not admission.admits(ticket.run):
@@ -159,6 +182,7 @@ class ThreadWorker:
                 tally.done = 0
                 running = ticket
                 outcome = runner.execute(ticket, tally)
+                last_end = time.monotonic()
                 running = None
                 admission.ran(ticket.run, outcome[0])
                 ended.append((ticket, outcome))

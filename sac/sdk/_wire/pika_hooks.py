@@ -12,8 +12,9 @@ subclass rather than a marker header: a publisher can write any header, but not 
 Two hot paths bypass pika's per-frame objects (``frames.py`` encodes what we publish,
 ``deliveries.py`` decodes what our consumers receive), and one write path skips a loop
 iteration. That needs a connection subclass which overrides pika's private data hooks
-(``_on_data_available``, ``_adapter_emit_data``, ``_adapter_disconnect_stream``) and reads a
-few private attributes. pika does not promise to keep them, so this module checks at import
+(``_on_data_available``, ``_adapter_emit_data``, ``_adapter_disconnect_stream``,
+``_proto_connection_made``, where it sizes the transport's reads) and reads a few private
+attributes. pika does not promise to keep them, so this module checks at import
 that every one is still there, and fails with an ``ImportError`` naming the hook and the pika
 version rather than misbehaving at run time. ``tests/sdk/test_pika_versions.py`` runs a real
 round trip through this module with every pika release the dependency pin allows.
@@ -86,11 +87,15 @@ try:
     from pika.adapters.utils.io_services_utils import (
         _AsyncPlaintextTransport as _PlaintextTransport,
     )
+    from pika.adapters.utils.io_services_utils import (
+        _AsyncTransportBase as _TransportBase,
+    )
 except ImportError as exc:  # pragma: no cover - only with a pika outside the pin
     raise ImportError(
         f"pika {pika.__version__} has no "
-        "pika.adapters.utils.io_services_utils._AsyncPlaintextTransport, which the SDK "
-        f"writes to directly; the SDK is tested with {PIKA_PIN}"
+        "pika.adapters.utils.io_services_utils._AsyncPlaintextTransport (or its base "
+        "_AsyncTransportBase), which the SDK writes to directly; the SDK is tested with "
+        f"{PIKA_PIN}"
     ) from exc
 
 HOOKS = (
@@ -115,6 +120,9 @@ HOOKS = (
     Hook(BaseConnection, "_adapter_emit_data", "overrides to write a loop iteration at once"),
     Hook(BaseConnection, "_adapter_disconnect_stream", "overrides to flush before closing"),
     Hook(BaseConnection, "_transport", "writes to directly", set_in="_proto_connection_made"),
+    Hook(BaseConnection, "_proto_connection_made", "overrides to size its transport's reads"),
+    Hook(_TransportBase, "_MAX_RECV_BYTES", "raises to read deliveries in larger chunks"),
+    Hook(_TransportBase, "_MAX_CONSUME_BYTES", "lowers to read once per readable event"),
     Hook(_PlaintextTransport, "_STATE_ACTIVE", "checks before writing to the socket"),
     Hook(_PlaintextTransport, "_state", "checks before writing to the socket",
          set_in="__init__"),
@@ -139,6 +147,11 @@ def undecodable(properties: Any) -> str | None:
     None when they are as the publisher sent them."""
     return properties.undecodable if isinstance(properties, UndecodableProperties) else None
 
+
+RECV_BYTES = 65536
+"""The most one ``recv`` reads: what a busy consumer's socket holds (prefetched deliveries
+arrive back to back), under the size above which the allocator maps fresh memory for each
+read."""
 
 _CONTENT_HEADER = 2
 _BASIC = 60
@@ -183,8 +196,9 @@ def without_undecodable_headers(data: bytes) -> tuple[bytes, int, str] | None:
 
 
 class BatchedAsyncioConnection(AsyncioConnection):  # type: ignore[misc]
-    """pika's asyncio connection, writing all frames of one loop iteration at once, and
-    decoding the deliveries to our consumers itself (``sac_inbound``).
+    """pika's asyncio connection, writing all frames of one loop iteration at once, reading
+    up to ``RECV_BYTES`` at a time, and decoding the deliveries to our consumers itself
+    (``sac_inbound``).
 
     pika hands every frame to the socket on its own: three ``send`` calls per published
     message (method, header, body), which cost more client CPU than everything else on the
@@ -224,6 +238,20 @@ class BatchedAsyncioConnection(AsyncioConnection):  # type: ignore[misc]
         self.bytes_received += inbound.bytes + inbound.held - kept
         self.frames_received += inbound.frames
         inbound.bytes = inbound.frames = 0
+
+    def _proto_connection_made(self, transport: Any) -> None:
+        if isinstance(transport, _TransportBase):
+            # pika reads 4 KiB at a time: ten 256-byte deliveries, and a delivery split
+            # across two reads every few. One read of what the socket holds costs one
+            # call and one decoding pass for the lot (``RECV_BYTES``).
+            transport._MAX_RECV_BYTES = RECV_BYTES
+        if type(transport) is _PlaintextTransport:
+            # And one read per readable event: pika reads until the socket would block,
+            # so every event ends in an EAGAIN raised through three Python frames. The
+            # loop's epoll is level-triggered: what is left is read at the next iteration.
+            # Plain TCP only: TLS may hold decrypted bytes that epoll does not see.
+            transport._MAX_CONSUME_BYTES = 1
+        super()._proto_connection_made(transport)
 
     def _sac_to_pika(self, frames: bytes) -> None:
         super()._on_data_available(frames)
