@@ -168,6 +168,11 @@ class PostgresStore(SqlStore):
                 autocommit=True,
                 connect_timeout=max(1, round(self.connect_timeout)),
                 application_name=f"{APPLICATION}{self.token}",
+                # Nothing prepared behind the effects' backs: in pipeline mode a statement
+                # psycopg prepares in a batch that then fails is remembered as prepared but
+                # is not, and every later batch fails on "prepared statement does not
+                # exist", which reads as the messages' own fault (and parks them).
+                prepare_threshold=None,
                 options=merged_options(
                     None if self._params is None else self._params.get("options"),
                     f"-c idle_in_transaction_session_timeout="
