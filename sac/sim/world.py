@@ -14,7 +14,7 @@ import functools
 import math
 import random
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, assert_never
 
 import attrs
 
@@ -115,21 +115,22 @@ class World:
 
     def _do(self, client: h.Client, actions: Sequence[h.Action]) -> None:
         for action in actions:
-            if isinstance(action, h.Connect):
-                self._connect(client, action)
-            elif isinstance(action, h.Send):
-                self._send(client, action)
-            elif isinstance(action, h.Disconnect):
-                self._disconnect(client, action.link)
-            elif isinstance(action, h.Commit):
-                self.store.commit_later(action.queue, action.epoch, action.consumer,
-                                        action.message_ids,
-                                        functools.partial(self._tell, client), action.token)
-            elif isinstance(action, h.ClaimEpoch):
-                self.store.claim_later(action.queue, functools.partial(self._tell, client),
-                                       action.token)
-            else:
-                raise SimulationError(f"unknown action {action!r}")
+            match action:
+                case h.Connect():
+                    self._connect(client, action)
+                case h.Send():
+                    self._send(client, action)
+                case h.Disconnect():
+                    self._disconnect(client, action.link)
+                case h.Commit():
+                    self.store.commit_later(action.queue, action.epoch, action.consumer,
+                                            action.message_ids,
+                                            functools.partial(self._tell, client), action.token)
+                case h.ClaimEpoch():
+                    self.store.claim_later(action.queue, functools.partial(self._tell, client),
+                                           action.token)
+                case _:
+                    assert_never(action)
         self._retick(client)
 
     def _tell(self, client: h.Client, event: h.Event) -> None:
@@ -361,39 +362,40 @@ class World:
 
     def apply(self, fault: f.Fault) -> None:
         self.trace.record("fault", fault=repr(fault))
-        if isinstance(fault, f.Reset):
-            for link in self._open_links(fault.link):
-                self._cut(link, "connection reset")
-        elif isinstance(fault, f.CutOnFrame):
-            self._wires.append(_Wire(fault=fault, remaining=fault.nth))
-        elif isinstance(fault, f.Silence):
-            for link in self._open_links(fault.link):
-                self._silence(link, fault.duration)
-        elif isinstance(fault, f.KillNode):
-            self.broker.kill_node(fault.node)
-            self.events.after(fault.duration, lambda: self.broker.restart_node(fault.node))
-        elif isinstance(fault, f.Election):
-            self.broker.elect(fault.queue, fault.duration)
-        elif isinstance(fault, f.Alarm):
-            self._alarms += 1
-            self.broker.set_alarm(True)
-            self.events.after(fault.duration, self._alarm_over)
-        elif isinstance(fault, f.LeaderMoved):
-            self.broker.server_cancel(fault.queue)
-        elif isinstance(fault, f.StoreDown):
-            self.store.fail_for(fault.duration)
-        elif isinstance(fault, f.StoreSlow):
-            self.store.slow_for(fault.duration, fault.latency)
-        elif isinstance(fault, f.DeleteQueue):
-            self.broker.delete_queue(fault.queue)
-        elif isinstance(fault, f.StopProcess):
-            client = self.clients.get(fault.client)
-            if client is None:
-                raise SimulationError(f"no client {fault.client!r} to stop")
-            self._tell(client, h.Stop(kill=fault.kill))
-            self.events.after(fault.down, lambda: self._tell(client, h.Restart()))
-        else:
-            raise SimulationError(f"unknown fault {fault!r}")
+        match fault:
+            case f.Reset():
+                for link in self._open_links(fault.link):
+                    self._cut(link, "connection reset")
+            case f.CutOnFrame():
+                self._wires.append(_Wire(fault=fault, remaining=fault.nth))
+            case f.Silence():
+                for link in self._open_links(fault.link):
+                    self._silence(link, fault.duration)
+            case f.KillNode():
+                self.broker.kill_node(fault.node)
+                self.events.after(fault.duration, lambda: self.broker.restart_node(fault.node))
+            case f.Election():
+                self.broker.elect(fault.queue, fault.duration)
+            case f.Alarm():
+                self._alarms += 1
+                self.broker.set_alarm(True)
+                self.events.after(fault.duration, self._alarm_over)
+            case f.LeaderMoved():
+                self.broker.server_cancel(fault.queue)
+            case f.StoreDown():
+                self.store.fail_for(fault.duration)
+            case f.StoreSlow():
+                self.store.slow_for(fault.duration, fault.latency)
+            case f.DeleteQueue():
+                self.broker.delete_queue(fault.queue)
+            case f.StopProcess():
+                client = self.clients.get(fault.client)
+                if client is None:
+                    raise SimulationError(f"no client {fault.client!r} to stop")
+                self._tell(client, h.Stop(kill=fault.kill))
+                self.events.after(fault.down, lambda: self._tell(client, h.Restart()))
+            case _:
+                assert_never(fault)
 
     def _open_links(self, name: str) -> list[_Link]:
         return [link for link in self.links.values()
