@@ -93,7 +93,7 @@ def run_sim(args: argparse.Namespace) -> int:
         raise ValueError(f"--consumer-timeout must be above 0 s, got {args.consumer_timeout}")
     workload = EnginesWorkload(engines=VARIANTS[args.variant],
                                lookup=LookupPolicy(args.lookup),
-                               broker=BrokerChoice(args.broker).model,
+                               broker=BrokerChoice(name=args.broker).model,
                                consumer_timeout=args.consumer_timeout,
                                priorities=args.priorities, lethal=args.lethal)
     with _quiet_inbox():

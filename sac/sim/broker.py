@@ -29,42 +29,11 @@ from typing import Any
 
 import attrs
 
+from . import methods as m
 from .clock import EventQueue, Timer
 from .confirms import ConfirmChannel
 from .connections import BrokerChannel, BrokerConnection, Unacked, UnknownDeliveryTag
 from .messages import Message
-from .methods import (
-    CHANNEL_ERROR,
-    NO_ROUTE,
-    NOT_FOUND,
-    PRECONDITION_FAILED,
-    BasicAck,
-    BasicCancel,
-    BasicCancelOk,
-    BasicConsume,
-    BasicConsumeOk,
-    BasicDeliver,
-    BasicNack,
-    BasicPublish,
-    BasicQos,
-    BasicQosOk,
-    BasicReject,
-    BasicReturn,
-    ChannelClose,
-    ChannelCloseOk,
-    ChannelOpen,
-    ChannelOpenOk,
-    ConfirmSelect,
-    ConfirmSelectOk,
-    ConnectionBlocked,
-    ConnectionClose,
-    ConnectionCloseOk,
-    ConnectionUnblocked,
-    QueueDeclare,
-    QueueDeclareOk,
-    QueueDelete,
-    QueueDeleteOk,
-)
 from .model import BrokerModel, Timeout, model
 from .queue import (
     Activated,
@@ -91,7 +60,7 @@ Closed = Callable[[int, str], None]
 """(connection id, why): the broker closed the connection's socket."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Timing:
     commit: tuple[float, float] = (0.0005, 0.003)
     """Raft latency of a queue command (seconds)."""
@@ -106,7 +75,7 @@ class Timing:
 DEFAULT_TIMING = Timing()
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, kw_only=True)
 class _Command:
     apply: Callable[[QuorumQueue], list[Effect]]
     conn: int | None = None
@@ -126,7 +95,7 @@ def _down(connection: int, channel: int) -> Callable[[QuorumQueue], list[Effect]
     return lambda queue: queue.channel_down(connection, channel)
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, kw_only=True)
 class _Log:
     pending: list[_Command] = attrs.field(factory=list)
     timer: Timer | None = None
@@ -167,7 +136,7 @@ class Broker:
         the node is down."""
         if not self.nodes_up[node]:
             return None
-        conn = BrokerConnection(next(self._ids), node, name)
+        conn = BrokerConnection(id=next(self._ids), node=node, name=name)
         self.connections[conn.id] = conn
         self.trace.record("connected", conn=name, node=node)
         return conn.id
@@ -192,9 +161,9 @@ class Broker:
         conn = self.connections.get(conn_id)
         if conn is None or not conn.open:
             return
-        if not conn.blocked and self.alarm and isinstance(method, BasicPublish):
+        if not conn.blocked and self.alarm and isinstance(method, m.BasicPublish):
             conn.blocked = True
-            self._send(conn, 0, ConnectionBlocked())
+            self._send(conn, 0, m.ConnectionBlocked())
             self.trace.record("blocked", conn=conn.name)
         if conn.blocked:
             conn.held.append((channel, method))
@@ -203,26 +172,26 @@ class Broker:
 
     def _dispatch(self, conn: BrokerConnection, number: int, method: Any) -> None:
         if number == 0:
-            if isinstance(method, ConnectionClose):
-                self._send(conn, 0, ConnectionCloseOk())
+            if isinstance(method, m.ConnectionClose):
+                self._send(conn, 0, m.ConnectionCloseOk())
                 self.disconnect(conn.id, "closed by client")
                 self._closed(conn.id, "closed by client")
             return
         channel = conn.channels.get(number)
-        if isinstance(method, ChannelOpen):
+        if isinstance(method, m.ChannelOpen):
             if channel is not None:
-                self._connection_error(conn, CHANNEL_ERROR,
+                self._connection_error(conn, m.CHANNEL_ERROR,
                                        "CHANNEL_ERROR - second 'channel.open' seen")
                 return
-            conn.channels[number] = BrokerChannel(number)
-            self._send(conn, number, ChannelOpenOk())
+            conn.channels[number] = BrokerChannel(number=number)
+            self._send(conn, number, m.ChannelOpenOk())
             return
         if channel is None:
-            self._connection_error(conn, CHANNEL_ERROR,
+            self._connection_error(conn, m.CHANNEL_ERROR,
                                    "CHANNEL_ERROR - expected 'channel.open'")
             return
         if channel.closing:
-            if isinstance(method, ChannelCloseOk | ChannelClose):
+            if isinstance(method, m.ChannelCloseOk | m.ChannelClose):
                 del conn.channels[number]
             return
         self._on_channel(conn, channel, method)
@@ -230,36 +199,36 @@ class Broker:
             self._flush(conn, channel)
 
     def _on_channel(self, conn: BrokerConnection, ch: BrokerChannel, method: Any) -> None:
-        if isinstance(method, BasicPublish):
+        if isinstance(method, m.BasicPublish):
             self._publish(conn, ch, method)
-        elif isinstance(method, BasicAck):
+        elif isinstance(method, m.BasicAck):
             self._settle(conn, ch, method.delivery_tag, method.multiple, "ack")
-        elif isinstance(method, BasicNack):
+        elif isinstance(method, m.BasicNack):
             self._settle(conn, ch, method.delivery_tag, method.multiple,
                          "return" if method.requeue else "discard")
-        elif isinstance(method, BasicReject):
+        elif isinstance(method, m.BasicReject):
             self._settle(conn, ch, method.delivery_tag, False,
                          "requeue" if method.requeue else "discard")
-        elif isinstance(method, BasicConsume):
+        elif isinstance(method, m.BasicConsume):
             self._consume(conn, ch, method)
-        elif isinstance(method, BasicCancel):
+        elif isinstance(method, m.BasicCancel):
             self._cancel(conn, ch, method.consumer_tag)
-        elif isinstance(method, BasicQos):
+        elif isinstance(method, m.BasicQos):
             ch.prefetch = method.prefetch_count
-            self._send(conn, ch.number, BasicQosOk())
-        elif isinstance(method, ConfirmSelect):
+            self._send(conn, ch.number, m.BasicQosOk())
+        elif isinstance(method, m.ConfirmSelect):
             if ch.confirms is None:
                 ch.confirms = ConfirmChannel()
-            self._send(conn, ch.number, ConfirmSelectOk())
-        elif isinstance(method, QueueDeclare):
+            self._send(conn, ch.number, m.ConfirmSelectOk())
+        elif isinstance(method, m.QueueDeclare):
             self._declare(conn, ch, method)
-        elif isinstance(method, QueueDelete):
+        elif isinstance(method, m.QueueDelete):
             count = self.delete_queue(method.queue, by=conn.name)
-            self._send(conn, ch.number, QueueDeleteOk(count))
-        elif isinstance(method, ChannelClose):
+            self._send(conn, ch.number, m.QueueDeleteOk(message_count=count))
+        elif isinstance(method, m.ChannelClose):
             self._channel_down(conn, ch)
             del conn.channels[ch.number]
-            self._send(conn, ch.number, ChannelCloseOk())
+            self._send(conn, ch.number, m.ChannelCloseOk())
         else:
             self._connection_error(conn, NOT_IMPLEMENTED,
                                    f"NOT_IMPLEMENTED - {type(method).__name__} is not modelled")
@@ -273,11 +242,11 @@ class Broker:
         self._channel_down(conn, ch)
         ch.closing = True
         ch.confirms = None
-        self._send(conn, ch.number, ChannelClose(code, text))
+        self._send(conn, ch.number, m.ChannelClose(reply_code=code, reply_text=text))
 
     def _connection_error(self, conn: BrokerConnection, code: int, text: str) -> None:
         self.trace.record("connection_error", conn=conn.name, code=code, text=text)
-        self._send(conn, 0, ConnectionClose(code, text))
+        self._send(conn, 0, m.ConnectionClose(reply_code=code, reply_text=text))
         self.disconnect(conn.id, text)
         self._closed(conn.id, text)
 
@@ -285,17 +254,17 @@ class Broker:
         """Its consumers leave their queues, which take back what it held unacked."""
         for queue in ch.consumed:
             if queue in self.queues:
-                self._submit(queue, _Command(_down(conn.id, ch.number)))
+                self._submit(queue, _Command(apply=_down(conn.id, ch.number)))
         ch.consumed.clear()
         ch.consumers.clear()
         ch.unacked.clear()
 
     # ------------------------------------------------------------------ queues
 
-    def _declare(self, conn: BrokerConnection, ch: BrokerChannel, method: QueueDeclare) -> None:
+    def _declare(self, conn: BrokerConnection, ch: BrokerChannel, method: m.QueueDeclare) -> None:
         queue = self.queues.get(method.queue)
         if queue is None and method.passive:
-            self._channel_error(conn, ch, NOT_FOUND,
+            self._channel_error(conn, ch, m.NOT_FOUND,
                                 f"NOT_FOUND - no queue '{method.queue}' in vhost '/'")
             return
         if queue is None:
@@ -310,14 +279,15 @@ class Broker:
             self.electing_until[queue.name] = 0.0
             self.trace.record("queue_declared", queue=queue.name, leader=conn.node)
             for message in self.dlx_pending.pop(queue.name, []):
-                self._submit(queue.name, _Command(_enqueue(message), message=message))
+                self._submit(queue.name, _Command(apply=_enqueue(message), message=message))
         elif not method.passive:
             text = inequivalent(queue.name, queue.arguments, method.arguments)
             if text is not None:
-                self._channel_error(conn, ch, PRECONDITION_FAILED, text)
+                self._channel_error(conn, ch, m.PRECONDITION_FAILED, text)
                 return
         self._send(conn, ch.number,
-                   QueueDeclareOk(queue.name, queue.ready(), queue.consumer_count()))
+                   m.QueueDeclareOk(queue=queue.name, message_count=queue.ready(),
+                                    consumer_count=queue.consumer_count()))
 
     def delete_queue(self, name: str, *, by: str = "operator") -> int:
         """Delete a queue: its consumers are cancelled, its messages are gone."""
@@ -344,9 +314,9 @@ class Broker:
 
     # ------------------------------------------------------------------ publishing
 
-    def _publish(self, conn: BrokerConnection, ch: BrokerChannel, method: BasicPublish) -> None:
+    def _publish(self, conn: BrokerConnection, ch: BrokerChannel, method: m.BasicPublish) -> None:
         if method.exchange != "":
-            self._channel_error(conn, ch, NOT_FOUND,
+            self._channel_error(conn, ch, m.NOT_FOUND,
                                 f"NOT_FOUND - no exchange '{method.exchange}' in vhost '/'")
             return
         queue = self.queues.get(method.routing_key)
@@ -358,13 +328,14 @@ class Broker:
         if queue is None:
             self.fate[uid] = "unroutable"
             if method.mandatory:
-                self._send(conn, ch.number, BasicReturn(
-                    NO_ROUTE, "NO_ROUTE", method.exchange, method.routing_key, method.body,
-                    method.properties))
+                self._send(conn, ch.number, m.BasicReturn(
+                    reply_code=m.NO_ROUTE, reply_text="NO_ROUTE", exchange=method.exchange,
+                    routing_key=method.routing_key, body=method.body,
+                    properties=method.properties))
         else:
-            message = Message(uid, method.exchange, method.routing_key, method.body,
-                              method.properties)
-            cmd = _Command(_enqueue(message), conn=conn.id, channel=ch, seq=seq,
+            message = Message(uid=uid, exchange=method.exchange, routing_key=method.routing_key,
+                              body=method.body, properties=method.properties)
+            cmd = _Command(apply=_enqueue(message), conn=conn.id, channel=ch, seq=seq,
                            message=message)
             if not self._available(queue.name) or queue.rejecting:
                 why = "queue full" if queue.rejecting else "no leader"
@@ -404,9 +375,9 @@ class Broker:
 
     # ------------------------------------------------------------------ consuming
 
-    def _consume(self, conn: BrokerConnection, ch: BrokerChannel, method: BasicConsume) -> None:
+    def _consume(self, conn: BrokerConnection, ch: BrokerChannel, method: m.BasicConsume) -> None:
         if method.queue not in self.queues:
-            self._channel_error(conn, ch, NOT_FOUND,
+            self._channel_error(conn, ch, m.NOT_FOUND,
                                 f"NOT_FOUND - no queue '{method.queue}' in vhost '/'")
             return
         tag = method.consumer_tag or f"amq.ctag-{next(self._ctags)}"
@@ -422,9 +393,9 @@ class Broker:
 
         def ok() -> None:
             if conn.open and conn.channels.get(ch.number) is ch:
-                self._send(conn, ch.number, BasicConsumeOk(tag))
+                self._send(conn, ch.number, m.BasicConsumeOk(consumer_tag=tag))
 
-        self._submit(method.queue, _Command(lambda q: q.consume(key, prefetch, priority),
+        self._submit(method.queue, _Command(apply=lambda q: q.consume(key, prefetch, priority),
                                             first=ok))
 
     def _cancel(self, conn: BrokerConnection, ch: BrokerChannel, tag: str) -> None:
@@ -432,20 +403,20 @@ class Broker:
 
         def ok() -> None:
             if conn.open and conn.channels.get(ch.number) is ch:
-                self._send(conn, ch.number, BasicCancelOk(tag))
+                self._send(conn, ch.number, m.BasicCancelOk(consumer_tag=tag))
 
         if queue is None or queue not in self.queues:
             ok()
             return
         key = (conn.id, ch.number, tag)
-        self._submit(queue, _Command(lambda q: q.cancel(key), first=ok))
+        self._submit(queue, _Command(apply=lambda q: q.cancel(key), first=ok))
 
     def _settle(self, conn: BrokerConnection, ch: BrokerChannel, tag: int, multiple: bool,
                 how: str) -> None:
         try:
             entries = ch.settle(tag, multiple)
         except UnknownDeliveryTag as exc:
-            self._channel_error(conn, ch, PRECONDITION_FAILED, str(exc))
+            self._channel_error(conn, ch, m.PRECONDITION_FAILED, str(exc))
             return
         self.trace.record("settle", conn=conn.name, how=how, tag=tag, multiple=multiple,
                           uids=tuple(e.uid for e in entries))
@@ -454,7 +425,7 @@ class Broker:
             groups.setdefault((entry.queue, entry.consumer), []).append(entry)
         for (queue, consumer), group in groups.items():
             if queue in self.queues:  # else deleted meanwhile: RabbitMQ ignores such acks
-                self._submit(queue, _Command(self._settling(how, consumer, group)))
+                self._submit(queue, _Command(apply=self._settling(how, consumer, group)))
 
     def _settling(self, how: str, consumer: ConsumerKey,
                   group: list[Unacked]) -> Callable[[QuorumQueue], list[Effect]]:
@@ -539,7 +510,7 @@ class Broker:
                     ch.consumers.pop(tag, None)
                     self.trace.record("server_cancel", conn=conn.name, tag=tag,
                                       queue=queue.name)
-                    self._send(conn, number, BasicCancel(tag))
+                    self._send(conn, number, m.BasicCancel(consumer_tag=tag))
             elif isinstance(effect, Activated):
                 conn = self.connections.get(effect.consumer[0])
                 self.trace.record("active", queue=queue.name,
@@ -557,7 +528,8 @@ class Broker:
             # The channel is gone and its "down" is still in the log: the message stays
             # checked out until that command returns it.
             return
-        dtag = ch.delivered(Unacked(queue.name, effect.consumer, effect.msg_id, message.uid))
+        dtag = ch.delivered(Unacked(queue=queue.name, consumer=effect.consumer,
+                                    msg_id=effect.msg_id, uid=message.uid))
         count = message.delivery_count
         redelivered = message.acquired > 0
         headers: dict[str, Any] = {} if count == 0 else {"x-delivery-count": count}
@@ -566,8 +538,10 @@ class Broker:
         properties = message.properties.with_headers(headers) if headers else message.properties
         self.trace.record("deliver", queue=queue.name, conn=conn.name, tag=tag, dtag=dtag,
                           uid=message.uid, redelivered=redelivered, count=count)
-        self._send(conn, number, BasicDeliver(tag, dtag, redelivered, message.exchange,
-                                              message.routing_key, message.body, properties))
+        self._send(conn, number, m.BasicDeliver(
+            consumer_tag=tag, delivery_tag=dtag, redelivered=redelivered,
+            exchange=message.exchange, routing_key=message.routing_key, body=message.body,
+            properties=properties))
         timeout = queue.args.consumer_timeout
         if timeout is not None:
             self.events.after(timeout, lambda: self._timed_out(queue.name, effect))
@@ -590,14 +564,14 @@ class Broker:
         self.trace.record("consumer_timeout", queue=name, conn=conn.name, tag=tag,
                           uid=delivery.message.uid)
         if self.model.timeout is Timeout.CLOSE_CHANNEL:
-            self._channel_error(conn, ch, PRECONDITION_FAILED,
+            self._channel_error(conn, ch, m.PRECONDITION_FAILED,
                                 f"PRECONDITION_FAILED - {TIMED_OUT} on channel {number} "
                                 f"timed out. Timeout value used: {ms} ms. This timeout value "
                                 f"can be configured, see consumers doc guide to learn more")
             return
         ch.reclaim(delivery.consumer)
         key = delivery.consumer
-        self._submit(name, _Command(lambda q: q.time_out(key)))
+        self._submit(name, _Command(apply=lambda q: q.time_out(key)))
 
     def _dead_letter(self, source: QuorumQueue, message: Message, reason: str) -> None:
         args = source.args
@@ -620,7 +594,7 @@ class Broker:
         self.trace.record("dead_letter", uid=message.uid, queue=source.name, reason=reason,
                           target=target)
         if args.dead_letter_exchange == "" and target in self.queues:
-            self._submit(target, _Command(_enqueue(dead), message=dead))
+            self._submit(target, _Command(apply=_enqueue(dead), message=dead))
         elif args.at_least_once:
             self.dlx_pending.setdefault(target, []).append(dead)
         else:
@@ -688,7 +662,7 @@ class Broker:
         for conn in list(self.connections.values()):
             if conn.blocked:
                 held = conn.unblock()
-                self._send(conn, 0, ConnectionUnblocked())
+                self._send(conn, 0, m.ConnectionUnblocked())
                 self.trace.record("unblocked", conn=conn.name, held=len(held))
                 for number, method in held:
                     if conn.open and not conn.blocked:
@@ -709,5 +683,5 @@ class Broker:
     # ------------------------------------------------------------------ sending
 
     def _send(self, conn: BrokerConnection, channel: int, method: Any) -> None:
-        if conn.open or isinstance(method, ConnectionClose | ConnectionCloseOk):
+        if conn.open or isinstance(method, m.ConnectionClose | m.ConnectionCloseOk):
             self._send_frame(conn.id, channel, method)

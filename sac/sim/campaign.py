@@ -17,7 +17,7 @@ from .shrink import shrink
 from .workload import EnginesWorkload
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Found:
     """The first failing run of a campaign."""
 
@@ -28,7 +28,7 @@ class Found:
     shrunk_violations: tuple[str, ...]
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Summary:
     first_seed: int
     schedules: int
@@ -54,9 +54,10 @@ def campaign(workload: EnginesWorkload, first_seed: int, count: int, *,
 
             shrunk = shrink(outcome.schedule, fails, max_runs=shrink_runs)
             again = run_one(seed, workload, shrunk)
-            return Summary(first_seed, index + 1,
-                           Found(index, outcome, shrunk, again.violations))
-    return Summary(first_seed, count, None)
+            return Summary(first_seed=first_seed, schedules=index + 1,
+                           found=Found(index=index, outcome=outcome, shrunk=shrunk,
+                                       shrunk_violations=again.violations))
+    return Summary(first_seed=first_seed, schedules=count, found=None)
 
 
 def replay(seed: int, workload: EnginesWorkload, schedule: Schedule | None = None) -> Outcome:

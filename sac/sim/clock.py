@@ -15,7 +15,7 @@ import attrs
 Action = Callable[[], None]
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, kw_only=True)
 class Timer:
     """A scheduled action; ``cancel()`` makes it a no-op when its time comes."""
 
@@ -55,7 +55,7 @@ class EventQueue:
     def at(self, when: float, action: Action, *, background: bool = False) -> Timer:
         if when < self.now:
             raise ValueError(f"cannot schedule in the past: {when} < {self.now}")
-        timer = Timer(when, action, background, self)
+        timer = Timer(when=when, action=action, background=background, queue=self)
         heapq.heappush(self._heap, (when, next(self._order), timer))
         if not background:
             self._foreground += 1

@@ -59,7 +59,7 @@ class ConfirmChannel:
         self._confirmed, self._rejected = [], []
         frames: list[BasicAck | BasicNack] = []
         if len(confirmed) == 1:
-            frames.append(BasicAck(confirmed[0], multiple=False))
+            frames.append(BasicAck(delivery_tag=confirmed[0], multiple=False))
         elif confirmed:
             frames += self._coalesce(confirmed, rejected, nack=False)
         if rejected:
@@ -76,8 +76,8 @@ class ConfirmChannel:
 
         def frame(seq: int, multiple: bool) -> BasicAck | BasicNack:
             if nack:
-                return BasicNack(seq, multiple=multiple, requeue=False)
-            return BasicAck(seq, multiple=multiple)
+                return BasicNack(delivery_tag=seq, multiple=multiple, requeue=False)
+            return BasicAck(delivery_tag=seq, multiple=multiple)
 
         frames = [frame(below[-1], True)] if below else []
         return frames + [frame(s, False) for s in rest]

@@ -28,7 +28,7 @@ class UnknownDeliveryTag(Exception):
         self.tag = tag
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Unacked:
     queue: str
     consumer: ConsumerKey
@@ -36,7 +36,7 @@ class Unacked:
     uid: int
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, kw_only=True)
 class BrokerChannel:
     number: int
     confirms: ConfirmChannel | None = None
@@ -82,7 +82,7 @@ class BrokerChannel:
             self.reclaimed.add(tag)
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, kw_only=True)
 class BrokerConnection:
     id: int
     node: int

@@ -282,7 +282,7 @@ class ConsumerClient(Shell):
         s = self.settings
         self.send(1, m.ChannelOpen())
         declare(self, s.queue)
-        self.send(1, m.BasicQos(s.prefetch))
+        self.send(1, m.BasicQos(prefetch_count=s.prefetch))
         self._consume()
 
     def _consume(self) -> None:
@@ -291,7 +291,7 @@ class ConsumerClient(Shell):
         queue = self.settings.queue
         arguments: dict[str, Any] = dict(
             consume_arguments(queue.type, self.broker, self.settings.priority) or {})
-        self.send(1, m.BasicConsume(queue.name, self.tag, arguments))
+        self.send(1, m.BasicConsume(queue=queue.name, consumer_tag=self.tag, arguments=arguments))
 
     def frame(self, now: float, channel: int, method: object) -> None:
         if channel == PARK_CHANNEL:
@@ -448,8 +448,9 @@ class ConsumerClient(Shell):
         parking.tag = self._park_tags
         message_id = delivery.message_id
         assert not isinstance(message_id, bytes), "the simulated publishers write text ids"
-        self.send(PARK_CHANNEL, m.BasicPublish("", target, delivery.body, m.Properties(
-            message_id=message_id, headers=headers), mandatory=True))
+        self.send(PARK_CHANNEL, m.BasicPublish(
+            exchange="", routing_key=target, body=delivery.body,
+            properties=m.Properties(message_id=message_id, headers=headers), mandatory=True))
 
     def _park_frame(self, now: float, method: object) -> None:
         parking = self._parking
@@ -493,11 +494,11 @@ class ConsumerClient(Shell):
 
     def ack(self, ack: Ack) -> None:
         if self.up:
-            self.send(1, m.BasicAck(ack.tag, ack.multiple))
+            self.send(1, m.BasicAck(delivery_tag=ack.tag, multiple=ack.multiple))
 
     def reject(self, reject: Reject) -> None:
         if self.up:
-            self.send(1, m.BasicReject(reject.tag, reject.requeue))
+            self.send(1, m.BasicReject(delivery_tag=reject.tag, requeue=reject.requeue))
 
     def retry_later(self, retry: c.RetryLater[Delivery]) -> None:
         """Nothing to schedule: ``machine.deadline`` says when to tick."""
@@ -518,7 +519,7 @@ class ConsumerClient(Shell):
         waits for its answer."""
         if isinstance(handover, c.Cancel) and self.up and self.tag is not None:
             self.cancel_pending = True
-            self.send(1, m.BasicCancel(self.tag))
+            self.send(1, m.BasicCancel(consumer_tag=self.tag))
 
     def role_changed(self, change: c.RoleChanged) -> None:
         self.roles.append(RoleSeen(t=self.now, process=self.process, old=change.old.value,

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import attrs
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Reset:
     """The link's TCP connection is reset: both ends notice at once, frames in flight are
     lost."""
@@ -24,7 +24,7 @@ class Reset:
     link: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class CutOnFrame:
     """Reset ``link`` when its ``nth`` frame of ``method`` (a class name such as
     ``BasicPublish``) goes ``to`` the broker or the client after ``at``. ``delivered``:
@@ -39,7 +39,7 @@ class CutOnFrame:
     delivered: bool = False
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Silence:
     """Nothing passes on ``link`` for ``duration`` s (a frozen network path). Frames wait
     and arrive late if the connection survives; the broker closes it if the silence
@@ -51,7 +51,7 @@ class Silence:
     duration: float
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class KillNode:
     """A node dies for ``duration`` s: its connections are reset, the queues it led elect
     another leader."""
@@ -61,7 +61,7 @@ class KillNode:
     duration: float
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Election:
     """A queue has no leader for ``duration`` s: publishes are nacked meanwhile."""
 
@@ -70,7 +70,7 @@ class Election:
     duration: float
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Alarm:
     """A memory alarm for ``duration`` s: publishing connections are blocked."""
 
@@ -78,7 +78,7 @@ class Alarm:
     duration: float
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class LeaderMoved:
     """The broker cancels the queue's consumers (``basic.cancel``) as a mirrored queue
     with ``x-cancel-on-ha-failover`` does when its master moves."""
@@ -87,20 +87,20 @@ class LeaderMoved:
     queue: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class StoreDown:
     at: float
     duration: float
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class StoreSlow:
     at: float
     duration: float
     latency: float
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class DeleteQueue:
     """An operator deletes the queue (loses its messages: never drawn at random)."""
 
@@ -108,7 +108,7 @@ class DeleteQueue:
     queue: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class StopProcess:
     """A client's process is stopped (SIGTERM: its graceful stop, a handover to the next
     consumer) or, with ``kill``, dies at once; it is started again ``down`` s later."""
@@ -133,7 +133,7 @@ CUT_POINTS = (
 )
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Space:
     """What a drawn schedule may touch."""
 
@@ -166,29 +166,33 @@ def draw(rng: random.Random, space: Space) -> Schedule:
             kinds += ["stop"]
         kind = rng.choice(kinds)
         if kind == "reset":
-            faults.append(Reset(at, rng.choice(space.links)))
+            faults.append(Reset(at=at, link=rng.choice(space.links)))
         elif kind == "cut":
             method, to, delivered = rng.choice(CUT_POINTS)
-            faults.append(CutOnFrame(at, rng.choice(space.links), method, to,
-                                     rng.randint(1, 5), delivered))
+            faults.append(CutOnFrame(at=at, link=rng.choice(space.links), method=method, to=to,
+                                     nth=rng.randint(1, 5), delivered=delivered))
         elif kind == "silence":
             duration = _ms(rng.uniform(0.1, 4.0) * space.heartbeat)
-            faults.append(Silence(at, rng.choice(space.links), duration))
+            faults.append(Silence(at=at, link=rng.choice(space.links), duration=duration))
         elif kind == "kill":
-            faults.append(KillNode(at, rng.randrange(space.nodes), _ms(rng.uniform(0.5, 3.0))))
+            faults.append(KillNode(at=at, node=rng.randrange(space.nodes),
+                                   duration=_ms(rng.uniform(0.5, 3.0))))
         elif kind == "alarm":
-            faults.append(Alarm(at, _ms(rng.uniform(0.05, 1.5))))
+            faults.append(Alarm(at=at, duration=_ms(rng.uniform(0.05, 1.5))))
         elif kind == "election":
-            faults.append(Election(at, rng.choice(space.queues), _ms(rng.uniform(0.1, 0.5))))
+            faults.append(Election(at=at, queue=rng.choice(space.queues),
+                                   duration=_ms(rng.uniform(0.1, 0.5))))
         elif kind == "moved":
-            faults.append(LeaderMoved(at, rng.choice(space.queues)))
+            faults.append(LeaderMoved(at=at, queue=rng.choice(space.queues)))
         elif kind == "stop":
-            faults.append(StopProcess(at, rng.choice(space.clients), rng.random() < 0.5,
-                                      _ms(rng.uniform(0.1, 2.0))))
+            faults.append(StopProcess(at=at, client=rng.choice(space.clients),
+                                      kill=rng.random() < 0.5,
+                                      down=_ms(rng.uniform(0.1, 2.0))))
         elif kind == "store_down":
-            faults.append(StoreDown(at, _ms(rng.uniform(0.05, 2.0))))
+            faults.append(StoreDown(at=at, duration=_ms(rng.uniform(0.05, 2.0))))
         else:
-            faults.append(StoreSlow(at, _ms(rng.uniform(0.1, 2.0)), _ms(rng.uniform(0.05, 1.0))))
+            faults.append(StoreSlow(at=at, duration=_ms(rng.uniform(0.1, 2.0)),
+                                    latency=_ms(rng.uniform(0.05, 1.0))))
     return tuple(sorted(faults, key=lambda f: f.at))
 
 

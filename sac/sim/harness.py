@@ -23,7 +23,7 @@ import attrs
 # ------------------------------------------------------------------ actions (client -> world)
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Connect:
     """Open a connection called ``link`` to ``node`` (TCP, handshake). Answered by a
     ``ConnectionOpenOk`` frame or a ``ConnectionRefused`` event. ``heartbeat`` 0 means
@@ -34,21 +34,21 @@ class Connect:
     heartbeat: float = 2.0
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Send:
     link: str
     channel: int
     method: Any
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Disconnect:
     """Close the socket (no AMQP close): what a crashing process does."""
 
     link: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Commit:
     """Commit the effects of ``message_ids`` under ``epoch`` in the dedup store. Answered
     by ``CommitDone`` once the store is done, which may be much later in virtual time."""
@@ -60,7 +60,7 @@ class Commit:
     message_ids: tuple[str, ...]
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ClaimEpoch:
     token: Any
     queue: str
@@ -71,25 +71,25 @@ Action = Connect | Send | Disconnect | Commit | ClaimEpoch
 # ------------------------------------------------------------------ events (world -> client)
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Received:
     link: str
     channel: int
     method: Any
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ConnectionLost:
     link: str
     reason: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ConnectionRefused:
     link: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class CommitDone:
     token: Any
     committed: tuple[str, ...] = ()
@@ -99,14 +99,14 @@ class CommitDone:
     all: an ambiguous failure; the next attempt finds the records)."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class EpochClaimed:
     token: Any
     epoch: int | None = None
     error: Exception | None = None
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Stop:
     """The client's process is told to stop (SIGTERM: a graceful stop, a handover) or, with
     ``kill``, dies at once (SIGKILL)."""
@@ -114,7 +114,7 @@ class Stop:
     kill: bool = False
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Restart:
     """The client's process is started again after a ``Stop``."""
 

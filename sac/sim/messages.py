@@ -7,7 +7,7 @@ import attrs
 from .methods import Properties
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Message:
     uid: int
     """Which published message this is, for traces and invariants; never on the wire. A

@@ -27,7 +27,7 @@ def _headers(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return None if value is None else dict(value)
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Properties:
     """The basic properties the model reads; anything else rides along in ``other``."""
 
@@ -47,7 +47,7 @@ class Properties:
 # ------------------------------------------------------------------ connection and channel
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ConnectionOpenOk:
     """The handshake is done (connection.start ... connection.open-ok, folded into one)."""
 
@@ -55,59 +55,59 @@ class ConnectionOpenOk:
     """``connection.start``'s ``version`` server property: what the SDK adapts to."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ConnectionClose:
     reply_code: int = REPLY_SUCCESS
     reply_text: str = ""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ConnectionCloseOk:
     pass
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ConnectionBlocked:
     reason: str = "low on memory"
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ConnectionUnblocked:
     pass
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Heartbeat:
     pass
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ChannelOpen:
     pass
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ChannelOpenOk:
     pass
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ChannelClose:
     reply_code: int = REPLY_SUCCESS
     reply_text: str = ""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ChannelCloseOk:
     pass
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ConfirmSelect:
     pass
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ConfirmSelectOk:
     pass
 
@@ -115,7 +115,7 @@ class ConfirmSelectOk:
 # ------------------------------------------------------------------ queues
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class QueueDeclare:
     queue: str
     arguments: dict[str, Any] = attrs.field(factory=dict, converter=dict)
@@ -123,19 +123,19 @@ class QueueDeclare:
     durable: bool = True
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class QueueDeclareOk:
     queue: str
     message_count: int
     consumer_count: int
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class QueueDelete:
     queue: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class QueueDeleteOk:
     message_count: int
 
@@ -143,29 +143,29 @@ class QueueDeleteOk:
 # ------------------------------------------------------------------ basic
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class BasicQos:
     prefetch_count: int
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class BasicQosOk:
     pass
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class BasicConsume:
     queue: str
     consumer_tag: str
     arguments: dict[str, Any] = attrs.field(factory=dict, converter=dict)
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class BasicConsumeOk:
     consumer_tag: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class BasicCancel:
     """From a client: stop this consumer. From the broker: the consumer is gone (queue
     deleted, or its leader moved away with ``x-cancel-on-ha-failover``)."""
@@ -173,12 +173,12 @@ class BasicCancel:
     consumer_tag: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class BasicCancelOk:
     consumer_tag: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class BasicPublish:
     exchange: str
     routing_key: str
@@ -187,7 +187,7 @@ class BasicPublish:
     mandatory: bool = False
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class BasicReturn:
     reply_code: int
     reply_text: str
@@ -197,7 +197,7 @@ class BasicReturn:
     properties: Properties
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class BasicDeliver:
     consumer_tag: str
     delivery_tag: int
@@ -214,7 +214,7 @@ class BasicDeliver:
         return None if value is None else int(value)
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class BasicAck:
     """From a client: settle deliveries. From the broker: confirm publishes."""
 
@@ -222,7 +222,7 @@ class BasicAck:
     multiple: bool = False
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class BasicNack:
     """From a client: give deliveries back (or dead-letter them). From the broker: the
     publishes were refused."""
@@ -232,7 +232,7 @@ class BasicNack:
     requeue: bool = True
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class BasicReject:
     delivery_tag: int
     requeue: bool = True

@@ -49,7 +49,7 @@ class Timeout(enum.Enum):
     uncounted, the consumer left registered and never served again."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class BrokerModel:
     name: str
     version: BrokerVersion
@@ -113,7 +113,7 @@ def _known(_inst: object, _attribute: attrs.Attribute[Any], value: Any) -> None:
         raise ValueError(f"unknown broker model {value!r}: one of {', '.join(MODELS)}")
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class BrokerChoice:
     """A run's broker model, by name (validated: an unknown name is refused with the
     choices)."""
@@ -127,4 +127,4 @@ class BrokerChoice:
 
 def model(name: str = DEFAULT_MODEL) -> BrokerModel:
     """The model called ``name`` (ValueError naming the choices when there is none)."""
-    return BrokerChoice(name).model
+    return BrokerChoice(name=name).model

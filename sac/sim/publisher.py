@@ -37,22 +37,9 @@ from sac.sdk._core.outbox import (
 from sac.sdk._delivery import RETRANSMIT_HEADER
 from sac.sdk._errors import ConnectError
 from sac.sdk._settings import PublisherSettings, QueueSettings
+from . import methods as m
 from .harness import Action as WorldAction
 from .invariants import Sent, Settled
-from .methods import (
-    BasicAck,
-    BasicNack,
-    BasicPublish,
-    BasicReturn,
-    ChannelClose,
-    ChannelOpen,
-    ConfirmSelect,
-    ConnectionBlocked,
-    ConnectionUnblocked,
-    Properties,
-    QueueDeclare,
-    QueueDeclareOk,
-)
 from .shell import Shell, earliest
 
 
@@ -61,8 +48,8 @@ def declare(shell: Shell, queue: QueueSettings) -> None:
     broker version the link reached)."""
     parking = queue.parking()
     if parking is not None:
-        shell.send(1, QueueDeclare(parking.name, parking.arguments(shell.broker)))
-    shell.send(1, QueueDeclare(queue.name, queue.arguments(shell.broker)))
+        shell.send(1, m.QueueDeclare(queue=parking.name, arguments=parking.arguments(shell.broker)))
+    shell.send(1, m.QueueDeclare(queue=queue.name, arguments=queue.arguments(shell.broker)))
 
 
 class PublisherClient(Shell):
@@ -107,34 +94,34 @@ class PublisherClient(Shell):
     # ------------------------------------------------------------------ the shell's hooks
 
     def setup(self, now: float) -> None:
-        self.send(1, ChannelOpen())
-        self.send(1, ConfirmSelect())
+        self.send(1, m.ChannelOpen())
+        self.send(1, m.ConfirmSelect())
         declare(self, self.queue)
 
     def frame(self, now: float, channel: int, method: object) -> None:
         link = self.link
         assert link is not None
-        if isinstance(method, QueueDeclareOk):
+        if isinstance(method, m.QueueDeclareOk):
             if method.queue == self.queue.name and not self.up:
                 self.ready(now)
                 self._tags[link] = 0
                 self._carry_out(now, self.box.link_up(now))
-        elif isinstance(method, BasicAck):
+        elif isinstance(method, m.BasicAck):
             self.heard.append(Settled(link=link, tag=method.delivery_tag,
-                                       multiple=method.multiple, ack=True))
+                                      multiple=method.multiple, ack=True))
             self._carry_out(now, self.box.acked(method.delivery_tag, method.multiple, now))
-        elif isinstance(method, BasicNack):
+        elif isinstance(method, m.BasicNack):
             self.heard.append(Settled(link=link, tag=method.delivery_tag,
-                                       multiple=method.multiple, ack=False))
+                                      multiple=method.multiple, ack=False))
             self._carry_out(now, self.box.nacked(method.delivery_tag, method.multiple, now))
-        elif isinstance(method, BasicReturn):
+        elif isinstance(method, m.BasicReturn):
             mid = method.properties.message_id or ""
             self._carry_out(now, self.box.returned(mid, method.reply_text))
-        elif isinstance(method, ConnectionBlocked):
+        elif isinstance(method, m.ConnectionBlocked):
             self._carry_out(now, self.box.blocked(now))
-        elif isinstance(method, ConnectionUnblocked):
+        elif isinstance(method, m.ConnectionUnblocked):
             self._carry_out(now, self.box.unblocked(now))
-        elif isinstance(method, ChannelClose):
+        elif isinstance(method, m.ChannelClose):
             self.abandon(now, f"channel closed by the broker: {method.reply_text}")
 
     def dropped(self, now: float, why: str) -> None:
@@ -212,10 +199,12 @@ class PublisherClient(Shell):
         mandatory = self.settings.mandatory
         for entry in entries:
             mark = self.mark(entry)
-            properties = Properties(message_id=entry.message_id,
-                                    headers=None if mark is None else {RETRANSMIT_HEADER: mark})
-            self.send(1, BasicPublish(entry.handover.exchange, entry.handover.routing_key,
-                                      entry.message, properties, mandatory))
+            headers = None if mark is None else {RETRANSMIT_HEADER: mark}
+            properties = m.Properties(message_id=entry.message_id, headers=headers)
+            self.send(1, m.BasicPublish(exchange=entry.handover.exchange,
+                                        routing_key=entry.handover.routing_key,
+                                        body=entry.message, properties=properties,
+                                        mandatory=mandatory))
             tag = self._tags[link] = self._tags.get(link, 0) + 1
             self.wire.append(Sent(link=link, tag=tag, message_id=entry.message_id, mark=mark))
 

@@ -53,7 +53,7 @@ class UnsupportedQueue(ValueError):
     """The model only has quorum queues."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class QueueArgs:
     single_active: bool = False
     delivery_limit: int | None = None
@@ -121,28 +121,28 @@ def inequivalent(queue: str, current: Mapping[str, Any],
 # ------------------------------------------------------------------ effects
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Deliver:
     consumer: ConsumerKey
     msg_id: int
     message: Message
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class DeadLetter:
     message: Message
     reason: str
     """``delivery_limit``, ``rejected`` or ``maxlen``."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Cancelled:
     """The broker cancels this consumer (queue deleted, leader moved, timed out on 4.3)."""
 
     consumer: ConsumerKey
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Activated:
     """This consumer became the single active one (RabbitMQ 3.10 tells nobody; traced)."""
 
@@ -151,7 +151,7 @@ class Activated:
     """By priority: it took over from an active consumer that quiesced (4.0)."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class PublishStatus:
     rejecting: bool
 
@@ -200,19 +200,19 @@ class QuorumQueue:
         if (self.args.max_length is not None and not self.args.reject_publish
                 and self.ready() > self.args.max_length):
             dropped = (self.returns or self.messages).popleft()
-            effects.append(DeadLetter(dropped, "maxlen"))
+            effects.append(DeadLetter(message=dropped, reason="maxlen"))
         return effects + self._checkout()
 
     def consume(self, key: ConsumerKey, prefetch: int, priority: int = 0) -> list[Effect]:
         before = self.consumers.takeovers
-        activated = self.consumers.add(Consumer(key, prefetch, priority=priority))
+        activated = self.consumers.add(Consumer(key=key, prefetch=prefetch, priority=priority))
         effects: list[Effect] = [] if activated is None else [
-            Activated(activated.key, self.consumers.takeovers > before)]
+            Activated(consumer=activated.key, takeover=self.consumers.takeovers > before)]
         return effects + self._checkout()
 
     def cancel(self, key: ConsumerKey) -> list[Effect]:
         activated = self.consumers.cancel(key)
-        effects: list[Effect] = [] if activated is None else [Activated(activated.key)]
+        effects: list[Effect] = [] if activated is None else [Activated(consumer=activated.key)]
         return effects + self._checkout()
 
     def settle(self, key: ConsumerKey, msg_ids: Iterable[int]) -> list[Effect]:
@@ -249,7 +249,7 @@ class QuorumQueue:
             if message is not None:
                 if self.broker.reject_counts_into_dead_letter:
                     message = _counted(message, failed=True)
-                effects.append(DeadLetter(message, "rejected"))
+                effects.append(DeadLetter(message=message, reason="rejected"))
         return effects + self._done_with(consumer) + self._checkout()
 
     def channel_down(self, connection: int, channel: int) -> list[Effect]:
@@ -260,7 +260,7 @@ class QuorumQueue:
             effects += self._return_all(consumer, failed=self.broker.lost_channel_counts)
             activated = self.consumers.remove(consumer.key)
             if activated is not None:
-                effects.append(Activated(activated.key))
+                effects.append(Activated(consumer=activated.key))
         return effects + self._checkout()
 
     def server_cancel(self) -> list[Effect]:
@@ -271,7 +271,7 @@ class QuorumQueue:
         for consumer in list(self.consumers):
             effects += self._return_all(consumer, failed=True)
             if consumer.status.value == "up":
-                effects.append(Cancelled(consumer.key))
+                effects.append(Cancelled(consumer=consumer.key))
             self.consumers.remove(consumer.key)
         return effects + self._checkout()
 
@@ -283,16 +283,16 @@ class QuorumQueue:
         consumer = self.consumers.get(key)
         if consumer is None or consumer.status is not Status.UP:
             return []
-        effects: list[Effect] = [*self._return_all(consumer, failed=False), Cancelled(key)]
+        effects: list[Effect] = [*self._return_all(consumer, failed=False), Cancelled(consumer=key)]
         activated = self.consumers.time_out(consumer)
         if activated is not None:
-            effects.append(Activated(activated.key))
+            effects.append(Activated(consumer=activated.key))
         return effects + self._checkout()
 
     def delete(self) -> tuple[list[Effect], int]:
         """Every consumer (active or waiting) is cancelled; the messages are gone. Returns
         the effects and how many messages were dropped."""
-        effects: list[Effect] = [Cancelled(c.key) for c in self.consumers
+        effects: list[Effect] = [Cancelled(consumer=c.key) for c in self.consumers
                                  if c.status.value == "up"]
         dropped = len(self.holding())
         self.messages.clear()
@@ -307,7 +307,7 @@ class QuorumQueue:
         message = _counted(consumer.checked_out.pop(msg_id), failed=failed)
         limit = self.args.delivery_limit
         if limit is not None and message.delivery_count > limit:
-            return [DeadLetter(message, "delivery_limit")]
+            return [DeadLetter(message=message, reason="delivery_limit")]
         (self.returns if to_returns else self.messages).append(message)
         return []
 
@@ -324,7 +324,7 @@ class QuorumQueue:
         a quiescing active one hands over (4.0's priorities)."""
         self.consumers.forget_if_done(consumer)
         activated = self.consumers.switch_if_quiet()
-        return [] if activated is None else [Activated(activated.key, takeover=True)]
+        return [] if activated is None else [Activated(consumer=activated.key, takeover=True)]
 
     def _checkout(self) -> list[Effect]:
         effects: list[Effect] = []
@@ -336,7 +336,7 @@ class QuorumQueue:
             msg_id = consumer.next_msg_id
             consumer.next_msg_id += 1
             consumer.checked_out[msg_id] = message
-            effects.append(Deliver(consumer.key, msg_id, message))
+            effects.append(Deliver(consumer=consumer.key, msg_id=msg_id, message=message))
         return effects + self._evaluate_limit()
 
     def _evaluate_limit(self) -> list[Effect]:
@@ -345,10 +345,10 @@ class QuorumQueue:
             return []
         if not self.rejecting and self.ready() > limit:
             self.rejecting = True
-            return [PublishStatus(True)]
+            return [PublishStatus(rejecting=True)]
         if self.rejecting and self.ready() <= int(limit * SOFT_LIMIT):
             self.rejecting = False
-            return [PublishStatus(False)]
+            return [PublishStatus(rejecting=False)]
         return []
 
 

@@ -44,7 +44,7 @@ class Workload(Protocol):
 
 
 
-@attrs.frozen(eq=False)
+@attrs.frozen(eq=False, kw_only=True)
 class Outcome:
     seed: int
     schedule: Schedule
@@ -83,4 +83,4 @@ def run(seed: int, workload: Workload, schedule: Schedule | None = None, *,
             + "".join(where).rstrip(),)
     else:
         violations = tuple(check())
-    return Outcome(seed, schedule, world.trace, violations)
+    return Outcome(seed=seed, schedule=schedule, trace=world.trace, violations=violations)

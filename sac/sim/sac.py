@@ -41,7 +41,7 @@ class Status(enum.Enum):
     TIMED_OUT = "timed-out"
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, kw_only=True)
 class Consumer:
     key: ConsumerKey
     prefetch: int

@@ -20,48 +20,15 @@ from typing import Any
 
 import attrs
 
-from .harness import (
-    Action,
-    Connect,
-    ConnectionLost,
-    ConnectionRefused,
-    Disconnect,
-    Event,
-    Received,
-    Send,
-)
-from .methods import (
-    BasicAck,
-    BasicCancel,
-    BasicConsume,
-    BasicDeliver,
-    BasicNack,
-    BasicPublish,
-    BasicQos,
-    BasicReject,
-    BasicReturn,
-    ChannelClose,
-    ChannelCloseOk,
-    ChannelOpen,
-    ChannelOpenOk,
-    ConfirmSelect,
-    ConfirmSelectOk,
-    ConnectionBlocked,
-    ConnectionClose,
-    ConnectionOpenOk,
-    ConnectionUnblocked,
-    Properties,
-    QueueDeclare,
-    QueueDeclareOk,
-    QueueDelete,
-)
+from . import harness as h
+from . import methods as m
 from .model import BrokerModel
 from .world import World
 
 # ------------------------------------------------------------------ steps
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Open:
     """A connection to ``node`` with channel 1 open (and in confirm mode if ``confirm``)."""
 
@@ -72,7 +39,7 @@ class Open:
     """The simulator's heartbeat (the real driver leaves pika's)."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Declare:
     link: str
     queue: str
@@ -80,7 +47,7 @@ class Declare:
     passive: bool = False
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Publish:
     link: str
     queue: str
@@ -90,13 +57,13 @@ class Publish:
     mandatory: bool = True
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Qos:
     link: str
     prefetch: int
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Consume:
     link: str
     queue: str
@@ -105,20 +72,20 @@ class Consume:
     """``x-priority``, None for none."""
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Cancel:
     link: str
     tag: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Ack:
     link: str
     tag: int
     multiple: bool = False
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Nack:
     link: str
     tag: int
@@ -126,37 +93,37 @@ class Nack:
     requeue: bool = True
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Reject:
     link: str
     tag: int
     requeue: bool = True
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class CloseChannel:
     link: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class CloseConnection:
     link: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Drop:
     """Close the socket without a word (a process that dies)."""
 
     link: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Delete:
     link: str
     queue: str
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class SetAlarm:
     """A memory alarm goes on or off, cluster-wide (the real driver lowers a node's
     memory watermark)."""
@@ -169,7 +136,7 @@ Step = (Open | Declare | Publish | Qos | Consume | Cancel | Ack | Nack | Reject 
         | CloseConnection | Drop | Delete | SetAlarm)
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Case:
     name: str
     steps: tuple[tuple[Step, ...], ...]
@@ -256,101 +223,109 @@ class ScriptClient:
     def __init__(self, observer: Observer, rename: Callable[[str], str] = str) -> None:
         self.observer = observer
         self.rename = rename
-        self._after_open: dict[str, list[Action]] = {}
-        self._opening: dict[str, tuple[type, list[Action]]] = {}
+        self._after_open: dict[str, list[h.Action]] = {}
+        self._opening: dict[str, tuple[type, list[h.Action]]] = {}
         """Links whose ``Open`` is not done (as pika's blocking calls would wait): what to
         wait for, and the actions of later steps that wait with it."""
-        self.events: list[Event] = []
+        self.events: list[h.Event] = []
 
-    def start(self, now: float) -> Sequence[Action]:
+    def start(self, now: float) -> Sequence[h.Action]:
         return ()
 
-    def tick(self, now: float) -> Sequence[Action]:
+    def tick(self, now: float) -> Sequence[h.Action]:
         return ()
 
     def next_tick(self) -> float | None:
         return None
 
-    def actions(self, step: Step) -> list[Action]:
+    def actions(self, step: Step) -> list[h.Action]:
         """The AMQP methods a step sends; those on a link still opening wait for it."""
         link = step.link
         if isinstance(step, Open):
-            later: list[Action] = [Send(link, 1, ChannelOpen())]
+            later: list[h.Action] = [h.Send(link=link, channel=1, method=m.ChannelOpen())]
             if step.confirm:
                 self.observer.confirm_mode(link)
-                later.append(Send(link, 1, ConfirmSelect()))
+                later.append(h.Send(link=link, channel=1, method=m.ConfirmSelect()))
             self._after_open[link] = later
-            self._opening[link] = (ConfirmSelectOk if step.confirm else ChannelOpenOk, [])
-            return [Connect(link, step.node, heartbeat=step.heartbeat)]
+            self._opening[link] = (m.ConfirmSelectOk if step.confirm else m.ChannelOpenOk, [])
+            return [h.Connect(link=link, node=step.node, heartbeat=step.heartbeat)]
         actions = self._actions(step)
         if link in self._opening:
             self._opening[link][1].extend(actions)
             return []
         return actions
 
-    def _actions(self, step: Step) -> list[Action]:
+    def _actions(self, step: Step) -> list[h.Action]:
         link = step.link
+
+        def send(method: Any, channel: int = 1) -> list[h.Action]:
+            return [h.Send(link=link, channel=channel, method=method)]
+
         if isinstance(step, Declare):
-            return [Send(link, 1, QueueDeclare(step.queue, step.arguments, step.passive))]
+            return send(m.QueueDeclare(queue=step.queue, arguments=step.arguments,
+                                       passive=step.passive))
         if isinstance(step, Publish):
             self.observer.published(link)
-            props = Properties(message_id=step.message_id, headers=step.headers)
-            return [Send(link, 1, BasicPublish("", step.queue, step.body.encode(), props,
-                                               step.mandatory))]
+            props = m.Properties(message_id=step.message_id, headers=step.headers)
+            return send(m.BasicPublish(exchange="", routing_key=step.queue,
+                                       body=step.body.encode(), properties=props,
+                                       mandatory=step.mandatory))
         if isinstance(step, Qos):
-            return [Send(link, 1, BasicQos(step.prefetch))]
+            return send(m.BasicQos(prefetch_count=step.prefetch))
         if isinstance(step, Consume):
             arguments: dict[str, Any] = ({} if step.priority is None
                                          else {"x-priority": step.priority})
-            return [Send(link, 1, BasicConsume(step.queue, step.tag, arguments))]
+            return send(m.BasicConsume(queue=step.queue, consumer_tag=step.tag,
+                                       arguments=arguments))
         if isinstance(step, Cancel):
-            return [Send(link, 1, BasicCancel(step.tag))]
+            return send(m.BasicCancel(consumer_tag=step.tag))
         if isinstance(step, Ack):
-            return [Send(link, 1, BasicAck(step.tag, step.multiple))]
+            return send(m.BasicAck(delivery_tag=step.tag, multiple=step.multiple))
         if isinstance(step, Nack):
-            return [Send(link, 1, BasicNack(step.tag, step.multiple, step.requeue))]
+            return send(m.BasicNack(delivery_tag=step.tag, multiple=step.multiple,
+                                    requeue=step.requeue))
         if isinstance(step, Reject):
-            return [Send(link, 1, BasicReject(step.tag, step.requeue))]
+            return send(m.BasicReject(delivery_tag=step.tag, requeue=step.requeue))
         if isinstance(step, CloseChannel):
-            return [Send(link, 1, ChannelClose())]
+            return send(m.ChannelClose())
         if isinstance(step, CloseConnection):
-            return [Send(link, 0, ConnectionClose())]
+            return send(m.ConnectionClose(), channel=0)
         if isinstance(step, Drop):
-            return [Disconnect(link)]
+            return [h.Disconnect(link=link)]
         if isinstance(step, Delete):
-            return [Send(link, 1, QueueDelete(step.queue))]
+            return send(m.QueueDelete(queue=step.queue))
         raise TypeError(f"unknown step {step!r}")
 
-    def receive(self, now: float, event: Event) -> Sequence[Action]:
+    def receive(self, now: float, event: h.Event) -> Sequence[h.Action]:
         self.events.append(event)
-        if isinstance(event, ConnectionLost | ConnectionRefused):
+        if isinstance(event, h.ConnectionLost | h.ConnectionRefused):
             return ()
-        assert isinstance(event, Received)
+        assert isinstance(event, h.Received)
         link, method, obs = event.link, event.method, self.observer
-        if isinstance(method, ConnectionOpenOk):
+        if isinstance(method, m.ConnectionOpenOk):
             return self._after_open.pop(link, [])
         opening = self._opening.get(link)
         if opening is not None and isinstance(method, opening[0]):
             del self._opening[link]
             return opening[1]
-        if isinstance(method, BasicAck):
+        if isinstance(method, m.BasicAck):
             obs.confirmed(link, method.delivery_tag, method.multiple, ack=True)
-        elif isinstance(method, BasicNack):
+        elif isinstance(method, m.BasicNack):
             obs.confirmed(link, method.delivery_tag, method.multiple, ack=False)
-        elif isinstance(method, BasicReturn):
+        elif isinstance(method, m.BasicReturn):
             obs.returned(link, method.reply_code, method.routing_key, method.body)
-        elif isinstance(method, BasicDeliver):
+        elif isinstance(method, m.BasicDeliver):
             obs.delivered(link, method.consumer_tag, method.delivery_tag, method.body,
                           method.redelivered, method.properties.headers)
-        elif isinstance(method, BasicCancel):
+        elif isinstance(method, m.BasicCancel):
             obs.cancelled(link, method.consumer_tag)
-        elif isinstance(method, ChannelClose):
+        elif isinstance(method, m.ChannelClose):
             obs.channel_closed(link, method.reply_code)
-            return [Send(link, event.channel, ChannelCloseOk())]
-        elif isinstance(method, QueueDeclareOk):
+            return [h.Send(link=link, channel=event.channel, method=m.ChannelCloseOk())]
+        elif isinstance(method, m.QueueDeclareOk):
             obs.declared(link, method.queue, method.message_count, method.consumer_count)
-        elif isinstance(method, ConnectionBlocked | ConnectionUnblocked):
-            obs.blocked(link, isinstance(method, ConnectionBlocked))
+        elif isinstance(method, m.ConnectionBlocked | m.ConnectionUnblocked):
+            obs.blocked(link, isinstance(method, m.ConnectionBlocked))
         return ()
 
 

@@ -108,7 +108,7 @@ class Shell:
 
     def send(self, channel: int, method: object) -> None:
         if self.link is not None:
-            self.out.append(h.Send(self.link, channel, method))
+            self.out.append(h.Send(link=self.link, channel=channel, method=method))
 
     def ready(self, now: float) -> None:
         """The link is set up: what the next loss reconnects from."""
@@ -134,20 +134,20 @@ class Shell:
             self.send(0, m.ConnectionClose())
             return
         if self.link is not None:  # still opening: just go
-            self.out.append(h.Disconnect(self.link))
+            self.out.append(h.Disconnect(link=self.link))
             self.link = None
         self.closed(now)
 
     def abandon(self, now: float, why: str) -> None:
         """Drop the link as lost although it works (the engine said so)."""
         if self.link is not None:
-            self.out.append(h.Disconnect(self.link))
+            self.out.append(h.Disconnect(link=self.link))
         self._lost(now, why)
 
     def crash(self) -> None:
         """The process dies: the socket closes, nothing more is done."""
         if self.link is not None:
-            self.out.append(h.Disconnect(self.link))
+            self.out.append(h.Disconnect(link=self.link))
         self.link = None
         self.up = False
         self._plan = None
@@ -217,7 +217,7 @@ class Shell:
         self._heard = now  # the handshake gets as long as a silent link
         self._links += 1
         self.link = f"{self.name}#{self._links}"
-        self.out.append(h.Connect(self.link, node=plan.index, heartbeat=self.heartbeat))
+        self.out.append(h.Connect(link=self.link, node=plan.index, heartbeat=self.heartbeat))
 
     def _attempt_failed(self, now: float, cause: str) -> None:
         plan = self._plan

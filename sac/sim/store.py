@@ -36,7 +36,7 @@ from .harness import CommitDone, EpochClaimed
 from .trace import Trace
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class LedgerEntry:
     t: float
     queue: str
@@ -154,7 +154,8 @@ class SimStore(Store):
                 if e.queue == queue]
 
     def _record(self, queue: str, message_id: str, epoch: int, consumer: str | None) -> None:
-        self.ledger.append(LedgerEntry(self.events.now, queue, message_id, epoch, consumer))
+        self.ledger.append(LedgerEntry(t=self.events.now, queue=queue, message_id=message_id,
+                                       epoch=epoch, consumer=consumer))
         self.trace.record("effect_committed", queue=queue, id=message_id, epoch=epoch,
                           consumer=consumer)
 
@@ -168,7 +169,7 @@ class SimStore(Store):
         ids = tuple(message_ids)
         if self.is_down():
             error = StoreUnavailable(f"{self.description} is down (simulated)")
-            self.events.after(self._delay(), lambda: done(CommitDone(token, error=error)))
+            self.events.after(self._delay(), lambda: done(CommitDone(token=token, error=error)))
             return
         self.events.after(self._delay(),
                           lambda: done(self._complete(queue, epoch, consumer, ids, token)))
@@ -180,7 +181,7 @@ class SimStore(Store):
             if applied:
                 self._apply(queue, epoch, consumer, ids, token)
             self.trace.record("commit_failed", queue=queue, ids=ids, applied=applied)
-            return CommitDone(token, error=StoreUnavailable(
+            return CommitDone(token=token, error=StoreUnavailable(
                 f"{self.description} went down during the commit (simulated; "
                 f"{'applied' if applied else 'not applied'})"))
         return self._apply(queue, epoch, consumer, ids, token)
@@ -202,17 +203,17 @@ class SimStore(Store):
                     committed.append(message_id)
         except StaleEpoch as exc:
             self.trace.record("commit_fenced", queue=queue, epoch=epoch, ids=ids)
-            return CommitDone(token, error=exc)
+            return CommitDone(token=token, error=exc)
         late = [m for m in committed if m in batch.late_duplicates]
-        return CommitDone(token, committed=tuple(m for m in committed if m not in late),
+        return CommitDone(token=token, committed=tuple(m for m in committed if m not in late),
                           duplicates=tuple(duplicates + late))
 
     def claim_later(self, queue: str, done: Callable[[EpochClaimed], None],
                     token: object = None) -> None:
         def finish() -> None:
             try:
-                done(EpochClaimed(token, epoch=self.claim_epoch(queue)))
+                done(EpochClaimed(token=token, epoch=self.claim_epoch(queue)))
             except StoreUnavailable as exc:
-                done(EpochClaimed(token, error=exc))
+                done(EpochClaimed(token=token, error=exc))
 
         self.events.after(self._delay(), finish)

@@ -11,7 +11,7 @@ import attrs
 from .clock import EventQueue
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Entry:
     t: float
     kind: str
@@ -31,7 +31,7 @@ class Trace:
         self.entries: list[Entry] = []
 
     def record(self, kind: str, **fields: Any) -> None:
-        self.entries.append(Entry(self._clock.now, kind, tuple(fields.items())))
+        self.entries.append(Entry(t=self._clock.now, kind=kind, fields=tuple(fields.items())))
 
     def __iter__(self) -> Iterator[Entry]:
         return iter(self.entries)

@@ -53,7 +53,7 @@ NODES = 3
 HEARTBEAT = 1
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Engines:
     """The engines a run drives: the SDK's own, or a deliberately broken variant
     (``sim.variants``)."""
@@ -103,7 +103,7 @@ class Effects:
             raise RuntimeError(f"the effect of {mid} failed (run {runs})")
 
 
-@attrs.define
+@attrs.define(kw_only=True)
 class EnginesWorkload:
     messages: int = 40
     burst_count: int = 4

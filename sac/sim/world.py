@@ -14,42 +14,15 @@ import functools
 import math
 import random
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, assert_never
 
 import attrs
 
+from . import faults as f
+from . import harness as h
+from . import methods as m
 from .broker import DEFAULT_TIMING, Broker, Timing
 from .clock import EventQueue, Timer
-from .faults import (
-    Alarm,
-    CutOnFrame,
-    DeleteQueue,
-    Election,
-    Fault,
-    KillNode,
-    LeaderMoved,
-    Reset,
-    Silence,
-    StopProcess,
-    StoreDown,
-    StoreSlow,
-)
-from .harness import (
-    Action,
-    ClaimEpoch,
-    Client,
-    Commit,
-    Connect,
-    ConnectionLost,
-    ConnectionRefused,
-    Disconnect,
-    Event,
-    Received,
-    Restart,
-    Send,
-    Stop,
-)
-from .methods import ConnectionClose, ConnectionCloseOk, ConnectionOpenOk, Heartbeat
 from .model import BrokerModel
 from .store import SimStore
 from .trace import Trace
@@ -63,7 +36,7 @@ class SimulationError(Exception):
     """The client under test misused the world (a bug in the client, not a fault)."""
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, kw_only=True)
 class _Link:
     name: str
     client: str
@@ -86,9 +59,9 @@ class _Link:
     beat: Timer | None = None
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, kw_only=True)
 class _Wire:
-    fault: CutOnFrame
+    fault: f.CutOnFrame
     remaining: int
 
 
@@ -108,7 +81,7 @@ class World:
         self.store = SimStore(self.events, random.Random(streams.getrandbits(64)), self.trace)
         self.latency = latency
         self.trace_frames = trace_frames
-        self.clients: dict[str, Client] = {}
+        self.clients: dict[str, h.Client] = {}
         self.links: dict[str, _Link] = {}
         self._by_conn: dict[int, _Link] = {}
         self._ticks: dict[str, Timer] = {}
@@ -118,13 +91,13 @@ class World:
 
     # ------------------------------------------------------------------ driving
 
-    def add(self, client: Client) -> None:
+    def add(self, client: h.Client) -> None:
         if client.name in self.clients:
             raise SimulationError(f"two clients named {client.name!r}")
         self.clients[client.name] = client
         self.events.after(0.0, lambda: self._do(client, client.start(self.events.now)))
 
-    def schedule(self, faults: Iterable[Fault]) -> None:
+    def schedule(self, faults: Iterable[f.Fault]) -> None:
         for fault in faults:
             self.events.at(max(fault.at, self.events.now), functools.partial(self.apply, fault))
 
@@ -134,38 +107,39 @@ class World:
     def run_until_idle(self, limit: float) -> bool:
         return self.events.run_until_idle(limit)
 
-    def inject(self, client: Client, actions: Sequence[Action]) -> None:
+    def inject(self, client: h.Client, actions: Sequence[h.Action]) -> None:
         """Carry out actions for ``client`` now (a test driving a scripted client)."""
         self._do(client, actions)
 
     # ------------------------------------------------------------------ clients
 
-    def _do(self, client: Client, actions: Sequence[Action]) -> None:
+    def _do(self, client: h.Client, actions: Sequence[h.Action]) -> None:
         for action in actions:
-            if isinstance(action, Connect):
-                self._connect(client, action)
-            elif isinstance(action, Send):
-                self._send(client, action)
-            elif isinstance(action, Disconnect):
-                self._disconnect(client, action.link)
-            elif isinstance(action, Commit):
-                self.store.commit_later(action.queue, action.epoch, action.consumer,
-                                        action.message_ids,
-                                        functools.partial(self._tell, client), action.token)
-            elif isinstance(action, ClaimEpoch):
-                self.store.claim_later(action.queue, functools.partial(self._tell, client),
-                                       action.token)
-            else:
-                raise SimulationError(f"unknown action {action!r}")
+            match action:
+                case h.Connect():
+                    self._connect(client, action)
+                case h.Send():
+                    self._send(client, action)
+                case h.Disconnect():
+                    self._disconnect(client, action.link)
+                case h.Commit():
+                    self.store.commit_later(action.queue, action.epoch, action.consumer,
+                                            action.message_ids,
+                                            functools.partial(self._tell, client), action.token)
+                case h.ClaimEpoch():
+                    self.store.claim_later(action.queue, functools.partial(self._tell, client),
+                                           action.token)
+                case _:
+                    assert_never(action)
         self._retick(client)
 
-    def _tell(self, client: Client, event: Event) -> None:
-        if self.trace_frames and not (isinstance(event, Received)
-                                      and isinstance(event.method, Heartbeat)):
+    def _tell(self, client: h.Client, event: h.Event) -> None:
+        if self.trace_frames and not (isinstance(event, h.Received)
+                                      and isinstance(event.method, m.Heartbeat)):
             self.trace.record("client_got", client=client.name, event=repr(event))
         self._do(client, client.receive(self.events.now, event))
 
-    def _retick(self, client: Client) -> None:
+    def _retick(self, client: h.Client) -> None:
         old = self._ticks.pop(client.name, None)
         if old is not None:
             old.cancel()
@@ -181,19 +155,19 @@ class World:
         self._ticks[client.name] = self.events.at(
             max(when, self.events.now), tick, background=idle is not None and idle())
 
-    def _owned(self, client: Client, name: str) -> _Link:
+    def _owned(self, client: h.Client, name: str) -> _Link:
         link = self.links.get(name)
         if link is None or link.client != client.name:
             raise SimulationError(f"{client.name} has no link {name!r}")
         return link
 
-    def _connect(self, client: Client, action: Connect) -> None:
+    def _connect(self, client: h.Client, action: h.Connect) -> None:
         old = self.links.get(action.link)
         if old is not None and old.state != "closed":
             raise SimulationError(f"link {action.link!r} is already {old.state}")
         generation = self._next_generation()
-        link = _Link(action.link, client.name, action.node, action.heartbeat, generation,
-                     generation)
+        link = _Link(name=action.link, client=client.name, node=action.node,
+                     heartbeat=action.heartbeat, up=generation, down=generation)
         self.links[action.link] = link
         self.trace.record("connect", link=link.name, node=link.node)
 
@@ -201,20 +175,20 @@ class World:
             conn_id = self.broker.connect(link.node, link.name)
             if conn_id is None:
                 link.state = "closed"
-                self._after_latency(lambda: self._tell(client, ConnectionRefused(link.name)))
+                self._after_latency(lambda: self._tell(client, h.ConnectionRefused(link=link.name)))
                 return
             link.conn_id = conn_id
             link.state = "open"
             self._by_conn[conn_id] = link
             version = self.broker.model.version
-            self._from_broker(conn_id, 0, ConnectionOpenOk(
-                f"{version.major}.{version.minor}.{version.patch}"))
+            self._from_broker(conn_id, 0, m.ConnectionOpenOk(
+                version=f"{version.major}.{version.minor}.{version.patch}"))
             if link.heartbeat > 0:
                 self._beat(link)
 
         self._to_broker(link, arrive)
 
-    def _send(self, client: Client, action: Send) -> None:
+    def _send(self, client: h.Client, action: h.Send) -> None:
         link = self._owned(client, action.link)
         if link.state == "closed":
             self.trace.record("send_on_closed_link", link=link.name, method=repr(action.method))
@@ -224,7 +198,7 @@ class World:
                               method=repr(action.method))
         self._to_broker(link, lambda: self._broker_receives(link, action.channel, action.method))
 
-    def _disconnect(self, client: Client, name: str) -> None:
+    def _disconnect(self, client: h.Client, name: str) -> None:
         link = self._owned(client, name)
         if link.state == "closed":
             return
@@ -289,14 +263,14 @@ class World:
             return
         generation = link.down
         client = self.clients[link.client]
-        background = isinstance(method, Heartbeat)
+        background = isinstance(method, m.Heartbeat)
 
         def arrive() -> None:
             if link.down != generation:
                 return
-            if isinstance(method, ConnectionClose | ConnectionCloseOk):
+            if isinstance(method, m.ConnectionClose | m.ConnectionCloseOk):
                 link.close_seen = True
-            self._tell(client, Received(link.name, channel, method))
+            self._tell(client, h.Received(link=link.name, channel=channel, method=method))
             if wire is not None:
                 self._cut(link, f"cut after {type(method).__name__} reached the client")
 
@@ -318,7 +292,7 @@ class World:
         def beat() -> None:
             if link.down != generation or link.state != "open" or link.conn_id is None:
                 return
-            self._from_broker(link.conn_id, 0, Heartbeat())
+            self._from_broker(link.conn_id, 0, m.Heartbeat())
             link.beat = self.events.after(link.heartbeat, beat, background=True)
 
         link.beat = self.events.after(link.heartbeat, beat, background=True)
@@ -350,7 +324,8 @@ class World:
         if conn_id is not None:
             self.broker.disconnect(conn_id, why)
         client = self.clients[link.client]
-        self._after_latency(lambda: self._tell(client, ConnectionLost(link.name, why)))
+        self._after_latency(
+            lambda: self._tell(client, h.ConnectionLost(link=link.name, reason=why)))
 
     def _broker_closed(self, conn_id: int, why: str) -> None:
         """The broker closed the socket: the client reads what was already sent, then EOF
@@ -367,11 +342,11 @@ class World:
             seen = link.close_seen
             self._close_link(link)
             if not seen:
-                self._tell(client, ConnectionLost(link.name, why))
+                self._tell(client, h.ConnectionLost(link=link.name, reason=why))
 
         self._to_client(link, eof)
 
-    def _trip(self, link: _Link, method: Any, to: str) -> CutOnFrame | None:
+    def _trip(self, link: _Link, method: Any, to: str) -> f.CutOnFrame | None:
         name = type(method).__name__
         for wire in self._wires:
             fault = wire.fault
@@ -385,41 +360,42 @@ class World:
 
     # ------------------------------------------------------------------ faults
 
-    def apply(self, fault: Fault) -> None:
+    def apply(self, fault: f.Fault) -> None:
         self.trace.record("fault", fault=repr(fault))
-        if isinstance(fault, Reset):
-            for link in self._open_links(fault.link):
-                self._cut(link, "connection reset")
-        elif isinstance(fault, CutOnFrame):
-            self._wires.append(_Wire(fault, fault.nth))
-        elif isinstance(fault, Silence):
-            for link in self._open_links(fault.link):
-                self._silence(link, fault.duration)
-        elif isinstance(fault, KillNode):
-            self.broker.kill_node(fault.node)
-            self.events.after(fault.duration, lambda: self.broker.restart_node(fault.node))
-        elif isinstance(fault, Election):
-            self.broker.elect(fault.queue, fault.duration)
-        elif isinstance(fault, Alarm):
-            self._alarms += 1
-            self.broker.set_alarm(True)
-            self.events.after(fault.duration, self._alarm_over)
-        elif isinstance(fault, LeaderMoved):
-            self.broker.server_cancel(fault.queue)
-        elif isinstance(fault, StoreDown):
-            self.store.fail_for(fault.duration)
-        elif isinstance(fault, StoreSlow):
-            self.store.slow_for(fault.duration, fault.latency)
-        elif isinstance(fault, DeleteQueue):
-            self.broker.delete_queue(fault.queue)
-        elif isinstance(fault, StopProcess):
-            client = self.clients.get(fault.client)
-            if client is None:
-                raise SimulationError(f"no client {fault.client!r} to stop")
-            self._tell(client, Stop(kill=fault.kill))
-            self.events.after(fault.down, lambda: self._tell(client, Restart()))
-        else:
-            raise SimulationError(f"unknown fault {fault!r}")
+        match fault:
+            case f.Reset():
+                for link in self._open_links(fault.link):
+                    self._cut(link, "connection reset")
+            case f.CutOnFrame():
+                self._wires.append(_Wire(fault=fault, remaining=fault.nth))
+            case f.Silence():
+                for link in self._open_links(fault.link):
+                    self._silence(link, fault.duration)
+            case f.KillNode():
+                self.broker.kill_node(fault.node)
+                self.events.after(fault.duration, lambda: self.broker.restart_node(fault.node))
+            case f.Election():
+                self.broker.elect(fault.queue, fault.duration)
+            case f.Alarm():
+                self._alarms += 1
+                self.broker.set_alarm(True)
+                self.events.after(fault.duration, self._alarm_over)
+            case f.LeaderMoved():
+                self.broker.server_cancel(fault.queue)
+            case f.StoreDown():
+                self.store.fail_for(fault.duration)
+            case f.StoreSlow():
+                self.store.slow_for(fault.duration, fault.latency)
+            case f.DeleteQueue():
+                self.broker.delete_queue(fault.queue)
+            case f.StopProcess():
+                client = self.clients.get(fault.client)
+                if client is None:
+                    raise SimulationError(f"no client {fault.client!r} to stop")
+                self._tell(client, h.Stop(kill=fault.kill))
+                self.events.after(fault.down, lambda: self._tell(client, h.Restart()))
+            case _:
+                assert_never(fault)
 
     def _open_links(self, name: str) -> list[_Link]:
         return [link for link in self.links.values()

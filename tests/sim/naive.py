@@ -38,6 +38,11 @@ ARGS = {"x-queue-type": "quorum", "x-single-active-consumer": True, "x-delivery-
 SPACE = Space(links=("pub", "con"), queues=("q",), horizon=3.0, max_faults=4, heartbeat=1.0)
 
 
+def send(link: str, method: Any) -> Send:
+    """``method`` on ``link``'s one channel."""
+    return Send(link=link, channel=1, method=method)
+
+
 class NaivePublisher:
     name = "pub"
 
@@ -50,7 +55,7 @@ class NaivePublisher:
         self.confirmed: list[str] = []
 
     def start(self, now: float) -> Sequence[Action]:
-        return [Connect("pub", node=0, heartbeat=1.0)]
+        return [Connect(link="pub", node=0, heartbeat=1.0)]
 
     def receive(self, now: float, event: Event) -> Sequence[Action]:
         if isinstance(event, ConnectionLost):
@@ -59,9 +64,9 @@ class NaivePublisher:
             return ()
         method = event.method
         if isinstance(method, ConnectionOpenOk):
-            return [Send("pub", 1, ChannelOpen()), Send("pub", 1, ConfirmSelect()),
-                    Send("pub", 1, QueueDeclare("q.dlq", {"x-queue-type": "quorum"})),
-                    Send("pub", 1, QueueDeclare("q", ARGS))]
+            return [send("pub", ChannelOpen()), send("pub", ConfirmSelect()),
+                    send("pub", QueueDeclare(queue="q.dlq", arguments={"x-queue-type": "quorum"})),
+                    send("pub", QueueDeclare(queue="q", arguments=ARGS))]
         if isinstance(method, QueueDeclareOk) and method.queue == "q":
             self.ready = True
         elif isinstance(method, BasicAck | BasicNack):
@@ -85,8 +90,9 @@ class NaivePublisher:
             body = self.plan[self.sent][1]
             self.sent += 1
             self.outstanding.append((self.sent, body))
-            actions.append(Send("pub", 1, BasicPublish(
-                "", "q", body.encode(), Properties(message_id=body), mandatory=True)))
+            actions.append(send("pub", BasicPublish(
+                exchange="", routing_key="q", body=body.encode(),
+                properties=Properties(message_id=body), mandatory=True)))
         return actions
 
 
@@ -97,20 +103,21 @@ class NaiveConsumer:
         self.delivered: list[str] = []
 
     def start(self, now: float) -> Sequence[Action]:
-        return [Connect("con", node=1, heartbeat=1.0)]
+        return [Connect(link="con", node=1, heartbeat=1.0)]
 
     def receive(self, now: float, event: Event) -> Sequence[Action]:
         if not isinstance(event, Received):
             return ()
         method = event.method
         if isinstance(method, ConnectionOpenOk):
-            return [Send("con", 1, ChannelOpen()),
-                    Send("con", 1, QueueDeclare("q.dlq", {"x-queue-type": "quorum"})),
-                    Send("con", 1, QueueDeclare("q", ARGS)), Send("con", 1, BasicQos(10)),
-                    Send("con", 1, BasicConsume("q", "C"))]
+            return [send("con", ChannelOpen()),
+                    send("con", QueueDeclare(queue="q.dlq", arguments={"x-queue-type": "quorum"})),
+                    send("con", QueueDeclare(queue="q", arguments=ARGS)),
+                    send("con", BasicQos(prefetch_count=10)),
+                    send("con", BasicConsume(queue="q", consumer_tag="C"))]
         if isinstance(method, BasicDeliver):
             self.delivered.append(method.body.decode())
-            return [Send("con", 1, BasicAck(method.delivery_tag))]
+            return [send("con", BasicAck(delivery_tag=method.delivery_tag))]
         return ()
 
     def tick(self, now: float) -> Sequence[Action]:
@@ -120,7 +127,7 @@ class NaiveConsumer:
         return None
 
 
-@attrs.define
+@attrs.define(kw_only=True)
 class NaiveWorkload:
     messages: int = 20
     horizon: float = 3.0

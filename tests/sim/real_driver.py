@@ -45,7 +45,7 @@ from sac.sim.script import (
 )
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, kw_only=True)
 class _Link:
     connection: pika.BlockingConnection
     channel: BlockingChannel
@@ -169,7 +169,7 @@ class RealDriver:
             ch._impl.confirm_delivery(ack_nack_callback=confirm,
                                       callback=lambda _frame: ready.append(True))
             self._pump_until(lambda: bool(ready), 10.0, [connection])
-        self.links[name] = _Link(connection, ch)
+        self.links[name] = _Link(connection=connection, channel=ch)
 
     def _on_delivery(self, link: str) -> Callable[..., None]:
         def deliver(_ch: Any, method: Any, properties: Any, body: bytes) -> None:

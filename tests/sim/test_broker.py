@@ -44,7 +44,8 @@ SAC = {**QUORUM, "x-single-active-consumer": True, "x-delivery-limit": 2,
 
 
 def message(uid: int) -> Message:
-    return Message(uid, "", "q", f"m{uid}".encode(), Properties(message_id=str(uid)))
+    return Message(uid=uid, exchange="", routing_key="q", body=f"m{uid}".encode(),
+                   properties=Properties(message_id=str(uid)))
 
 
 def bodies(events: list[Any], kind: str = "deliver") -> list[str]:
@@ -72,16 +73,16 @@ def test_event_queue_runs_in_time_then_scheduling_order() -> None:
     ("published", "commits", "refusals", "frames"),
     [
         # One confirm alone is never "multiple".
-        (5, [1], [], [BasicAck(1)]),
+        (5, [1], [], [BasicAck(delivery_tag=1)]),
         # Everything below the lowest unconfirmed folds into one multiple ack.
-        (5, [1, 2, 3], [], [BasicAck(3, multiple=True)]),
+        (5, [1, 2, 3], [], [BasicAck(delivery_tag=3, multiple=True)]),
         # 2 still unconfirmed: 1 folds, 3 goes alone.
-        (5, [1, 3], [], [BasicAck(1, multiple=True), BasicAck(3)]),
+        (5, [1, 3], [], [BasicAck(delivery_tag=1, multiple=True), BasicAck(delivery_tag=3)]),
         # Nacks are coalesced even alone (seen on 3.10: nack 4 multiple, nack 5 multiple)...
-        (1, [], [1], [BasicNack(1, multiple=True, requeue=False)]),
+        (1, [], [1], [BasicNack(delivery_tag=1, multiple=True, requeue=False)]),
         # ... but not past what is still unconfirmed; acks come first.
-        (5, [1, 3], [2], [BasicAck(1, multiple=True), BasicAck(3),
-                          BasicNack(2, requeue=False)]),
+        (5, [1, 3], [2], [BasicAck(delivery_tag=1, multiple=True), BasicAck(delivery_tag=3),
+                          BasicNack(delivery_tag=2, requeue=False)]),
     ],
 )
 def test_confirms_are_worded_as_rabbitmq_does(
@@ -99,7 +100,7 @@ def test_confirms_are_worded_as_rabbitmq_does(
 def test_unroutable_publish_is_confirmed_at_once() -> None:
     channel = ConfirmChannel()
     assert channel.published([]) == 1
-    assert channel.flush() == [BasicAck(1)]
+    assert channel.flush() == [BasicAck(delivery_tag=1)]
 
 
 @pytest.mark.parametrize(("broker", "limit", "order"), [
@@ -158,8 +159,8 @@ def test_sac_cancel_activates_the_next_while_the_old_one_holds_its_messages() ->
 
 def test_a_mismatched_declare_is_worded_so_the_sdk_reads_it() -> None:
     rig = Rig()
-    rig.do(Open("p"), Declare("p", "q", SAC))
-    seen = rig.do(Declare("p", "q", {**SAC, "x-delivery-limit": 5}))
+    rig.do(Open(link="p"), Declare(link="p", queue="q", arguments=SAC))
+    seen = rig.do(Declare(link="p", queue="q", arguments={**SAC, "x-delivery-limit": 5}))
     assert seen == [("channel_closed", "p", 406)]
     [close] = rig.heard("p", ChannelClose)
     parsed = parse_inequivalent(close.reply_text)
@@ -172,14 +173,15 @@ def test_a_mismatched_declare_is_worded_so_the_sdk_reads_it() -> None:
 
 def published_world(seed: int, *faults: Any) -> Rig:
     rig = Rig(seed)
-    rig.do(Open("p", confirm=True), Declare("p", "q", SAC))
+    rig.do(Open(link="p", confirm=True), Declare(link="p", queue="q", arguments=SAC))
     rig.world.schedule(faults)
-    rig.do(*(Publish("p", "q", f"m{i}", message_id=str(i)) for i in range(3)))
+    rig.do(*(Publish(link="p", queue="q", body=f"m{i}", message_id=str(i)) for i in range(3)))
     return rig
 
 
 def test_a_publish_lost_before_the_broker_took_it_never_exists() -> None:
-    rig = published_world(1, CutOnFrame(0.0, "p", "BasicPublish", "broker", nth=2))
+    rig = published_world(
+        1, CutOnFrame(at=0.0, link="p", method="BasicPublish", to="broker", nth=2))
     assert [e.get("id") for e in rig.world.trace.of("publish")] == ["0"]
     assert [e.reason for e in rig.lost("p") if isinstance(e, ConnectionLost)] == [
         "cut before BasicPublish reached the broker"]
@@ -190,7 +192,8 @@ def test_a_publish_taken_before_the_loss_is_committed_or_lost_never_confirmed() 
     fates = set()
     for seed in range(12):
         rig = published_world(
-            seed, CutOnFrame(0.0, "p", "BasicPublish", "broker", nth=2, delivered=True))
+            seed, CutOnFrame(at=0.0, link="p", method="BasicPublish", to="broker", nth=2,
+                             delivered=True))
         taken = [e.get("uid") for e in rig.world.trace.of("publish")]
         assert taken == [1, 2]
         acked = {a.delivery_tag for a in rig.heard("p", BasicAck)}
@@ -204,16 +207,16 @@ def test_a_publish_taken_before_the_loss_is_committed_or_lost_never_confirmed() 
 
 
 def test_a_confirm_lost_on_the_way_leaves_the_message_durable() -> None:
-    rig = published_world(1, CutOnFrame(0.0, "p", "BasicAck", "client"))
+    rig = published_world(1, CutOnFrame(at=0.0, link="p", method="BasicAck", to="client"))
     assert rig.heard("p", BasicAck) == []
     assert len(rig.world.broker.committed) >= 1
     assert any(isinstance(e, ConnectionLost) for e in rig.lost("p"))
 
 
 def consumers(rig: Rig, heartbeat: float = 0.0) -> None:
-    rig.do(Open("a", node=1, heartbeat=heartbeat), Open("b", node=2, heartbeat=heartbeat))
-    rig.do(Qos("a", 10), Consume("a", "q", "A"))
-    rig.do(Qos("b", 10), Consume("b", "q", "B"))
+    rig.do(Open(link="a", node=1, heartbeat=heartbeat), Open(link="b", node=2, heartbeat=heartbeat))
+    rig.do(Qos(link="a", prefetch=10), Consume(link="a", queue="q", tag="A"))
+    rig.do(Qos(link="b", prefetch=10), Consume(link="b", queue="q", tag="B"))
 
 
 def test_a_silent_consumer_is_dropped_after_its_heartbeats_and_the_next_takes_over() -> None:
@@ -221,7 +224,7 @@ def test_a_silent_consumer_is_dropped_after_its_heartbeats_and_the_next_takes_ov
     consumers(rig, heartbeat=1.0)
     assert len(rig.heard("a", BasicDeliver)) == 3
     start = rig.now
-    rig.world.apply(Silence(start, "a", 10.0))
+    rig.world.apply(Silence(at=start, link="a", duration=10.0))
     seen = rig.run(4.0)
     # The broker gave up within 2-3 heartbeats; B has everything, counted once.
     [timeout] = rig.world.trace.of("heartbeat_timeout")
@@ -236,8 +239,8 @@ def test_a_silent_consumer_is_dropped_after_its_heartbeats_and_the_next_takes_ov
 def test_a_short_silence_delays_frames_and_loses_nothing() -> None:
     rig = published_world(3)
     consumers(rig, heartbeat=1.0)
-    rig.world.apply(Silence(rig.now, "a", 1.5))
-    rig.do(Ack("a", 3, multiple=True), settle=0.5)
+    rig.world.apply(Silence(at=rig.now, link="a", duration=1.5))
+    rig.do(Ack(link="a", tag=3, multiple=True), settle=0.5)
     assert rig.world.trace.of("settle") == []
     rig.run(2.0)
     assert [e.get("uids") for e in rig.world.trace.of("settle")] == [(1, 2, 3)]
@@ -246,26 +249,28 @@ def test_a_short_silence_delays_frames_and_loses_nothing() -> None:
 
 def test_publishes_during_an_election_are_nacked_then_accepted_again() -> None:
     rig = Rig(5)
-    rig.do(Open("p", confirm=True), Declare("p", "q", SAC))
-    rig.world.apply(Election(rig.now, "q", 0.3))
-    during = rig.do(Publish("p", "q", "a"), Publish("p", "q", "b"), settle=0.1)
+    rig.do(Open(link="p", confirm=True), Declare(link="p", queue="q", arguments=SAC))
+    rig.world.apply(Election(at=rig.now, queue="q", duration=0.3))
+    during = rig.do(Publish(link="p", queue="q", body="a"), Publish(link="p", queue="q", body="b"),
+                    settle=0.1)
     assert [e[3] for e in during] == ["nack", "nack"]
     rig.run(0.3)
-    after = rig.do(Publish("p", "q", "c"))
+    after = rig.do(Publish(link="p", queue="q", body="c"))
     assert after == [("confirm", "p", 3, "ack")]
 
 
 def test_an_alarm_blocks_a_connection_at_its_first_publish_until_it_clears() -> None:
     rig = Rig(2)
-    rig.do(Open("p", confirm=True), Open("q2", confirm=True), Declare("p", "q", SAC))
-    rig.do(Publish("p", "q", "before"))
-    rig.world.schedule([Alarm(rig.now, 1.0)])
+    rig.do(Open(link="p", confirm=True), Open(link="q2", confirm=True),
+           Declare(link="p", queue="q", arguments=SAC))
+    rig.do(Publish(link="p", queue="q", body="before"))
+    rig.world.schedule([Alarm(at=rig.now, duration=1.0)])
     rig.run(0.01)
     # Publishing before the alarm does not matter: nobody is blocked yet.
     assert rig.heard("p", ConnectionBlocked) == []
     # The publish that blocks q2 waits, and so does what follows it.
-    assert rig.do(Publish("q2", "q", "first"), settle=0.5) == [("blocked", "q2")]
-    assert rig.do(Publish("q2", "q", "held"), settle=0.5) == []
+    assert rig.do(Publish(link="q2", queue="q", body="first"), settle=0.5) == [("blocked", "q2")]
+    assert rig.do(Publish(link="q2", queue="q", body="held"), settle=0.5) == []
     rig.run(1.0)
     assert len(rig.heard("q2", ConnectionUnblocked)) == 1
     assert rig.heard("p", ConnectionUnblocked) == []
@@ -275,24 +280,24 @@ def test_an_alarm_blocks_a_connection_at_its_first_publish_until_it_clears() -> 
 def test_a_killed_node_resets_its_connections_and_refuses_new_ones() -> None:
     rig = published_world(4)
     consumers(rig)
-    rig.world.apply(KillNode(rig.now, 1, 1.0))
+    rig.world.apply(KillNode(at=rig.now, node=1, duration=1.0))
     seen = rig.run(0.5)
     assert [type(e) for e in rig.lost("a")] == [ConnectionLost]
     assert [e[4] for e in seen if e[0] == "deliver"] == ["m0", "m1", "m2"]
-    rig.do(Open("a2", node=1))
+    rig.do(Open(link="a2", node=1))
     assert [type(e) for e in rig.lost("a2")] == [ConnectionRefused]
 
 
 def test_a_leader_move_cancels_consumers_and_gives_their_messages_back() -> None:
     rig = published_world(6)
     consumers(rig)
-    rig.world.apply(LeaderMoved(rig.now, "q"))
+    rig.world.apply(LeaderMoved(at=rig.now, queue="q"))
     seen = rig.run(0.5)
     assert [m.consumer_tag for m in rig.heard("a", BasicCancel)] == ["A"]
     assert [m.consumer_tag for m in rig.heard("b", BasicCancel)] == ["B"]
     assert seen == [("cancel", "a", "A"), ("cancel", "b", "B")]
     # Acking what the broker took back changes nothing: the messages wait, counted.
-    rig.do(Ack("a", 3, multiple=True))
+    rig.do(Ack(link="a", tag=3, multiple=True))
     queue = rig.world.broker.queues["q"]
     assert [(m.body, m.delivery_count) for m in queue.returns] == [
         (b"m0", 1), (b"m1", 1), (b"m2", 1)]
@@ -301,7 +306,7 @@ def test_a_leader_move_cancels_consumers_and_gives_their_messages_back() -> None
 def test_an_unknown_delivery_tag_closes_the_channel() -> None:
     rig = published_world(7)
     consumers(rig)
-    seen = rig.do(Nack("a", 9))
+    seen = rig.do(Nack(link="a", tag=9))
     assert seen[0] == ("channel_closed", "a", 406)
     # The channel's messages went to B.
     assert bodies(seen) == ["m0", "m1", "m2"]
@@ -310,9 +315,9 @@ def test_an_unknown_delivery_tag_closes_the_channel() -> None:
 def test_a_reset_returns_what_was_unacked() -> None:
     rig = published_world(8)
     consumers(rig)
-    rig.world.apply(Reset(rig.now, "a"))
+    rig.world.apply(Reset(at=rig.now, link="a"))
     seen = rig.run(0.5)
     assert [(e[4], e[6]) for e in seen if e[0] == "deliver"] == [
         ("m0", 1), ("m1", 1), ("m2", 1)]
-    rig.do(Cancel("b", "B"))
+    rig.do(Cancel(link="b", tag="B"))
     assert rig.world.broker.queues["q"].unacked() == 3

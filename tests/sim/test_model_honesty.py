@@ -20,7 +20,7 @@ import pytest
 import sac.sim.broker
 from sac.server import LocalCluster
 from sac.sim.confirms import ConfirmChannel
-from sac.sim.methods import BasicPublish, ConnectionBlocked
+from sac.sim.methods import BasicPublish, BasicReturn, ChannelClose, ConnectionBlocked
 from sac.sim.model import MODELS
 from sac.sim.queue import Cancelled, Effect, QueueArgs, QuorumQueue
 from sac.sim.sac import Consumer, Consumers, Status
@@ -61,145 +61,149 @@ def queue_args(limit: int | None = 2, *, dead_letters: bool = True,
 
 
 def setup(args: dict[str, Any] | None = None) -> tuple[tuple[Any, ...], ...]:
-    return ((Open("p", 0, confirm=True),),
-            (Declare("p", "q.dlq", QQ), Declare("p", "q", args or queue_args())))
+    return ((Open(link="p", node=0, confirm=True),),
+            (Declare(link="p", queue="q.dlq", arguments=QQ),
+             Declare(link="p", queue="q", arguments=args or queue_args())))
 
 
 def publish(*bodies: str) -> tuple[Any, ...]:
-    return tuple(Publish("p", "q", b, message_id=f"id-{b}") for b in bodies)
+    return tuple(Publish(link="p", queue="q", body=b, message_id=f"id-{b}") for b in bodies)
 
 
 def consumers(*links: str, prefetch: int = 10) -> tuple[tuple[Any, ...], ...]:
     """Each link opened on its own node, then consuming as ``link.upper()``, in order."""
-    opened = tuple(Open(link, node=i % 3) for i, link in enumerate(links, start=1))
-    return (opened, *((Qos(link, prefetch), Consume(link, "q", link.upper())) for link in links))
+    opened = tuple(Open(link=link, node=i % 3) for i, link in enumerate(links, start=1))
+    return (opened, *((Qos(link=link, prefetch=prefetch),
+                       Consume(link=link, queue="q", tag=link.upper())) for link in links))
 
 
 CASES = [
-    Case("confirms", (
+    Case(name="confirms", steps=(
         *setup(),
         publish("m0", "m1", "m2", "m3", "m4"),
-        (Declare("p", "q", passive=True),),
+        (Declare(link="p", queue="q", passive=True),),
     )),
-    Case("mandatory_return", (
+    Case(name="mandatory_return", steps=(
         *setup(),
-        (Publish("p", "nowhere", "x"), Publish("p", "nowhere", "y", mandatory=False),
-         Publish("p", "q", "z")),
+        (Publish(link="p", queue="nowhere", body="x"),
+         Publish(link="p", queue="nowhere", body="y", mandatory=False),
+         Publish(link="p", queue="q", body="z")),
     )),
-    Case("closed_channel_hands_over_counted", (
+    Case(name="closed_channel_hands_over_counted", steps=(
         *setup(),
         publish("m0", "m1", "m2", "m3"),
         *consumers("a", "b"),
-        (Ack("a", 2),),
-        (CloseChannel("a"),),
-        (Declare("p", "q", passive=True),),
-        (Nack("b", 3, multiple=True),),
+        (Ack(link="a", tag=2),),
+        (CloseChannel(link="a"),),
+        (Declare(link="p", queue="q", passive=True),),
+        (Nack(link="b", tag=3, multiple=True),),
     )),
-    Case("cancel_hands_over_at_once", (
+    Case(name="cancel_hands_over_at_once", steps=(
         *setup(),
         publish("m0", "m1", "m2", "m3"),
-        (Open("a", node=1), Open("b", node=2)),
-        (Qos("a", 2), Consume("a", "q", "A")),
-        (Qos("b", 10), Consume("b", "q", "B")),
-        (Ack("a", 1),),
-        (Cancel("a", "A"),),
-        (Declare("p", "q", passive=True),),
-        (Ack("a", 2),),
-        (CloseChannel("a"),),
+        (Open(link="a", node=1), Open(link="b", node=2)),
+        (Qos(link="a", prefetch=2), Consume(link="a", queue="q", tag="A")),
+        (Qos(link="b", prefetch=10), Consume(link="b", queue="q", tag="B")),
+        (Ack(link="a", tag=1),),
+        (Cancel(link="a", tag="A"),),
+        (Declare(link="p", queue="q", passive=True),),
+        (Ack(link="a", tag=2),),
+        (CloseChannel(link="a"),),
     )),
-    Case("cancelled_consumer_nacks_to_the_next", (
+    Case(name="cancelled_consumer_nacks_to_the_next", steps=(
         *setup(),
         publish("m0", "m1"),
         *consumers("a", "b"),
-        (Cancel("a", "A"),),
-        (Nack("a", 1),),
-        (Ack("a", 2),),
+        (Cancel(link="a", tag="A"),),
+        (Nack(link="a", tag=1),),
+        (Ack(link="a", tag=2),),
     )),
-    Case("delivery_limit_dead_letters", (
+    Case(name="delivery_limit_dead_letters", steps=(
         *setup(),
         publish("m0", "m1"),
-        (Open("a", node=1), Open("d", node=2)),
-        (Consume("d", "q.dlq", "D"), Qos("a", 1), Consume("a", "q", "A")),
-        (Nack("a", 1),),
-        (Nack("a", 2),),
-        (Nack("a", 3),),
-        (Reject("a", 4, requeue=False),),
+        (Open(link="a", node=1), Open(link="d", node=2)),
+        (Consume(link="d", queue="q.dlq", tag="D"), Qos(link="a", prefetch=1),
+         Consume(link="a", queue="q", tag="A")),
+        (Nack(link="a", tag=1),),
+        (Nack(link="a", tag=2),),
+        (Nack(link="a", tag=3),),
+        (Reject(link="a", tag=4, requeue=False),),
     )),
-    Case("requeue_goes_first_with_a_limit", (
+    Case(name="requeue_goes_first_with_a_limit", steps=(
         *setup(),
         publish("m0", "m1", "m2", "m3"),
         *consumers("a", prefetch=3),
-        (Nack("a", 3),),
-        (Nack("a", 1),),
+        (Nack(link="a", tag=3),),
+        (Nack(link="a", tag=1),),
     )),
-    Case("requeue_goes_last_without_a_limit", (
+    Case(name="requeue_goes_last_without_a_limit", steps=(
         *setup(queue_args(None, dead_letters=False)),
         publish("m0", "m1", "m2", "m3"),
         *consumers("a", prefetch=3),
-        (Nack("a", 3),),
-        (Nack("a", 1),),
+        (Nack(link="a", tag=3),),
+        (Nack(link="a", tag=1),),
     )),
-    Case("prefetch_is_respected", (
+    Case(name="prefetch_is_respected", steps=(
         *setup(),
         publish("m0", "m1", "m2", "m3", "m4"),
         *consumers("a", prefetch=2),
-        (Ack("a", 1),),
-        (Ack("a", 3, multiple=True),),
+        (Ack(link="a", tag=1),),
+        (Ack(link="a", tag=3, multiple=True),),
     )),
-    Case("closed_channel_hands_over_before_the_backlog", (
+    Case(name="closed_channel_hands_over_before_the_backlog", steps=(
         *setup(),
         publish("m0", "m1", "m2"),
-        (Open("a", node=1), Open("b", node=2)),
-        (Qos("a", 1), Consume("a", "q", "A")),
-        (Qos("b", 10), Consume("b", "q", "B")),
-        (CloseChannel("a"),),
+        (Open(link="a", node=1), Open(link="b", node=2)),
+        (Qos(link="a", prefetch=1), Consume(link="a", queue="q", tag="A")),
+        (Qos(link="b", prefetch=10), Consume(link="b", queue="q", tag="B")),
+        (CloseChannel(link="a"),),
     )),
-    Case("closed_connection_hands_over_before_the_backlog", (
+    Case(name="closed_connection_hands_over_before_the_backlog", steps=(
         *setup(),
         publish("m0", "m1", "m2", "m3"),
-        (Open("a", node=1), Open("b", node=2)),
-        (Qos("a", 2), Consume("a", "q", "A")),
-        (Qos("b", 10), Consume("b", "q", "B")),
-        (CloseConnection("a"),),
+        (Open(link="a", node=1), Open(link="b", node=2)),
+        (Qos(link="a", prefetch=2), Consume(link="a", queue="q", tag="A")),
+        (Qos(link="b", prefetch=10), Consume(link="b", queue="q", tag="B")),
+        (CloseConnection(link="a"),),
     )),
-    Case("waiting_line_keeps_its_order", (
+    Case(name="waiting_line_keeps_its_order", steps=(
         *setup(),
         publish("m0", "m1"),
         *consumers("a", "b", "c", "d"),
-        (Cancel("b", "B"),),
-        (CloseChannel("a"),),
-        (Declare("p", "q", passive=True),),
+        (Cancel(link="b", tag="B"),),
+        (CloseChannel(link="a"),),
+        (Declare(link="p", queue="q", passive=True),),
     )),
-    Case("queue_deleted_cancels_everyone", (
+    Case(name="queue_deleted_cancels_everyone", steps=(
         *setup(),
         publish("m0"),
         *consumers("a", "b", prefetch=1),
-        (Delete("p", "q"),),
-        (Ack("a", 1),),
+        (Delete(link="p", queue="q"),),
+        (Ack(link="a", tag=1),),
     )),
-    Case("reject_publish_nacks_when_full", (
+    Case(name="reject_publish_nacks_when_full", steps=(
         *setup(queue_args(**{"x-max-length": 2})),
         publish("m0", "m1", "m2"),
         publish("m3", "m4"),
         *consumers("a"),
-        (Ack("a", 3, multiple=True),),
+        (Ack(link="a", tag=3, multiple=True),),
         publish("m5", "m6"),
     )),
-    Case("alarm_blocks_who_publishes", (
+    Case(name="alarm_blocks_who_publishes", steps=(
         *setup(),
-        (Open("q2", node=1, confirm=True), Open("c", node=2)),
+        (Open(link="q2", node=1, confirm=True), Open(link="c", node=2)),
         publish("m0"),
-        (SetAlarm(True),),
-        (Publish("q2", "q", "m1"),),
-        (Consume("c", "q", "C"),),
-        (SetAlarm(False),),
+        (SetAlarm(on=True),),
+        (Publish(link="q2", queue="q", body="m1"),),
+        (Consume(link="c", queue="q", tag="C"),),
+        (SetAlarm(on=False),),
     )),
-    Case("channel_errors", (
+    Case(name="channel_errors", steps=(
         *setup(),
-        (Open("x"), Open("y", node=1), Open("z", node=2)),
-        (Declare("x", "nowhere", passive=True),),
-        (Declare("y", "q", queue_args(5)),),
-        (Consume("z", "nowhere", "Z"),),
+        (Open(link="x"), Open(link="y", node=1), Open(link="z", node=2)),
+        (Declare(link="x", queue="nowhere", passive=True),),
+        (Declare(link="y", queue="q", arguments=queue_args(5)),),
+        (Consume(link="z", queue="nowhere", tag="Z"),),
     )),
 ]
 
@@ -336,7 +340,7 @@ def _blocked_publish_goes_through(monkeypatch: pytest.MonkeyPatch) -> None:
 
 MUTANTS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "confirms": lambda mp: mp.setattr(ConfirmChannel, "committed", lambda self, s, q: None),
-    "mandatory_return": _drop_frames(sac.sim.broker.BasicReturn),
+    "mandatory_return": _drop_frames(BasicReturn),
     "closed_channel_hands_over_counted": _uncounted_returns,
     "cancel_hands_over_at_once": _cancel_keeps_the_line,
     "closed_channel_hands_over_before_the_backlog": _next_served_before_the_returns,
@@ -350,7 +354,7 @@ MUTANTS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "queue_deleted_cancels_everyone": _delete_spares_the_waiting,
     "reject_publish_nacks_when_full": _never_full,
     "alarm_blocks_who_publishes": _blocked_publish_goes_through,
-    "channel_errors": _drop_frames(sac.sim.broker.ChannelClose),
+    "channel_errors": _drop_frames(ChannelClose),
 }
 
 

@@ -28,37 +28,38 @@ from .test_model_honesty import CASES, consumers, publish, queue_args, setup
 V4 = MODELS["4.0"]
 
 CASES4 = [
-    Case("default_limit_is_twenty", (
+    Case(name="default_limit_is_twenty", steps=(
         *setup(queue_args(None)),
         publish("m0"),
-        (Open("a", node=1), Open("d", node=2)),
-        (Consume("d", "q.dlq", "D"), Qos("a", 1), Consume("a", "q", "A")),
-        *((Nack("a", tag),) for tag in range(1, 22)),
+        (Open(link="a", node=1), Open(link="d", node=2)),
+        (Consume(link="d", queue="q.dlq", tag="D"), Qos(link="a", prefetch=1),
+         Consume(link="a", queue="q", tag="A")),
+        *((Nack(link="a", tag=tag),) for tag in range(1, 22)),
     )),
-    Case("minus_one_is_no_limit", (
+    Case(name="minus_one_is_no_limit", steps=(
         *setup(queue_args(-1, dead_letters=False)),
         publish("m0", "m1", "m2", "m3"),
         *consumers("a", prefetch=3),
-        (Nack("a", 3),),
-        (Nack("a", 1),),
+        (Nack(link="a", tag=3),),
+        (Nack(link="a", tag=1),),
     )),
-    Case("priority_takes_over_once_the_active_holds_nothing", (
+    Case(name="priority_takes_over_once_the_active_holds_nothing", steps=(
         *setup(),
         publish("m0", "m1", "m2", "m3"),
-        (Open("a", node=1), Open("b", node=2)),
-        (Qos("a", 2), Consume("a", "q", "A")),
-        (Qos("b", 10), Consume("b", "q", "B", priority=5)),
-        (Ack("a", 1),),
-        (Ack("a", 2),),
+        (Open(link="a", node=1), Open(link="b", node=2)),
+        (Qos(link="a", prefetch=2), Consume(link="a", queue="q", tag="A")),
+        (Qos(link="b", prefetch=10), Consume(link="b", queue="q", tag="B", priority=5)),
+        (Ack(link="a", tag=1),),
+        (Ack(link="a", tag=2),),
     )),
-    Case("waiting_line_by_priority", (
+    Case(name="waiting_line_by_priority", steps=(
         *setup(),
         publish("m0", "m1"),
-        (Open("a", node=1), Open("b", node=2), Open("c", node=0)),
-        (Qos("a", 1), Consume("a", "q", "A", priority=10)),
-        (Qos("b", 10), Consume("b", "q", "B", priority=1)),
-        (Qos("c", 10), Consume("c", "q", "C", priority=5)),
-        (CloseChannel("a"),),
+        (Open(link="a", node=1), Open(link="b", node=2), Open(link="c", node=0)),
+        (Qos(link="a", prefetch=1), Consume(link="a", queue="q", tag="A", priority=10)),
+        (Qos(link="b", prefetch=10), Consume(link="b", queue="q", tag="B", priority=1)),
+        (Qos(link="c", prefetch=10), Consume(link="c", queue="q", tag="C", priority=5)),
+        (CloseChannel(link="a"),),
     )),
 ]
 

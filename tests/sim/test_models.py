@@ -30,7 +30,8 @@ SAC = {**QQ, "x-single-active-consumer": True}
 
 
 def message(uid: int) -> Message:
-    return Message(uid, "", "q", f"m{uid}".encode(), Properties(message_id=str(uid)))
+    return Message(uid=uid, exchange="", routing_key="q", body=f"m{uid}".encode(),
+                   properties=Properties(message_id=str(uid)))
 
 
 # ------------------------------------------------------------------ choosing
@@ -39,10 +40,10 @@ def message(uid: int) -> Message:
 def test_a_model_is_chosen_by_name_and_an_unknown_one_is_refused_with_the_choices(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert BrokerChoice().model is MODELS["4.0"] is MODELS[DEFAULT_MODEL]
-    assert BrokerChoice("4.3").model.version.minor == 3
+    assert BrokerChoice(name="4.3").model.version.minor == 3
     with pytest.raises(ValueError, match=r"^unknown broker model '5\.0': one of 3\.10, 4\.0, "
                                          r"4\.1, 4\.2, 4\.3$"):
-        BrokerChoice("5.0")
+        BrokerChoice(name="5.0")
     assert main(["sim", "--broker", "5.0", "--schedules", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert "unknown broker model '5.0': one of 3.10, 4.0, 4.1, 4.2, 4.3" in err
@@ -119,11 +120,12 @@ def test_what_counts_towards_the_delivery_limit(
 
 def test_4_3_tells_every_return_in_x_acquired_count_and_failures_in_x_delivery_count() -> None:
     rig = Rig(1, broker=MODELS["4.3"])
-    rig.do(Open("p", confirm=True), Declare("p", "q", {**QQ, "x-delivery-limit": 5}))
-    rig.do(Publish("p", "q", "m0"), Open("a", node=1))
-    rig.do(Qos("a", 1), Consume("a", "q", "A"))
+    rig.do(Open(link="p", confirm=True),
+           Declare(link="p", queue="q", arguments={**QQ, "x-delivery-limit": 5}))
+    rig.do(Publish(link="p", queue="q", body="m0"), Open(link="a", node=1))
+    rig.do(Qos(link="a", prefetch=1), Consume(link="a", queue="q", tag="A"))
     for give_back in (Nack, Reject, Nack):
-        rig.do(give_back("a", rig.heard("a", BasicDeliver)[-1].delivery_tag))
+        rig.do(give_back(link="a", tag=rig.heard("a", BasicDeliver)[-1].delivery_tag))
     delivered = rig.heard("a", BasicDeliver)
     assert [d.properties.headers for d in delivered] == [
         None, {"x-acquired-count": 1}, {"x-delivery-count": 1, "x-acquired-count": 2},
@@ -138,12 +140,13 @@ def timed_out(name: str, *consumer_links: str) -> Rig:
     """A single-active queue with a 1 s consumer timeout, two messages, and a consumer on
     each link (the first active) that never acks; run past the timeout."""
     rig = Rig(1, broker=MODELS[name])
-    rig.do(Open("p", confirm=True),
-           Declare("p", "q", {**SAC, "x-delivery-limit": 5, "x-consumer-timeout": 1000}))
-    rig.do(Publish("p", "q", "m0"), Publish("p", "q", "m1"),
-           *(Open(link, node=i % 3) for i, link in enumerate(consumer_links, start=1)))
+    rig.do(Open(link="p", confirm=True),
+           Declare(link="p", queue="q",
+                   arguments={**SAC, "x-delivery-limit": 5, "x-consumer-timeout": 1000}))
+    rig.do(Publish(link="p", queue="q", body="m0"), Publish(link="p", queue="q", body="m1"),
+           *(Open(link=link, node=i % 3) for i, link in enumerate(consumer_links, start=1)))
     for link in consumer_links:
-        rig.do(Qos(link, 1), Consume(link, "q", link.upper()))
+        rig.do(Qos(link=link, prefetch=1), Consume(link=link, queue="q", tag=link.upper()))
     rig.run(1.5)
     return rig
 
@@ -167,7 +170,7 @@ def test_4_3_cancels_a_timed_out_consumer_keeps_its_channel_and_does_not_count()
     assert [c.consumer_tag for c in rig.heard("a", BasicCancel)] == ["A"]
     [first] = rig.heard("a", BasicDeliver)
     # The late ack of what was taken back is ignored: no channel error, and b still has it.
-    rig.do(Ack("a", first.delivery_tag))
+    rig.do(Ack(link="a", tag=first.delivery_tag))
     assert rig.heard("a", ChannelClose) == []
     [again] = rig.heard("b", BasicDeliver)
     assert (again.body, again.properties.headers) == (b"m0", {"x-acquired-count": 1})
@@ -186,7 +189,7 @@ def test_4_3_a_queue_whose_every_consumer_timed_out_serves_nobody_until_one_come
     assert len(list(queue.consumers)) == 2
     rig.run(5.0)
     assert queue.ready() == 2
-    rig.do(Consume("b", "q", "B2"), settle=0.5)
+    rig.do(Consume(link="b", queue="q", tag="B2"), settle=0.5)
     assert [(d.consumer_tag, d.body) for d in rig.heard("b", BasicDeliver)] == [
         ("B", b"m0"), ("B2", b"m0")]
     assert queue.ready() == 1
@@ -194,7 +197,7 @@ def test_4_3_a_queue_whose_every_consumer_timed_out_serves_nobody_until_one_come
 
 def test_a_timed_out_consumer_leaves_with_its_channel() -> None:
     rig = timed_out("4.3", "a", "b")
-    rig.do(CloseChannel("a"))
+    rig.do(CloseChannel(link="a"))
     queue = rig.world.broker.queues["q"]
     assert [c.key[2] for c in queue.consumers] == ["B"]
 

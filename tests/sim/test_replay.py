@@ -62,7 +62,7 @@ def test_the_broker_never_loses_a_committed_message() -> None:
 
 
 def test_ddmin_keeps_exactly_the_faults_that_together_fail() -> None:
-    faults = tuple(Reset(float(i), f"l{i}") for i in range(9))
+    faults = tuple(Reset(at=float(i), link=f"l{i}") for i in range(9))
     needed = {faults[2], faults[7]}
     calls: list[int] = []
 
@@ -75,12 +75,13 @@ def test_ddmin_keeps_exactly_the_faults_that_together_fail() -> None:
 
 
 def test_shrink_makes_faults_smaller() -> None:
-    schedule = (Alarm(0.1, 2.0), Silence(0.5, "a", 4.0), Election(1.0, "q", 0.4))
+    schedule = (Alarm(at=0.1, duration=2.0), Silence(at=0.5, link="a", duration=4.0),
+                Election(at=1.0, queue="q", duration=0.4))
 
     def fails(candidate: tuple[object, ...]) -> bool:
         return any(isinstance(f, Silence) and f.duration >= 0.9 for f in candidate)
 
-    assert shrink(schedule, fails) == (Silence(0.5, "a", 1.0),)
+    assert shrink(schedule, fails) == (Silence(at=0.5, link="a", duration=1.0),)
 
 
 def test_a_failing_run_shrinks_to_one_fault_that_replays() -> None:

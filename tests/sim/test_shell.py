@@ -42,7 +42,7 @@ def connects(actions: Sequence[object]) -> list[Connect]:
 def up(client: Client, now: float) -> str:
     """Open the link the client just asked for; its name."""
     assert client.link is not None
-    client.receive(now, Received(client.link, 0, ConnectionOpenOk()))
+    client.receive(now, Received(link=client.link, channel=0, method=ConnectionOpenOk()))
     assert client.up
     return client.link
 
@@ -52,7 +52,7 @@ def test_a_link_lost_after_it_proved_itself_is_reconnected_at_once_at_the_next_n
     client.open(0.0, retry=False)
     assert [c.node for c in connects(client.out)] == [0]
     link = up(client, 0.0)
-    out = client.receive(60.0, ConnectionLost(link, "reset"))
+    out = client.receive(60.0, ConnectionLost(link=link, reason="reset"))
     assert [c.node for c in connects(out)] == [1]
     assert client.reconnects == 1
 
@@ -66,7 +66,8 @@ def test_links_that_die_at_once_are_reconnected_after_a_growing_wait() -> None:
     for _ in range(4):
         link = up(client, now)
         now += 0.5  # well under 2 x HEARTBEAT
-        assert connects(client.receive(now, ConnectionLost(link, "reset"))) == [], "waits"
+        lost = ConnectionLost(link=link, reason="reset")
+        assert connects(client.receive(now, lost)) == [], "waits"
         due = client.next_tick()
         assert due is not None
         assert due > now
@@ -83,7 +84,7 @@ def test_a_client_closed_while_it_waits_to_reconnect_does_not_reconnect() -> Non
     client = Client("c", SETTINGS, random.Random(3))
     client.open(0.0, retry=False)
     link = up(client, 0.0)
-    client.receive(0.5, ConnectionLost(link, "reset"))
+    client.receive(0.5, ConnectionLost(link=link, reason="reset"))
     client.close(0.6)
     assert client.next_tick() is None
     assert connects(client.tick(100.0)) == []

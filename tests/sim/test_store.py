@@ -107,12 +107,13 @@ class Committer:
         self.got: list[tuple[float, Event]] = []
 
     def start(self, now: float) -> Sequence[Action]:
-        return [ClaimEpoch("claim", "q")]
+        return [ClaimEpoch(token="claim", queue="q")]
 
     def receive(self, now: float, event: Event) -> Sequence[Action]:
         self.got.append((now, event))
         if isinstance(event, EpochClaimed) and event.epoch is not None:
-            return [Commit("commit", "q", event.epoch, self.name, ("a",))]
+            return [Commit(token="commit", queue="q", epoch=event.epoch, consumer=self.name,
+                           message_ids=("a",))]
         return ()
 
     def tick(self, now: float) -> Sequence[Action]:
@@ -125,7 +126,7 @@ class Committer:
 def test_store_faults_reach_a_client_in_virtual_time() -> None:
     slow = World(1)
     slow_client = Committer()
-    slow.schedule([StoreSlow(0.0, 5.0, latency=1.0)])
+    slow.schedule([StoreSlow(at=0.0, duration=5.0, latency=1.0)])
     slow.add(slow_client)
     slow.run_until_idle(10.0)
     (t1, claimed), (t2, done) = slow_client.got
@@ -138,7 +139,7 @@ def test_store_faults_reach_a_client_in_virtual_time() -> None:
 
     down = World(1)
     down_client = Committer()
-    down.schedule([StoreDown(0.0, 5.0)])
+    down.schedule([StoreDown(at=0.0, duration=5.0)])
     down.add(down_client)
     down.run_until_idle(10.0)
     [(_, refused)] = down_client.got
