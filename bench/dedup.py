@@ -46,7 +46,15 @@ from sac.sdk import (
     PublisherSettings,
     QueueSettings,
 )
-from sac.sdk.dedup import Inbox, LookupPolicy, MemoryStore, PostgresStore, SQLiteStore, Store
+from sac.sdk.dedup import (
+    Inbox,
+    LookupPolicy,
+    MemoryStore,
+    PostgresStore,
+    SQLiteStore,
+    Store,
+    Transaction,
+)
 from sac.server import LocalCluster, LocalPostgres
 
 STORES = ("memory", "sqlite", "postgres")
@@ -126,7 +134,12 @@ def consume(env: Env, face: str, queue: str, expected: int,
 
     if isinstance(handler, Inbox):
         real = handler.effect
-        handler.effect = lambda d, tx: (mark(d), real(d, tx))[-1]
+
+        def timed(d: Delivery, tx: Transaction) -> None:
+            mark(d)
+            real(d, tx)
+
+        handler.effect = timed
         target: Any = handler
     else:
         def target(d: Delivery) -> None:
@@ -284,8 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, row in cost.items():
         print(f"{name:<28} {row['median_msg_per_s']:9.0f} {row['ratio_to_no_dedup']:8.2f}")
     print(f"\n{'store/policy':<20} " + " ".join(f"{k:>18}" for k in next(iter(catches.values()))))
-    for name, row in catches.items():
-        print(f"{name:<20} " + " ".join(f"{v:>18}" for v in row.values()))
+    for name, caught in catches.items():
+        print(f"{name:<20} " + " ".join(f"{v:>18}" for v in caught.values()))
     print(f"\nwritten to {out}")
     return 0
 

@@ -278,7 +278,7 @@ class GuardEvictFrozen(GuardMode):
 
     def actor(self, spec: ConsumerActor, servers: Servers) -> ConsumerActor:
         return attrs.evolve(super().actor(spec, servers), single_active=True,
-                            management_urls=tuple(servers.cluster.management_urls()))
+                            management_urls=servers.cluster.management_urls())
 
     def strike(self, a: ActorProcess) -> Strike:
         return self.signal(a, signal.SIGSTOP)

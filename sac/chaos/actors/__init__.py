@@ -35,6 +35,12 @@ DEDUP_MODES: tuple[Dedup, ...] = ("inbox", "off", "redelivered-only")
 Face = Literal["blocking", "asyncio"]
 
 
+def _strings(values: Iterable[str]) -> tuple[str, ...]:
+    """A converter typed for its callers (``converter=tuple`` types the field's argument as
+    an unsolved ``Iterable[_T_co]`` for mypy)."""
+    return tuple(values)
+
+
 def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ValueError(f"{attribute.name} must be a positive number, got {value!r}")
@@ -174,7 +180,7 @@ class ConsumerActor(_Actor):
     guard_group: str = ""
     guard_lease: float = attrs.field(default=1.0, validator=_positive)
     """The guard's ``session_timeout`` (s); the ZooKeeper server must grant it."""
-    management_urls: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    management_urls: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     """The management API of the queue's cluster (``ConsumerSettings.management``): with a
     guard on a native single-active queue, a new leader evicts its frozen predecessor's
     connection through it. Empty: none."""
