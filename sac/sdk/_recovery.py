@@ -38,11 +38,6 @@ class Recovering:
         self._opener: object | None = None  # the open() under way, if any
         self._background: set[asyncio.Task[None]] = set()
 
-    @property
-    def _reconnects(self) -> int:
-        """Working links lost and reconnected from (``stats.reconnects``)."""
-        return self._reconnecting.reconnects
-
     # -- what subclasses decide
 
     @property

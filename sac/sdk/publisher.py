@@ -278,7 +278,7 @@ class AsyncPublisher(Recovering, Generic[Body]):
         return PublisherStats(
             published=counts.published, confirmed=counts.confirmed,
             retransmitted=counts.retransmitted, nacked=counts.nacked,
-            returned=counts.returned, reconnects=self._reconnects,
+            returned=counts.returned, reconnects=self._reconnecting.reconnects,
         )
 
     @property

@@ -110,7 +110,7 @@ class ConsumerLink(Recovering):
 
     @property
     def reconnects(self) -> int:
-        return self._reconnects
+        return self._reconnecting.reconnects
 
     @property
     def opening(self) -> bool:
