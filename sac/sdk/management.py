@@ -301,7 +301,7 @@ class Management:
         return True
 
     def channels(self) -> list[ChannelInfo]:
-        """Every channel, with its prefetch and global prefetch (a global QoS)."""
+        """Every channel: its prefetch, global prefetch (a global QoS), unacked deliveries."""
         return self._parse(api.list_channels(), api.parse_channels)
 
     # ------------------------------------------------------------------ I/O
@@ -530,7 +530,7 @@ class AsyncManagement:
         return await asyncio.to_thread(self._blocking.close_connection, name, reason)
 
     async def channels(self) -> list[ChannelInfo]:
-        """Every channel, with its prefetch and global prefetch (a global QoS)."""
+        """Every channel: its prefetch, global prefetch (a global QoS), unacked deliveries."""
         return await asyncio.to_thread(self._blocking.channels)
 
 

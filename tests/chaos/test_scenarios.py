@@ -52,6 +52,9 @@ def test_scenario(name: str, weakened: bool, postgres: LocalPostgres, tmp_path: 
                  other=other)
     verdict = result.verdict.to_json()
     found = {a: verdict[a]["count"] for a in ANOMALIES}
+    # The fault went as planned (no wait of the scenario ran out): else the verdict would
+    # be blamed for a run that never did what it meant to.
+    assert result.error is None, (result.error, result.path)
     # The workload ran in full through the fault: every message published was confirmed.
     assert verdict["published"] >= MESSAGES
     assert verdict["confirmed"] == verdict["published"], found

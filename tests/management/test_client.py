@@ -215,6 +215,36 @@ def test_channels_show_a_global_prefetch(
         channel.queue_delete(queue_name)
 
 
+def test_channels_show_their_unacked_deliveries(
+    cluster: LocalCluster, management: Management, queue_name: str
+) -> None:
+    """What the federation scenario waits on: a quorum queue's own count of unacked
+    messages is refreshed on its leader's tick, the channel's within a statistics
+    interval."""
+    name = f"unacked-{queue_name}"
+    with contextlib.closing(amqp(cluster, 0, name)) as connection:
+        channel = connection.channel()
+        channel.queue_declare(queue_name, durable=True, arguments={"x-queue-type": "quorum"})
+        for n in range(3):
+            channel.basic_publish("", queue_name, str(n).encode())
+        channel.basic_qos(prefetch_count=10)
+        held: list[int] = []
+        channel.basic_consume(queue_name, lambda ch, method, *_: held.append(method.delivery_tag))
+        wait_until(lambda: (connection.process_data_events(0.05), len(held) == 3)[1], LAG,
+                   "the three deliveries")
+        ours = wait_until(lambda: [c for c in management.connections() if c.client_name == name],
+                          LAG, "the connection listed")[0]
+        seen = wait_until(lambda: [c for c in management.channels() if c.connection == ours.name
+                                   and c.messages_unacknowledged == 3],
+                          LAG, "its channel listed with three unacked")
+        assert seen[0].consumer_count == 1
+        channel.basic_ack(held[-1], multiple=True)
+        wait_until(lambda: [c for c in management.channels() if c.connection == ours.name
+                            and c.messages_unacknowledged == 0],
+                   LAG, "its channel listed with none unacked once acked")
+        channel.queue_delete(queue_name)
+
+
 def test_the_asyncio_face(cluster: LocalCluster, management_settings: ManagementSettings,
                           queue_name: str) -> None:
     api = AsyncManagement(management_settings)

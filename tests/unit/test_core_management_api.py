@@ -148,8 +148,11 @@ def test_lists_read() -> None:
         ("127.0.0.1:1 -> 127.0.0.1:2", "orders-consumer"), ("127.0.0.1:3 -> 127.0.0.1:2", None)]
     channels = api.parse_channels([
         {"name": "c (1)", "number": 1, "prefetch_count": 0, "global_prefetch_count": 7,
-         "consumer_count": 1, "vhost": "/", "connection_details": {"name": "c"}}])
-    assert channels == [api.ChannelInfo("c (1)", "c", 1, 0, 7, 1, "/")]
+         "consumer_count": 1, "vhost": "/", "connection_details": {"name": "c"},
+         "messages_unacknowledged": 3},
+        {"name": "d (1)", "connection_details": {"name": "d"}}])
+    assert channels == [api.ChannelInfo("c (1)", "c", 1, 0, 7, 1, "/", 3),
+                        api.ChannelInfo("d (1)", "d", 0, 0, 0, 0, None, 0)]
     bindings = api.parse_bindings([{"source": "", "routing_key": "orders", "arguments": {}},
                                    {"source": "ex", "routing_key": "k", "arguments": None}])
     assert bindings == [api.BindingInfo("", "orders", {}), api.BindingInfo("ex", "k", {})]

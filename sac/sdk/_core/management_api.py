@@ -419,6 +419,10 @@ class ChannelInfo:
     refuse."""
     consumer_count: int
     vhost: str | None
+    messages_unacknowledged: int = 0
+    """Deliveries on this channel not yet acked, as the channel last reported them (every
+    ``collect_statistics_interval``). Fresher than a quorum queue's own count, which its
+    leader refreshes only on its tick (5 s by default)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -618,7 +622,8 @@ def _channel(entry: Mapping[str, Any]) -> ChannelInfo:
         prefetch_count=_int(entry.get("prefetch_count")),
         global_prefetch_count=_int(entry.get("global_prefetch_count")),
         consumer_count=_int(entry.get("consumer_count")),
-        vhost=_opt_str(entry.get("vhost")))
+        vhost=_opt_str(entry.get("vhost")),
+        messages_unacknowledged=_int(entry.get("messages_unacknowledged")))
 
 
 def parse_bindings(data: Any) -> list[BindingInfo]:
