@@ -3,6 +3,7 @@ world a scenario acts on and the campaign."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import attrs
@@ -46,6 +47,12 @@ cluster takes 0.4-4 s) is taken for one Mnesia kept split, and restarted without
 alone, for good."""
 
 
+def _faces(values: Iterable[Face]) -> tuple[Face, ...]:
+    """A converter typed for its callers (``converter=tuple`` leaves the argument's type
+    unsolved for mypy: any iterable of anything)."""
+    return tuple(values)
+
+
 def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ChaosError(f"{attribute.name} must be positive, got {value!r}")
@@ -62,7 +69,7 @@ class RunSettings:
     rate: float = attrs.field(default=100.0, validator=_positive)
     consumers: int = attrs.field(default=2, validator=[_positive, attrs.validators.le(5)])
     faces: tuple[Face, ...] = attrs.field(
-        default=("blocking", "asyncio"), converter=tuple,
+        default=("blocking", "asyncio"), converter=_faces,
         validator=attrs.validators.deep_iterable(
             attrs.validators.in_(("blocking", "asyncio")), attrs.validators.min_len(1)))
     weakened: Weakening | None = attrs.field(
