@@ -90,7 +90,8 @@ class Transaction:
         self.queue = queue
         self.message_id = message_id
         self.epoch = epoch
-        self._after: list[Callable[[], None]] = []
+        self._after: list[Callable[[], None]] | None = None
+        """Made by the first ``on_commit``: most effects register nothing."""
 
     @property
     def connection(self) -> Any:
@@ -103,11 +104,14 @@ class Transaction:
         """Run ``action`` only if this transaction commits: the way to apply an in-process
         effect with the memory store (atomically with its record, under the store's lock).
         With a SQL store it runs right after the commit (not atomically with it)."""
+        if self._after is None:
+            self._after = []
         self._after.append(action)
 
     def run_after_commit(self) -> None:
-        for action in self._after:
-            action()
+        if self._after is not None:
+            for action in self._after:
+                action()
 
     def execute(self, sql: str, params: Any = ()) -> Any:
         """Run one statement in the transaction (the store's own placeholder style:
@@ -132,6 +136,8 @@ class Batch(abc.ABC):
         self.epoch = epoch
         self.consumer = consumer
         self.staged: list[str] = []
+        self._staged_ids: set[str] = set()
+        """``staged`` as a set: a message asks whether its id was staged earlier."""
         self.late_duplicates: set[str] = set()
         """Staged ids found committed by another consumer at commit time (memory store):
         their records and ``on_commit`` actions were dropped."""
@@ -160,11 +166,13 @@ class Batch(abc.ABC):
 
     def _stage(self, message_id: str, tx: Transaction) -> None:
         self.staged.append(message_id)
+        self._staged_ids.add(message_id)
         self.transactions.append((message_id, tx))
 
     def run_after_commit(self) -> None:
+        late = self.late_duplicates
         for message_id, tx in self.transactions:
-            if message_id not in self.late_duplicates:
+            if tx._after is not None and message_id not in late:
                 tx.run_after_commit()
 
 

@@ -372,16 +372,16 @@ class Inbox:
         ran = False  # every effect ran: what fails now is the commit
         # The ids as every store holds them (and histories record them); "": none.
         keys = [id_key(d.message_id) if d.message_id else "" for d in deliveries]
+        looks = [_looks_up(policy, d) for d in deliveries]
         try:
             with store.batch(queue, epoch, self.consumer) as batch:
                 # One read for the batch (a store may take the records in it too); ids
                 # staged in it are added as they commit.
                 seen = batch.lookup(
-                    [k for k, d in zip(keys, deliveries, strict=True)
-                     if k and _looks_up(policy, d)],
+                    [k for k, look in zip(keys, looks, strict=True) if k and look],
                     [k for k in keys if k])
-                for delivery, key in zip(deliveries, keys, strict=True):
-                    result = self._one(batch, delivery, key, queue, policy, seen, events)
+                for delivery, key, look in zip(deliveries, keys, looks, strict=True):
+                    result = self._one(batch, delivery, key, queue, look, seen, events)
                     results.append(result)
                     if isinstance(result, Exception):
                         break  # what follows waits: the consumer retries or parks this first
@@ -418,13 +418,13 @@ class Inbox:
         return results
 
     def _one(self, batch: Batch, delivery: Delivery, key: str, queue: str,
-             policy: LookupPolicy, seen: set[str],
+             look: bool, seen: set[str],
              events: list[HistoryEvent] | None) -> Outcome | Exception:
         """``key``: the message id as every store can hold it (``id_key``), whatever the
-        publisher sent; empty without one."""
+        publisher sent; empty without one. ``look``: the policy looks this one up."""
         if not key:
             return MissingMessageId(queue, delivery.delivery_tag)
-        if _looks_up(policy, delivery):
+        if look:
             self._lookups += 1
             if key in seen:
                 self._dup_lookup += 1

@@ -115,16 +115,32 @@ class _MemoryBatch(Batch):
         self._store = store
 
     def seen(self, message_id: str) -> bool:
-        return message_id in self.staged or self._store.seen(self.queue, message_id)
+        return message_id in self._staged_ids or self._store.seen(self.queue, message_id)
 
-    @contextlib.contextmanager
-    def message(self, message_id: str) -> Iterator[Transaction]:
+    def message(self, message_id: str) -> contextlib.AbstractContextManager[Transaction]:
         store = self._store
-        if message_id in self.staged or store.seen(self.queue, message_id):
+        if message_id in self._staged_ids or store.seen(self.queue, message_id):
             current = store.current_epoch(self.queue)
             if current > self.epoch:
                 raise StaleEpoch(self.queue, self.epoch, current)
             raise Duplicate(message_id)
-        tx = Transaction(None, self.queue, message_id, self.epoch)
-        yield tx
-        self._stage(message_id, tx)
+        return _MemoryMessage(self, message_id)
+
+
+class _MemoryMessage(Transaction):
+    """One message of a memory batch: its transaction, and the context manager around its
+    effect, staged when the effect returns (one object a message)."""
+
+    __slots__ = ("_batch",)
+
+    def __init__(self, batch: _MemoryBatch, message_id: str) -> None:
+        super().__init__(None, batch.queue, message_id, batch.epoch)
+        self._batch = batch
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> None:
+        if exc is None:
+            self._batch._stage(self.message_id, self)
