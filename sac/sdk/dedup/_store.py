@@ -172,7 +172,7 @@ class Batch(abc.ABC):
     def run_after_commit(self) -> None:
         late = self.late_duplicates
         for message_id, tx in self.transactions:
-            if tx._after is not None and message_id not in late:
+            if message_id not in late:
                 tx.run_after_commit()
 
 

@@ -352,7 +352,6 @@ class _PipelinedBatch(Batch):
         """Ids whose records this batch inserted (row-locked until it ends)."""
         self._found: set[str] = set()
         """Ids whose records were there when this batch went to take them."""
-        self._staged: set[str] = set()
         self._tried = 0
         """Messages whose effect ran: a batch that tried one can blame a failure on it."""
         self._refused: BaseException | None = None
@@ -404,7 +403,7 @@ class _PipelinedBatch(Batch):
         return found | (self.committed_among(rest) if rest else set())
 
     def seen(self, message_id: str) -> bool:
-        if message_id in self._staged or message_id in self._found:
+        if message_id in self._staged_ids or message_id in self._found:
             return True
         if message_id in self._taken:
             return False  # this batch's own record, not committed yet
@@ -431,7 +430,7 @@ class _PipelinedBatch(Batch):
         here, with a round trip of its own."""
         if self._refused is not None:
             raise BatchRefused("a statement of this batch failed") from self._refused
-        if message_id in self._staged or message_id in self._found:
+        if message_id in self._staged_ids or message_id in self._found:
             raise Duplicate(message_id)
         if message_id not in self._taken and not self._take([message_id]):
             raise Duplicate(message_id)
@@ -455,7 +454,6 @@ class _PipelinedBatch(Batch):
     def done(self, tx: _Message) -> None:
         if tx.saved:
             self._send("RELEASE SAVEPOINT sac_message")
-        self._staged.add(tx.message_id)
         self._stage(tx.message_id, tx)
 
     def failed(self, tx: _Message, exc: BaseException) -> None:
@@ -483,7 +481,7 @@ class _PipelinedBatch(Batch):
             raise self._refused
         self._name()
         conn = self._conn
-        unstaged = [m for m in self._taken if m not in self._staged]
+        unstaged = [m for m in self._taken if m not in self._staged_ids]
         if unstaged:
             conn.execute(f"DELETE FROM {RECORDS} WHERE queue = %s "
                          "AND message_id = ANY(%b::text[])", (self.queue, unstaged))
