@@ -263,6 +263,30 @@ def test_a_client_that_stopped_reading_does_not_hold_up_a_delete(
             upstream.shutdown()
 
 
+@pytest.mark.parametrize("toxic", [
+    {"type": "latency", "attributes": {"latency": 600_000}},
+    {"type": "slow_close", "stream": "upstream", "attributes": {"delay": 600_000}},
+    {"type": "reset_peer", "attributes": {"timeout": 600_000}},
+], ids=lambda toxic: toxic["type"])
+def test_a_toxic_holding_a_chunk_does_not_hold_up_a_delete(
+        fault_proxy: ProxyThread, client: Toxiproxy, echo: str, toxic: dict[str, Any]) -> None:
+    """A toxic in the middle of its wait (ten minutes of latency on a chunk, a close
+    delayed as long): a delete still ends the connection and answers within its grace, as
+    Toxiproxy's does, rather than when the wait is over."""
+    proxy = client.create(upstream=echo, name="held")
+    proxy.add_toxic(**toxic)
+    with _connect(proxy.listen) as sock:
+        sock.sendall(b"held")
+        if toxic["type"] == "slow_close":
+            assert _receive(sock, 4) == b"held"
+            sock.shutdown(socket.SHUT_WR)
+        started = time.monotonic()
+        status, _ = _http(fault_proxy, "DELETE", "/proxies/held")
+        assert status == 204
+        assert time.monotonic() - started < WAIT
+        assert _until_eof(sock) == b""
+
+
 def test_disable_also_ends_connections_still_dialing_the_upstream(client: Toxiproxy) -> None:
     """An upstream whose accept queue is full drops SYNs, so the proxy's dial hangs; a
     disable must end that client's connection at once, and the dial must never turn into a

@@ -271,9 +271,13 @@ class Proxy:
             connection.close()
         if self._tasks:
             _, pending = await asyncio.wait(self._tasks, timeout=STOP_GRACE)
-            if pending:  # a peer that reads nothing more: its close would never finish
+            if pending:
+                # A peer that reads nothing more (its close would never finish), or a toxic
+                # in the middle of its wait (a latency, a delayed close or reset): dropped.
                 for connection in list(self._connections):
                     connection.abort()
+                for task in pending:
+                    task.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
 
     def toxics_changed(self, removed: Toxic | None = None) -> None:
