@@ -143,7 +143,8 @@ def run(settings: RunSettings, cluster: LocalCluster, out: Path, *,
     world = World(settings, cluster, run_dir, proxy, queue, scenario.queue_type, sink,
                   single_active=scenario.single_active, zookeeper=hosts,
                   management=tuple(cluster.management_urls()) if scenario.evict else (),
-                  other=other if scenario.federated else None)
+                  other=other if scenario.federated else None,
+                  short_batches=scenario.short_batches)
     if scenario.federated:
         meta["topology"]["federated_with"] = {
             "cluster": world.clusters[1].name, "nodes": [n.name for n in world.clusters[1].nodes]}

@@ -47,6 +47,10 @@ class Scenario:
     federated: bool = False
     """The queue federated with a second cluster (``sac/chaos/federation.py``), consumer slots
     alternating between the two: only a guard keeps one active across both."""
+    short_batches: bool = False
+    """The consumers ack (and commit) in batches of half their prefetch rather than all of
+    it: a batch held inside an effect then leaves room in the prefetch for messages behind
+    it, even with a backlog."""
     rabbitmq: str | None = None
     """The RabbitMQ series the fault needs (``3.10`` for classic mirrored queues, which 4.0
     removed); ``None``: any. The CLI runs such a scenario on that series whatever the

@@ -18,8 +18,18 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
-from sac.history import Commit, CommitRejected, ConnectionLost, Deliver, DuplicateSkipped, Evict
+from sac.history import (
+    Commit,
+    CommitRejected,
+    Connected,
+    ConnectionLost,
+    Deliver,
+    DuplicateSkipped,
+    Evict,
+    Reject,
+)
 from sac.sdk import QueueSettings
 from sac.server import LocalCluster, amqp_ready
 from ._process import ActorProcess
@@ -101,25 +111,51 @@ BEHIND_WAIT_S = 3.0
 
 
 def _inside_effect_with_work_behind(w: World) -> ActorProcess:
-    """``_inside_effect``, held only once a message was delivered behind the held batch.
-    Its successor is given the held batch back first, and waits on its row locks until the
+    """``_inside_effect``, held only once a message waits behind the held batch. Its
+    successor is given the held batch back first, and waits on its row locks until the
     frozen one's late commit (fencing off: it is not evicted). Only a message the frozen one
     had not begun lets the successor's effects overlap that commit: when the held batch and
     what the frozen one handled but had not yet acked fill its prefetch, the late commit
     comes first and overlaps nothing (the weakened run then looks valid, and rightly so).
+
+    A message is behind the batch when it was delivered after the hold (a batch is made
+    before its first effect), or when more messages are delivered and not handled than one
+    batch holds (``World.ack_batch``): with a backlog the prefetch fills before the hold.
     An effect with nothing behind it is let go and the next one held, up to
     ``HOLD_ATTEMPTS`` times."""
     for _ in range(HOLD_ATTEMPTS):
         victim = _inside_effect(w)
-        held = time.time()
         try:
             w.until(f"a delivery to {victim.name} behind its held effect",
-                    functools.partial(w.recorded, victim.name, Deliver, held), BEHIND_WAIT_S)
+                    functools.partial(_work_behind, w, victim, time.time()), BEHIND_WAIT_S)
         except ChaosTimeout:
             victim.tell("continue")
             continue
         return victim
     raise ChaosTimeout(f"no effect held with a delivery behind it in {HOLD_ATTEMPTS} tries")
+
+
+def _work_behind(w: World, victim: ActorProcess, held: float) -> bool:
+    return w.recorded(victim.name, Deliver, held) \
+        or len(_unhandled(w.events(victim.name))) > w.ack_batch
+
+
+_HANDLED = frozenset({Commit.KIND, DuplicateSkipped.KIND, CommitRejected.KIND, Reject.KIND})
+
+
+def _unhandled(events: list[dict[str, Any]]) -> set[str]:
+    """Messages a consumer was delivered on its current connection and has not handled
+    (committed, skipped, refused or rejected) yet."""
+    pending: set[str] = set()
+    for event in events:
+        kind = event.get("type")
+        if kind == Connected.KIND:
+            pending.clear()  # what the last connection held is the broker's again
+        elif kind == Deliver.KIND:
+            pending.add(event["msg"])
+        elif kind in _HANDLED:
+            pending.discard(event.get("msg", ""))
+    return pending
 
 
 def publisher_reset(w: World) -> None:
@@ -516,7 +552,7 @@ SCENARIOS: dict[str, Scenario] = {
                  "client-side detection", consumer_blackhole, "dedup-off", ("duplicated",)),
         Scenario("consumer-freeze", "SIGSTOP the active consumer inside its effect, "
                  "SIGCONT after the handover", consumer_freeze, "fencing-off",
-                 ("concurrent", "duplicated"), store="postgres"),
+                 ("concurrent", "duplicated"), store="postgres", short_batches=True),
         Scenario("publisher-reset", "the publisher's connection dropped between publish "
                  "and confirm", publisher_reset, "redelivered-only", ("duplicated",)),
         Scenario("leader-kill", "SIGKILL of the quorum queue leader's node",

@@ -38,14 +38,19 @@ class World:
     def __init__(self, settings: RunSettings, cluster: LocalCluster, run_dir: Path,
                  proxy: FaultProxy, queue: str, queue_type: Literal["quorum", "classic"],
                  sink: Sink, *, single_active: bool = True, zookeeper: str | None = None,
-                 management: tuple[str, ...] = (), other: LocalCluster | None = None):
+                 management: tuple[str, ...] = (), other: LocalCluster | None = None,
+                 short_batches: bool = False):
         """``zookeeper``: ZooKeeper's connection string; given, every consumer is guarded
         (group ``guard_group``, lease ``GUARD_LEASE_S``), each reaching ZooKeeper through
         a proxy of its own (``zk_cut``). ``management``: the cluster's management API URLs,
         given to guarded consumers (a new leader evicts its predecessor's connection).
         ``other``: a second cluster the queue is federated with (``sac/chaos/federation.py``);
-        consumer slots then alternate between the two."""
+        consumer slots then alternate between the two. ``short_batches``: the consumers' ack
+        batch is half their prefetch (``Scenario.short_batches``)."""
         self.settings = settings
+        self.ack_batch = (max(1, settings.prefetch // 2) if short_batches
+                          else min(settings.prefetch, 50))
+        """The consumers' ``ack_batch``: the most messages one inbox batch holds."""
         self.cluster = cluster
         self.clusters = [cluster] if other is None else [cluster, other]
         """The sides of a federated world (side 0 is ``cluster``); one side otherwise."""
@@ -119,6 +124,7 @@ class World:
             dedup="off" if s.weakened == "dedup-off" else
             "redelivered-only" if s.weakened == "redelivered-only" else "inbox",
             fencing=s.weakened != "fencing-off", effect_ms=s.effect_ms, prefetch=s.prefetch,
+            ack_batch=self.ack_batch,
             handover="cancel" if s.weakened == "cancel-first" else "close",
             sink=self.sink.location, **guard)
 

@@ -213,6 +213,19 @@ def test_a_degraded_link_scenario_meets_messages_in_flight_at_a_small_size(
     assert result.outcome == "pass"
 
 
+def test_a_consumer_frozen_with_a_backlog_still_has_work_behind_its_held_batch(
+        netns_cluster4: LocalCluster, postgres: LocalPostgres, tmp_path: Path) -> None:
+    """Published ten times faster than the consumer handles: its prefetch is full when its
+    effect is held, so nothing is delivered after the hold. The fault must still find the
+    messages waiting behind the held batch (the weakened run is then caught), not give up."""
+    _reset(netns_cluster4)
+    settings = RunSettings("consumer-freeze", seed=1, messages=300, rate=1000,
+                           weakened="fencing-off")
+    result = run(settings, netns_cluster4, tmp_path, postgres=postgres)
+    assert result.error is None
+    assert result.outcome == "caught", result.path
+
+
 def test_the_active_consumers_node_partitioned_on_khepri(
         netns_cluster_khepri: LocalCluster, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:

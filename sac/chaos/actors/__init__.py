@@ -147,6 +147,11 @@ class ConsumerActor(_Actor):
     fencing: bool = True
     effect_ms: float = attrs.field(default=2.0, validator=_not_negative)
     prefetch: int = attrs.field(default=20, validator=_positive)
+    ack_batch: int = attrs.field(
+        default=attrs.Factory(lambda spec: min(spec.prefetch, 50), takes_self=True),
+        validator=_positive)
+    """Messages acked (and committed by the inbox) together, at most; by default the
+    prefetch (up to 50)."""
     sink: str = ""
     """Where effects go (``Sink``): ``sqlite:<path>`` or a ``postgresql://`` DSN (either can
     back the inbox), or ``file:<path>`` (dedup off only); empty means ``RUN/sink.db``."""

@@ -247,7 +247,7 @@ def main(spec: ConsumerActor) -> int:
     if spec.delivery_limit is not None:
         queue = attrs.evolve(queue, delivery_limit=spec.delivery_limit)
     settings = ConsumerSettings(connection, queue, prefetch=spec.prefetch,
-                                ack_batch=min(spec.prefetch, 50), consumer_name=spec.actor,
+                                ack_batch=spec.ack_batch, consumer_name=spec.actor,
                                 guard=spec.guard(), management=spec.management(),
                                 handover=Handover(spec.handover))
     work = Work(spec, recorder)
