@@ -297,14 +297,15 @@ GrudgeOf = Callable[[list[int], int], Grudge]
 """A cut, given the cluster's nodes and the active consumer's node."""
 
 
-def _cut_around_effect(w: World, grudge_of: GrudgeOf, last: GrudgeOf | None = None) -> None:
+def _cut_around_effect(w: World, grudge_of: GrudgeOf, last: GrudgeOf | None = None,
+                       attempts: int = CUT_ATTEMPTS) -> None:
     """Cut links (``grudge_of(nodes, the active consumer's node)``) while the active
     consumer is inside an effect; let it go on once another consumer took over or its own
     connection was closed (pause_minority pauses a node that lost the majority); heal after
     a seeded while; publish more once the cluster is whole again. A cut that only paused
     another node (4.0.5 pauses one end of a one-way cut, not always the consumer's, whose
     node then keeps a majority and its consumer the queue) is healed and made again, up to
-    ``CUT_ATTEMPTS`` times, the consumer held inside its effect meanwhile; the last time
+    ``attempts`` times, the consumer held inside its effect meanwhile; the last time
     with ``last``'s cut, when given (one the consumer's node cannot come through)."""
     w.wait_committed(w.at_fraction(0.2, 0.4))
     victim = _inside_effect(w)
@@ -316,14 +317,14 @@ def _cut_around_effect(w: World, grudge_of: GrudgeOf, last: GrudgeOf | None = No
         return any(p.role == "active" for p in w.live_consumers() if p is not victim) \
             or w.recorded(victim.name, ConnectionLost, since)
 
-    for attempt in range(1, CUT_ATTEMPTS + 1):
-        cut = last if attempt == CUT_ATTEMPTS and last is not None else grudge_of
+    for attempt in range(1, attempts + 1):
+        cut = last if attempt == attempts and last is not None else grudge_of
         with w.partition(cut(nodes, node)):
             w.until(f"a handover, {victim.name}'s connection closed or a node paused",
                     lambda: moved() or not all(amqp_ready(n.amqp_port, host=n.host)
                                                for n in w.cluster.nodes), 60)
             held = w.cluster.node(node)
-            if attempt < CUT_ATTEMPTS and not moved() and amqp_ready(held.amqp_port,
+            if attempt < attempts and not moved() and amqp_ready(held.amqp_port,
                                                                      host=held.host):
                 continue  # another node paused: heal, wait for a whole cluster, cut again
             victim.tell("continue")
@@ -354,9 +355,13 @@ def partition_one_way(w: World) -> None:
 
 
 def partition_majorities_ring(w: World) -> None:
-    """Every node sees a majority, no two the same one (Jepsen's majorities ring)."""
+    """Every node sees a majority, no two the same one (Jepsen's majorities ring). The node
+    that pauses is mostly not the consumer's (whose consumer then keeps the queue); a ring
+    that left the consumer's node serving it is healed and followed by a cut of that node
+    from both others, so that every run meets a handover inside an effect."""
     _cut_around_effect(w, lambda nodes, node: majorities_ring(
-        [node, *(n for n in nodes if n != node)]))
+        [node, *(n for n in nodes if n != node)]), last=lambda nodes, node: isolate(node, nodes),
+        attempts=2)
 
 
 def partition_leader(w: World) -> None:
