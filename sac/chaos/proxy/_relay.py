@@ -10,11 +10,14 @@ Toxiproxy's does.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import logging
 import random
 import socket
 import struct
 from collections.abc import Callable
+from typing import Any
 
 from ._model import ProxySpec, Toxic, split_address
 from ._pacing import bandwidth_plan, draws_toxic, latency_delay, slice_sizes
@@ -25,6 +28,10 @@ PIPELINE = 64
 _LINGER_RESET = struct.pack("ii", 1, 0)
 STOP_GRACE = 2.0
 """Seconds a stopping proxy lets its connections close cleanly before it drops them."""
+ABORT_GRACE = 0.5
+"""Seconds a dropped connection's tasks get to see their sockets gone before they are
+cancelled."""
+log = logging.getLogger(__name__)
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
@@ -41,6 +48,24 @@ async def _closed(*writers: asyncio.StreamWriter) -> None:
     for writer in writers:
         with contextlib.suppress(OSError):
             await writer.wait_closed()
+
+
+def _where(task: asyncio.Task[Any]) -> str:
+    """The coroutine lines a suspended task waits at, outermost first."""
+    coro: Any = task.get_coro()
+    lines = []
+    while coro is not None and getattr(coro, "cr_frame", None) is not None:
+        lines.append(f"{coro.cr_frame.f_code.co_name}:{coro.cr_frame.f_lineno}")
+        coro = coro.cr_await
+    return " > ".join(lines) or "?"
+
+
+def _connection_waits() -> str:
+    """Where every task of a connection (its pumps and their readers) waits, counted."""
+    places = collections.Counter(
+        _where(task) for task in asyncio.all_tasks()
+        if getattr(task.get_coro(), "__qualname__", "").startswith("Connection."))
+    return ", ".join(f"{where} x{count}" for where, count in sorted(places.items())) or "-"
 
 
 class Connection:
@@ -271,14 +296,17 @@ class Proxy:
             connection.close()
         if self._tasks:
             _, pending = await asyncio.wait(self._tasks, timeout=STOP_GRACE)
-            if pending:
-                # A peer that reads nothing more (its close would never finish), or a toxic
-                # in the middle of its wait (a latency, a delayed close or reset): dropped.
+            if pending:  # a peer that reads nothing more: its close would never finish
                 for connection in list(self._connections):
                     connection.abort()
-                for task in pending:
-                    task.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
+                _, stuck = await asyncio.wait(pending, timeout=ABORT_GRACE)
+                if stuck:  # a toxic in the middle of its wait (a latency, a delayed close)
+                    log.warning("fault proxy %s: %d connection(s) still busy once dropped, "
+                                "cancelled; their tasks waited at %s", self.spec.name,
+                                len(stuck), _connection_waits())
+                    for task in stuck:
+                        task.cancel()
+                    await asyncio.gather(*stuck, return_exceptions=True)
 
     def toxics_changed(self, removed: Toxic | None = None) -> None:
         for connection in list(self._connections):
