@@ -17,7 +17,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -26,10 +28,40 @@ from sac.server import LocalCluster, LocalPostgres, LocalServer, LocalSpark, Loc
 
 LOG_TAIL_LINES = 40
 _servers_key = pytest.StashKey[list[LocalServer]]()
+_stopping_key = pytest.StashKey[ThreadPoolExecutor]()
+_stops_key = pytest.StashKey[list[Future[None]]]()
+ServerT = TypeVar("ServerT", bound=LocalServer)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_servers_key] = []
+    config.stash[_stops_key] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _servers_stop_side_by_side(pytestconfig: pytest.Config) -> Iterator[None]:
+    """The session's servers stop together at the end, not one after another: each stop is
+    mostly a wait for a graceful shutdown (RabbitMQ nodes take seconds), so in a row they
+    added up to some 20 s. Set up before any server fixture, so torn down after all of them:
+    their teardowns hand the stop to this pool, which waits for every stop and raises the
+    first failure."""
+    with ThreadPoolExecutor(max_workers=16, thread_name_prefix="server-stop") as pool:
+        pytestconfig.stash[_stopping_key] = pool
+        yield
+    for stop in pytestconfig.stash[_stops_key]:
+        stop.result()
+
+
+def _served(config: pytest.Config, local: ServerT) -> Iterator[ServerT]:
+    """``local`` up for the session, its log tails attached to failed tests' reports, and
+    stopped side by side with the others (``_servers_stop_side_by_side``)."""
+    config.stash[_servers_key].append(local)
+    local.up()
+    try:
+        yield local
+    finally:
+        config.stash[_stops_key].append(
+            config.stash[_stopping_key].submit(local.__exit__, None, None, None))
 
 
 @pytest.fixture(scope="session")
@@ -93,52 +125,40 @@ def cluster4(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalClust
     """Three nodes of RabbitMQ 4.0 (Debian 13's 4.0.5, from the cached root filesystem, which
     the first run on a machine builds: about 30 s more)."""
     local = LocalCluster(name=f"test4-{os.getpid()}", nodes=3, home=sac_home, rabbitmq="4.0")
-    pytestconfig.stash[_servers_key].append(local)
-    with local:
-        yield local
+    yield from _served(pytestconfig, local)
 
 
 @pytest.fixture(scope="session")
 def cluster310(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
     """Three nodes of RabbitMQ 3.10 (Debian 12's 3.10.8): classic mirrored queues live here."""
     local = LocalCluster(name=f"test-{os.getpid()}", nodes=3, home=sac_home, rabbitmq="3.10")
-    pytestconfig.stash[_servers_key].append(local)
-    with local:
-        yield local
+    yield from _served(pytestconfig, local)
 
 
 @pytest.fixture(scope="session")
 def cluster_b(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
     """A second cluster, of one node of 4.0: the other side of a federation with ``cluster``."""
     local = LocalCluster(name=f"test-b-{os.getpid()}", nodes=1, home=sac_home, rabbitmq="4.0")
-    pytestconfig.stash[_servers_key].append(local)
-    with local:
-        yield local
+    yield from _served(pytestconfig, local)
 
 
 @pytest.fixture(scope="session")
 def zookeeper(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalZooKeeper]:
     local = LocalZooKeeper(name=f"zk-{os.getpid()}", home=sac_home)
-    pytestconfig.stash[_servers_key].append(local)
-    with local:
-        yield local
+    yield from _served(pytestconfig, local)
 
 
 @pytest.fixture(scope="session")
 def zookeeper_short_tick(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalZooKeeper]:
     """A ZooKeeper with a 100 ms tick: sessions (leases) from 0.2 s, expired within a tick."""
     local = LocalZooKeeper(name=f"zk-tick-{os.getpid()}", home=sac_home, tick_time_ms=100)
-    pytestconfig.stash[_servers_key].append(local)
-    with local:
-        yield local
+    yield from _served(pytestconfig, local)
 
 
 @pytest.fixture(scope="session")
 def postgres(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalPostgres]:
     local = LocalPostgres(name=f"pg-{os.getpid()}", home=sac_home)
-    pytestconfig.stash[_servers_key].append(local)
-    with local:
-        yield local
+    yield from _served(pytestconfig, local)
 
 
 @pytest.fixture(scope="session")
@@ -146,9 +166,7 @@ def spark_standalone(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[Lo
     """A master and one worker (1 core, 1 GiB): sessions take ``master=spark_standalone.url``
     and ``spark.executor.memory`` of at most 1g, else the worker never grants an executor."""
     local = LocalSpark(name=f"spark-{os.getpid()}", home=sac_home, worker_cores=1)
-    pytestconfig.stash[_servers_key].append(local)
-    with local:
-        yield local
+    yield from _served(pytestconfig, local)
 
 
 # Partitions and the chaos scenarios: netns clusters of each series and metadata store.
@@ -158,9 +176,7 @@ def _netns_cluster(config: pytest.Config, home: Path, name: str,
                    **settings: str) -> Iterator[LocalCluster]:
     local = LocalCluster(name=f"{name}-{os.getpid()}", nodes=3, home=home, network="netns",
                          **settings)
-    config.stash[_servers_key].append(local)
-    with local:
-        yield local
+    yield from _served(config, local)
 
 
 @pytest.fixture(scope="session")
@@ -190,9 +206,7 @@ def cluster_b310(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalC
     3.10."""
     local = LocalCluster(name=f"test-b310-{os.getpid()}", nodes=1, home=sac_home,
                          rabbitmq="3.10")
-    pytestconfig.stash[_servers_key].append(local)
-    with local:
-        yield local
+    yield from _served(pytestconfig, local)
 
 
 @pytest.fixture(scope="module")
