@@ -14,6 +14,7 @@ never skip. When a test fails, the tail of every server log is attached to its r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterator
@@ -120,19 +121,81 @@ def cluster(rabbitmq: str, request: pytest.FixtureRequest) -> LocalCluster:
     return local
 
 
+def _series_cluster(home: Path, series: str) -> LocalCluster:
+    prefix = {"4.0": "test4", "3.10": "test"}[series]
+    return LocalCluster(name=f"{prefix}-{os.getpid()}", nodes=3, home=home, rabbitmq=series)
+
+
+def _series_needed(items: list[pytest.Item]) -> list[str]:
+    """The series whose session cluster some of ``items`` use, in the order first used."""
+    needed: dict[str, None] = {}
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        callspec = getattr(item, "callspec", None)
+        if "cluster" in names:
+            series = callspec.params.get("rabbitmq", "4.0") if callspec is not None else "4.0"
+            needed.setdefault(series)
+        for series, fixture in SERIES_FIXTURES.items():
+            if fixture in names:
+                needed.setdefault(series)
+    return list(needed)
+
+
+class _BootedAhead:
+    """The session clusters of each series, booted one after the other in a thread of
+    their own (see ``_clusters_booted_ahead``)."""
+
+    def __init__(self, config: pytest.Config, home: Path, booting: ThreadPoolExecutor) -> None:
+        self.config, self.home, self.booting = config, home, booting
+        self.boots: dict[str, tuple[LocalCluster, Future[LocalCluster]]] = {}
+
+    def start(self, series: str) -> Future[LocalCluster]:
+        if series not in self.boots:
+            local = _series_cluster(self.home, series)
+            self.config.stash[_servers_key].append(local)
+            self.boots[series] = (local, self.booting.submit(local.up))
+        return self.boots[series][1]
+
+    def stop_all(self) -> None:
+        """Each cluster stopped side by side with the other servers, once its boot is over
+        (``up()`` stops what it started when it fails)."""
+        for local, booted in self.boots.values():
+            with contextlib.suppress(Exception):
+                booted.result()
+            self.config.stash[_stops_key].append(
+                self.config.stash[_stopping_key].submit(local.__exit__, None, None, None))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _clusters_booted_ahead(
+    request: pytest.FixtureRequest, sac_home: Path, pytestconfig: pytest.Config,
+    _servers_stop_side_by_side: None,
+) -> Iterator[_BootedAhead]:
+    """The session clusters of the series the selected tests use start booting at the first
+    test, one after the other in a thread, while the tests that need no server run (about a
+    minute of them, mostly on one core): each boot is some 15-30 s that the first test of a
+    series no longer waits for. A cluster no test came to ask for is stopped all the same."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cluster-boot") as booting:
+        ahead = _BootedAhead(pytestconfig, sac_home, booting)
+        for series in _series_needed(request.session.items):
+            ahead.start(series)
+        try:
+            yield ahead
+        finally:
+            ahead.stop_all()
+
+
 @pytest.fixture(scope="session")
-def cluster4(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+def cluster4(_clusters_booted_ahead: _BootedAhead) -> LocalCluster:
     """Three nodes of RabbitMQ 4.0 (Debian 13's 4.0.5, from the cached root filesystem, which
     the first run on a machine builds: about 30 s more)."""
-    local = LocalCluster(name=f"test4-{os.getpid()}", nodes=3, home=sac_home, rabbitmq="4.0")
-    yield from _served(pytestconfig, local)
+    return _clusters_booted_ahead.start("4.0").result()
 
 
 @pytest.fixture(scope="session")
-def cluster310(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+def cluster310(_clusters_booted_ahead: _BootedAhead) -> LocalCluster:
     """Three nodes of RabbitMQ 3.10 (Debian 12's 3.10.8): classic mirrored queues live here."""
-    local = LocalCluster(name=f"test-{os.getpid()}", nodes=3, home=sac_home, rabbitmq="3.10")
-    yield from _served(pytestconfig, local)
+    return _clusters_booted_ahead.start("3.10").result()
 
 
 @pytest.fixture(scope="session")
