@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -121,44 +121,57 @@ def cluster(rabbitmq: str, request: pytest.FixtureRequest) -> LocalCluster:
     return local
 
 
-def _series_cluster(home: Path, series: str) -> LocalCluster:
-    prefix = {"4.0": "test4", "3.10": "test"}[series]
-    return LocalCluster(name=f"{prefix}-{os.getpid()}", nodes=3, home=home, rabbitmq=series)
+BOOTED_AHEAD: dict[str, Callable[[Path], LocalServer]] = {
+    "cluster4": lambda home: LocalCluster(name=f"test4-{os.getpid()}", nodes=3, home=home,
+                                          rabbitmq="4.0"),
+    "cluster310": lambda home: LocalCluster(name=f"test-{os.getpid()}", nodes=3, home=home,
+                                            rabbitmq="3.10"),
+    "spark_standalone": lambda home: LocalSpark(name=f"spark-{os.getpid()}", home=home,
+                                                worker_cores=1),
+}
+"""The session servers booted ahead (``_servers_booted_ahead``): the slow boots that the
+first tests needing them would otherwise wait for, in the order the test paths need them."""
 
 
-def _series_needed(items: list[pytest.Item]) -> list[str]:
-    """The series whose session cluster some of ``items`` use, in the order first used."""
-    needed: dict[str, None] = {}
+def _booted_ahead_needed(items: list[pytest.Item]) -> list[str]:
+    """The ``BOOTED_AHEAD`` fixtures some of ``items`` use (``cluster`` by its series)."""
+    needed: set[str] = set()
     for item in items:
-        names = getattr(item, "fixturenames", ())
-        callspec = getattr(item, "callspec", None)
+        names = set(getattr(item, "fixturenames", ()))
         if "cluster" in names:
+            callspec = getattr(item, "callspec", None)
             series = callspec.params.get("rabbitmq", "4.0") if callspec is not None else "4.0"
-            needed.setdefault(series)
-        for series, fixture in SERIES_FIXTURES.items():
-            if fixture in names:
-                needed.setdefault(series)
-    return list(needed)
+            names.add(SERIES_FIXTURES[series])
+        needed |= names & BOOTED_AHEAD.keys()
+    return [name for name in BOOTED_AHEAD if name in needed]
 
 
 class _BootedAhead:
-    """The session clusters of each series, booted one after the other in a thread of
-    their own (see ``_clusters_booted_ahead``)."""
+    """Session servers booted one after the other in a thread of their own (see
+    ``_servers_booted_ahead``), by fixture name."""
 
     def __init__(self, config: pytest.Config, home: Path, booting: ThreadPoolExecutor) -> None:
         self.config, self.home, self.booting = config, home, booting
-        self.boots: dict[str, tuple[LocalCluster, Future[LocalCluster]]] = {}
+        self.boots: dict[str, tuple[LocalServer, Future[LocalServer]]] = {}
 
-    def start(self, series: str) -> Future[LocalCluster]:
-        if series not in self.boots:
-            local = _series_cluster(self.home, series)
+    def start(self, fixture: str) -> None:
+        if fixture not in self.boots:
+            local = BOOTED_AHEAD[fixture](self.home)
             self.config.stash[_servers_key].append(local)
-            self.boots[series] = (local, self.booting.submit(local.up))
-        return self.boots[series][1]
+            self.boots[fixture] = (local, self.booting.submit(local.up))
+
+    def served(self, fixture: str, kind: type[ServerT]) -> ServerT:
+        """The server, once it serves (booted now if no selected test declared it); its
+        boot's error fails the tests that need it."""
+        self.start(fixture)
+        local, booted = self.boots[fixture]
+        booted.result()
+        assert isinstance(local, kind)
+        return local
 
     def stop_all(self) -> None:
-        """Each cluster stopped side by side with the other servers, once its boot is over
-        (``up()`` stops what it started when it fails)."""
+        """Each server stopped side by side with the others, once its boot is over (``up()``
+        stops what it started when it fails)."""
         for local, booted in self.boots.values():
             with contextlib.suppress(Exception):
                 booted.result()
@@ -167,18 +180,19 @@ class _BootedAhead:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _clusters_booted_ahead(
+def _servers_booted_ahead(
     request: pytest.FixtureRequest, sac_home: Path, pytestconfig: pytest.Config,
     _servers_stop_side_by_side: None,
 ) -> Iterator[_BootedAhead]:
-    """The session clusters of the series the selected tests use start booting at the first
-    test, one after the other in a thread, while the tests that need no server run (about a
-    minute of them, mostly on one core): each boot is some 15-30 s that the first test of a
-    series no longer waits for. A cluster no test came to ask for is stopped all the same."""
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cluster-boot") as booting:
+    """The ``BOOTED_AHEAD`` servers the selected tests use start booting at the first test,
+    one after the other in a thread, while the tests that need no server run (about a minute
+    of them, mostly on one core): each boot is some 10-30 s that the first test needing the
+    server no longer waits for. A server booted that no test came to ask for is stopped all
+    the same."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="server-boot") as booting:
         ahead = _BootedAhead(pytestconfig, sac_home, booting)
-        for series in _series_needed(request.session.items):
-            ahead.start(series)
+        for fixture in _booted_ahead_needed(request.session.items):
+            ahead.start(fixture)
         try:
             yield ahead
         finally:
@@ -186,16 +200,16 @@ def _clusters_booted_ahead(
 
 
 @pytest.fixture(scope="session")
-def cluster4(_clusters_booted_ahead: _BootedAhead) -> LocalCluster:
+def cluster4(_servers_booted_ahead: _BootedAhead) -> LocalCluster:
     """Three nodes of RabbitMQ 4.0 (Debian 13's 4.0.5, from the cached root filesystem, which
     the first run on a machine builds: about 30 s more)."""
-    return _clusters_booted_ahead.start("4.0").result()
+    return _servers_booted_ahead.served("cluster4", LocalCluster)
 
 
 @pytest.fixture(scope="session")
-def cluster310(_clusters_booted_ahead: _BootedAhead) -> LocalCluster:
+def cluster310(_servers_booted_ahead: _BootedAhead) -> LocalCluster:
     """Three nodes of RabbitMQ 3.10 (Debian 12's 3.10.8): classic mirrored queues live here."""
-    return _clusters_booted_ahead.start("3.10").result()
+    return _servers_booted_ahead.served("cluster310", LocalCluster)
 
 
 @pytest.fixture(scope="session")
@@ -225,11 +239,10 @@ def postgres(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalPostg
 
 
 @pytest.fixture(scope="session")
-def spark_standalone(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalSpark]:
+def spark_standalone(_servers_booted_ahead: _BootedAhead) -> LocalSpark:
     """A master and one worker (1 core, 1 GiB): sessions take ``master=spark_standalone.url``
     and ``spark.executor.memory`` of at most 1g, else the worker never grants an executor."""
-    local = LocalSpark(name=f"spark-{os.getpid()}", home=sac_home, worker_cores=1)
-    yield from _served(pytestconfig, local)
+    return _servers_booted_ahead.served("spark_standalone", LocalSpark)
 
 
 # Partitions and the chaos scenarios: netns clusters of each series and metadata store.
