@@ -14,10 +14,13 @@ never skip. When a test fails, the tail of every server log is attached to its r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -26,10 +29,40 @@ from sac.server import LocalCluster, LocalPostgres, LocalServer, LocalSpark, Loc
 
 LOG_TAIL_LINES = 40
 _servers_key = pytest.StashKey[list[LocalServer]]()
+_stopping_key = pytest.StashKey[ThreadPoolExecutor]()
+_stops_key = pytest.StashKey[list[Future[None]]]()
+ServerT = TypeVar("ServerT", bound=LocalServer)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_servers_key] = []
+    config.stash[_stops_key] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _servers_stop_side_by_side(pytestconfig: pytest.Config) -> Iterator[None]:
+    """The session's servers stop together at the end, not one after another: each stop is
+    mostly a wait for a graceful shutdown (RabbitMQ nodes take seconds), so in a row they
+    added up to some 20 s. Set up before any server fixture, so torn down after all of them:
+    their teardowns hand the stop to this pool, which waits for every stop and raises the
+    first failure."""
+    with ThreadPoolExecutor(max_workers=16, thread_name_prefix="server-stop") as pool:
+        pytestconfig.stash[_stopping_key] = pool
+        yield
+    for stop in pytestconfig.stash[_stops_key]:
+        stop.result()
+
+
+def _served(config: pytest.Config, local: ServerT) -> Iterator[ServerT]:
+    """``local`` up for the session, its log tails attached to failed tests' reports, and
+    stopped side by side with the others (``_servers_stop_side_by_side``)."""
+    config.stash[_servers_key].append(local)
+    local.up()
+    try:
+        yield local
+    finally:
+        config.stash[_stops_key].append(
+            config.stash[_stopping_key].submit(local.__exit__, None, None, None))
 
 
 @pytest.fixture(scope="session")
@@ -88,67 +121,128 @@ def cluster(rabbitmq: str, request: pytest.FixtureRequest) -> LocalCluster:
     return local
 
 
+BOOTED_AHEAD: dict[str, Callable[[Path], LocalServer]] = {
+    "cluster4": lambda home: LocalCluster(name=f"test4-{os.getpid()}", nodes=3, home=home,
+                                          rabbitmq="4.0"),
+    "cluster310": lambda home: LocalCluster(name=f"test-{os.getpid()}", nodes=3, home=home,
+                                            rabbitmq="3.10"),
+    "spark_standalone": lambda home: LocalSpark(name=f"spark-{os.getpid()}", home=home,
+                                                worker_cores=1),
+}
+"""The session servers booted ahead (``_servers_booted_ahead``): the slow boots that the
+first tests needing them would otherwise wait for, in the order the test paths need them."""
+
+
+def _booted_ahead_needed(items: list[pytest.Item]) -> list[str]:
+    """The ``BOOTED_AHEAD`` fixtures some of ``items`` use (``cluster`` by its series)."""
+    needed: set[str] = set()
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if "cluster" in names:
+            callspec = getattr(item, "callspec", None)
+            series = callspec.params.get("rabbitmq", "4.0") if callspec is not None else "4.0"
+            names.add(SERIES_FIXTURES[series])
+        needed |= names & BOOTED_AHEAD.keys()
+    return [name for name in BOOTED_AHEAD if name in needed]
+
+
+class _BootedAhead:
+    """Session servers booted one after the other in a thread of their own (see
+    ``_servers_booted_ahead``), by fixture name."""
+
+    def __init__(self, config: pytest.Config, home: Path, booting: ThreadPoolExecutor) -> None:
+        self.config, self.home, self.booting = config, home, booting
+        self.boots: dict[str, tuple[LocalServer, Future[LocalServer]]] = {}
+
+    def start(self, fixture: str) -> None:
+        if fixture not in self.boots:
+            local = BOOTED_AHEAD[fixture](self.home)
+            self.config.stash[_servers_key].append(local)
+            self.boots[fixture] = (local, self.booting.submit(local.up))
+
+    def served(self, fixture: str, kind: type[ServerT]) -> ServerT:
+        """The server, once it serves (booted now if no selected test declared it); its
+        boot's error fails the tests that need it."""
+        self.start(fixture)
+        local, booted = self.boots[fixture]
+        booted.result()
+        assert isinstance(local, kind)
+        return local
+
+    def stop_all(self) -> None:
+        """Each server stopped side by side with the others, once its boot is over (``up()``
+        stops what it started when it fails)."""
+        for local, booted in self.boots.values():
+            with contextlib.suppress(Exception):
+                booted.result()
+            self.config.stash[_stops_key].append(
+                self.config.stash[_stopping_key].submit(local.__exit__, None, None, None))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _servers_booted_ahead(
+    request: pytest.FixtureRequest, sac_home: Path, pytestconfig: pytest.Config,
+    _servers_stop_side_by_side: None,
+) -> Iterator[_BootedAhead]:
+    """The ``BOOTED_AHEAD`` servers the selected tests use start booting at the first test,
+    one after the other in a thread, while the tests that need no server run (about a minute
+    of them, mostly on one core): each boot is some 10-30 s that the first test needing the
+    server no longer waits for. A server booted that no test came to ask for is stopped all
+    the same."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="server-boot") as booting:
+        ahead = _BootedAhead(pytestconfig, sac_home, booting)
+        for fixture in _booted_ahead_needed(request.session.items):
+            ahead.start(fixture)
+        try:
+            yield ahead
+        finally:
+            ahead.stop_all()
+
+
 @pytest.fixture(scope="session")
-def cluster4(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+def cluster4(_servers_booted_ahead: _BootedAhead) -> LocalCluster:
     """Three nodes of RabbitMQ 4.0 (Debian 13's 4.0.5, from the cached root filesystem, which
     the first run on a machine builds: about 30 s more)."""
-    local = LocalCluster(name=f"test4-{os.getpid()}", nodes=3, home=sac_home, rabbitmq="4.0")
-    pytestconfig.stash[_servers_key].append(local)
-    with local:
-        yield local
+    return _servers_booted_ahead.served("cluster4", LocalCluster)
 
 
 @pytest.fixture(scope="session")
-def cluster310(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
+def cluster310(_servers_booted_ahead: _BootedAhead) -> LocalCluster:
     """Three nodes of RabbitMQ 3.10 (Debian 12's 3.10.8): classic mirrored queues live here."""
-    local = LocalCluster(name=f"test-{os.getpid()}", nodes=3, home=sac_home, rabbitmq="3.10")
-    pytestconfig.stash[_servers_key].append(local)
-    with local:
-        yield local
+    return _servers_booted_ahead.served("cluster310", LocalCluster)
 
 
 @pytest.fixture(scope="session")
 def cluster_b(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalCluster]:
     """A second cluster, of one node of 4.0: the other side of a federation with ``cluster``."""
     local = LocalCluster(name=f"test-b-{os.getpid()}", nodes=1, home=sac_home, rabbitmq="4.0")
-    pytestconfig.stash[_servers_key].append(local)
-    with local:
-        yield local
+    yield from _served(pytestconfig, local)
 
 
 @pytest.fixture(scope="session")
 def zookeeper(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalZooKeeper]:
     local = LocalZooKeeper(name=f"zk-{os.getpid()}", home=sac_home)
-    pytestconfig.stash[_servers_key].append(local)
-    with local:
-        yield local
+    yield from _served(pytestconfig, local)
 
 
 @pytest.fixture(scope="session")
 def zookeeper_short_tick(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalZooKeeper]:
     """A ZooKeeper with a 100 ms tick: sessions (leases) from 0.2 s, expired within a tick."""
     local = LocalZooKeeper(name=f"zk-tick-{os.getpid()}", home=sac_home, tick_time_ms=100)
-    pytestconfig.stash[_servers_key].append(local)
-    with local:
-        yield local
+    yield from _served(pytestconfig, local)
 
 
 @pytest.fixture(scope="session")
 def postgres(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalPostgres]:
     local = LocalPostgres(name=f"pg-{os.getpid()}", home=sac_home)
-    pytestconfig.stash[_servers_key].append(local)
-    with local:
-        yield local
+    yield from _served(pytestconfig, local)
 
 
 @pytest.fixture(scope="session")
-def spark_standalone(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalSpark]:
+def spark_standalone(_servers_booted_ahead: _BootedAhead) -> LocalSpark:
     """A master and one worker (1 core, 1 GiB): sessions take ``master=spark_standalone.url``
     and ``spark.executor.memory`` of at most 1g, else the worker never grants an executor."""
-    local = LocalSpark(name=f"spark-{os.getpid()}", home=sac_home, worker_cores=1)
-    pytestconfig.stash[_servers_key].append(local)
-    with local:
-        yield local
+    return _servers_booted_ahead.served("spark_standalone", LocalSpark)
 
 
 # Partitions and the chaos scenarios: netns clusters of each series and metadata store.
@@ -158,9 +252,7 @@ def _netns_cluster(config: pytest.Config, home: Path, name: str,
                    **settings: str) -> Iterator[LocalCluster]:
     local = LocalCluster(name=f"{name}-{os.getpid()}", nodes=3, home=home, network="netns",
                          **settings)
-    config.stash[_servers_key].append(local)
-    with local:
-        yield local
+    yield from _served(config, local)
 
 
 @pytest.fixture(scope="session")
@@ -190,9 +282,7 @@ def cluster_b310(sac_home: Path, pytestconfig: pytest.Config) -> Iterator[LocalC
     3.10."""
     local = LocalCluster(name=f"test-b310-{os.getpid()}", nodes=1, home=sac_home,
                          rabbitmq="3.10")
-    pytestconfig.stash[_servers_key].append(local)
-    with local:
-        yield local
+    yield from _served(pytestconfig, local)
 
 
 @pytest.fixture(scope="module")

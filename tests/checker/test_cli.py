@@ -8,6 +8,7 @@ in this process, on the session the tests share, which the command then uses."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,14 +21,18 @@ from sac.checker import python_engine
 from sac.checker.generate import generate_run
 from sac.server import LocalSpark
 from sac.server.spark import master_json
+from tests.helpers import spark_submit_args
 
 ROOT = Path(__file__).parents[2]
 
 
 def sac(*args: str | Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """``sac`` in a process of its own; the Spark it starts compiles quickly
+    (``tests.helpers.CLIENT_JIT``)."""
     return subprocess.run(
         [sys.executable, "-m", "sac", *map(str, args)],
         capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+        env={**os.environ, "PYSPARK_SUBMIT_ARGS": spark_submit_args()},
     )
 
 

@@ -31,7 +31,14 @@ from sac.server import (
 )
 from sac.server._ports import port_is_free
 from sac.server.spark import PORT_OFFSETS, master_json
-from tests.helpers import Lines, finish, is_loopback, listening_addresses, wait_until
+from tests.helpers import (
+    Lines,
+    finish,
+    is_loopback,
+    listening_addresses,
+    spark_submit_args,
+    wait_until,
+)
 
 # The driver runs in a process of its own: a SparkContext is one per process, and the engines'
 # tests may hold a local one in the pytest process. It prints what it saw, then waits for a
@@ -84,9 +91,8 @@ def start_driver(cluster: LocalSpark, app_name: str, secret: bool = True,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
     }
-    env.pop("PYSPARK_SUBMIT_ARGS", None)
-    if secret:
-        env["PYSPARK_SUBMIT_ARGS"] = f"--properties-file {cluster.secret_file} pyspark-shell"
+    env["PYSPARK_SUBMIT_ARGS"] = spark_submit_args(
+        *([f"--properties-file {cluster.secret_file}"] if secret else []))
     return subprocess.Popen(
         [sys.executable, "-c", DRIVER, cluster.url, app_name],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
