@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sac.sdk import (
@@ -58,6 +58,7 @@ def test_json_is_compact_utf8_with_unicode_kept() -> None:
     assert content_type == "application/json"
 
 
+@settings(deadline=None)  # servers boot beside the unit tests: a slow example is no failure
 @given(json_values)
 def test_json_round_trips_what_json_can_hold(value: Any) -> None:
     data, content_type = encode_body(JSON, value, None, WHERE)
