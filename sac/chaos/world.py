@@ -18,7 +18,7 @@ from sac.history import Commit, Confirm, Connected, HistoryEvent
 from sac.sdk import ManagementError
 from sac.server import LocalCluster, Node, ServerError, amqp_ready
 from ._process import ActorProcess
-from .actors import ConsumerActor, PublisherActor, Sink
+from .actors import ConsumerActor, PublisherActor, Sink, default_ack_batch
 from .errors import ChaosError, ChaosTimeout
 from .faults import FaultProxy, Nemesis
 from .partition import Grudge, Partitions
@@ -49,7 +49,7 @@ class World:
         batch is half their prefetch (``Scenario.short_batches``)."""
         self.settings = settings
         self.ack_batch = (max(1, settings.prefetch // 2) if short_batches
-                          else min(settings.prefetch, 50))
+                          else default_ack_batch(settings.prefetch))
         """The consumers' ``ack_batch``: the most messages one inbox batch holds."""
         self.cluster = cluster
         self.clusters = [cluster] if other is None else [cluster, other]

@@ -124,6 +124,12 @@ class PublisherActor(_Actor):
     window: int = attrs.field(default=100, validator=_positive)
 
 
+def default_ack_batch(prefetch: int) -> int:
+    """A chaos consumer's ack batch unless its scenario asks for less: the whole prefetch,
+    up to 50."""
+    return min(prefetch, 50)
+
+
 @attrs.frozen
 class ConsumerActor(_Actor):
     """A single-active consumer writing one effect row per message to the run's sink.
@@ -148,7 +154,7 @@ class ConsumerActor(_Actor):
     effect_ms: float = attrs.field(default=2.0, validator=_not_negative)
     prefetch: int = attrs.field(default=20, validator=_positive)
     ack_batch: int = attrs.field(
-        default=attrs.Factory(lambda spec: min(spec.prefetch, 50), takes_self=True),
+        default=attrs.Factory(lambda spec: default_ack_batch(spec.prefetch), takes_self=True),
         validator=_positive)
     """Messages acked (and committed by the inbox) together, at most; by default the
     prefetch (up to 50)."""

@@ -60,14 +60,6 @@ def _where(task: asyncio.Task[Any]) -> str:
     return " > ".join(lines) or "?"
 
 
-def _connection_waits() -> str:
-    """Where every task of a connection (its pumps and their readers) waits, counted."""
-    places = collections.Counter(
-        _where(task) for task in asyncio.all_tasks()
-        if getattr(task.get_coro(), "__qualname__", "").startswith("Connection."))
-    return ", ".join(f"{where} x{count}" for where, count in sorted(places.items())) or "-"
-
-
 class Connection:
     """One client connection and its upstream connection."""
 
@@ -86,6 +78,7 @@ class Connection:
         self._sent: dict[int, int] = {}  # limit_data: bytes forwarded, per toxic serial
         self._timers: dict[int, asyncio.Task[None]] = {}
         self._closed = False
+        self._pumps: list[asyncio.Task[None]] = []
 
     def active(self, stream: str) -> list[Toxic]:
         chain = []
@@ -113,6 +106,10 @@ class Connection:
     async def _close_after(self, delay_ms: int) -> None:
         await asyncio.sleep(delay_ms / 1000)
         self.close()
+
+    def waits(self) -> list[str]:
+        """Where its pumps still running wait (what keeps the connection from ending)."""
+        return [_where(pump) for pump in self._pumps if not pump.done()]
 
     def close(self) -> None:
         """Close both sides cleanly (FIN)."""
@@ -144,10 +141,11 @@ class Connection:
     async def run(self) -> None:
         self.refresh()
         try:
-            await asyncio.gather(
-                self._pump("upstream", self._client[0], self._server[1]),
-                self._pump("downstream", self._server[0], self._client[1]),
-            )
+            self._pumps = [
+                asyncio.create_task(self._pump("upstream", self._client[0], self._server[1])),
+                asyncio.create_task(self._pump("downstream", self._server[0], self._client[1])),
+            ]
+            await asyncio.gather(*self._pumps)
         finally:
             self.close()
             await self.closed()
@@ -301,9 +299,12 @@ class Proxy:
                     connection.abort()
                 _, stuck = await asyncio.wait(pending, timeout=ABORT_GRACE)
                 if stuck:  # a toxic in the middle of its wait (a latency, a delayed close)
+                    waits = collections.Counter(
+                        where for connection in self._connections for where in connection.waits())
                     log.warning("fault proxy %s: %d connection(s) still busy once dropped, "
-                                "cancelled; their tasks waited at %s", self.spec.name,
-                                len(stuck), _connection_waits())
+                                "cancelled; their pumps waited at %s", self.spec.name,
+                                len(stuck), ", ".join(f"{where} x{count}" for where, count
+                                                      in sorted(waits.items())) or "-")
                     for task in stuck:
                         task.cancel()
                     await asyncio.gather(*stuck, return_exceptions=True)
