@@ -7,12 +7,13 @@ is held to the same outcomes."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from sac.sdk import Backoff, Delivery, StaleEpoch
-from sac.sdk.dedup import Inbox, LookupPolicy, Outcome, Store, Transaction
+from sac.sdk.dedup import Inbox, LookupPolicy, Outcome, PostgresStore, Store, Transaction
 from sac.sdk.dedup._store import Duplicate
 from tests.dedup.conftest import SQL_STORES, StoreFactory
 from tests.dedup.test_stores import effect_table, effects, write_effect
@@ -201,3 +202,46 @@ def test_a_consumer_replaced_in_the_middle_of_a_batch_commits_nothing(
     assert (caught.value.epoch, caught.value.current) == (1, claimed[0])
     assert committed(store) == ["m-0"]
     assert effects(store) == ["m-0"]
+
+
+@pytest.mark.parametrize("store_kind", ["postgres"])
+def test_a_batch_that_waits_on_a_record_another_consumer_then_commits_finds_it_a_duplicate(
+    inbox_for: Callable[..., tuple[Inbox, Store]], make_store: StoreFactory,
+) -> None:
+    """The batch's first take bets that every id is new. Another consumer holds the
+    record of one of them (no fencing between them: the same epoch): the take waits for
+    it, and when the other commits, that message is a duplicate and the others commit."""
+    import psycopg
+
+    inbox, store = inbox_for()
+    assert isinstance(store, PostgresStore)
+    other = make_store()
+    other.open()
+    outcome: list[list[Outcome | Exception] | BaseException] = []
+
+    def consume() -> None:
+        try:
+            outcome.append(inbox.process_batch(batch("m-1", "m-2", "m-3"), activation=1))
+        except BaseException as exc:  # noqa: BLE001 - what the test looks at
+            outcome.append(exc)
+
+    consumer = threading.Thread(target=consume)
+    inbox.process_batch(batch("m-0"), activation=1)  # its epoch claimed: the other's too
+    with other.batch(Q, inbox.epoch, "consumer-b") as held:
+        with held.message("m-2") as tx:
+            write_effect(other, tx, "m-2")
+        with psycopg.connect(store.dsn, autocommit=True) as watch:
+            consumer.start()
+            deadline = time.monotonic() + 10
+            # Wait for the event meant: the inbox's session blocked on the held record.
+            while not watch.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND application_name LIKE %s", (f"%{store.token}%",)).fetchone():
+                assert time.monotonic() < deadline, "the batch never waited on the record"
+                assert consumer.is_alive(), outcome
+                watch.execute("SELECT pg_sleep(0.02)")
+    consumer.join(10)
+    assert outcome == [[Outcome.COMMITTED, Outcome.DUPLICATE, Outcome.COMMITTED]]
+    assert committed(store) == ["m-0", "m-1", "m-2", "m-3"]
+    assert sorted(effects(store)) == ["m-0", "m-1", "m-2", "m-3"]  # m-2's once: the other's
+    assert inbox.stats.duplicates_looked_up == 1  # the take is the default policy's lookup

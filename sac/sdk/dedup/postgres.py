@@ -3,7 +3,8 @@ for effects that already live in PostgreSQL, so that effect and record commit to
 
 A batch costs two round trips whatever its size (``_PipelinedBatch``): one takes the records
 of all its messages (which is also the lookup), one commits; effects' statements go in
-between in pipeline mode, unanswered.
+between in pipeline mode, unanswered. A batch holding a copy of a committed message costs
+one more (its first take bets that every id is new, and starts again when one is not).
 
 A frozen holder. A batch holds row locks (on the records it took, from its start, on rows
 its effects wrote, and at its end a share lock on the epoch row) until it commits. If the
@@ -303,12 +304,13 @@ class PostgresStore(SqlStore):
                 f"(SELECT ctid FROM {RECORDS} WHERE {condition} LIMIT %s)")
 
 
-_TAKE = (
+_INSERT = (
     f"INSERT INTO {RECORDS} (queue, message_id, epoch, consumer, committed_at) "
     "SELECT %s, m, %s, %s, %s + (n - 1) * 1e-6 "
-    "FROM unnest(%b::text[]) WITH ORDINALITY AS r(m, n){source} "
-    "ON CONFLICT (queue, message_id) DO NOTHING RETURNING message_id")
-"""A batch's records taken (``_PipelinedBatch._take``)."""
+    "FROM unnest(%b::text[]) WITH ORDINALITY AS r(m, n){source}")
+"""A batch's records, all new (``_PipelinedBatch._take_new``): one that exists fails it."""
+_TAKE = f"{_INSERT} ON CONFLICT (queue, message_id) DO NOTHING RETURNING message_id"
+"""A batch's records taken where free (``_PipelinedBatch._take``)."""
 _NAMED = ", (SELECT set_config('application_name', %s, true)) AS named(name)"
 """Joined to the take's rows: the session's name set by the same statement, once."""
 
@@ -318,8 +320,10 @@ class _PipelinedBatch(Batch):
     answers, so that a batch costs two round trips whatever its size.
 
     The first round trip takes the batch's records: ``BEGIN`` and one insert of a record for
-    every id the batch will stage (``lookup``), ``ON CONFLICT DO NOTHING RETURNING``. An id
-    it does not return was committed before (the lookup's answer, and a ``Duplicate`` for an
+    every id the batch will stage (``lookup``), a plain insert that fails if any record
+    exists (``_take_new``), then, only if one did, ``ON CONFLICT DO NOTHING RETURNING``
+    after a rollback (nothing was written yet). An id that one does not return was
+    committed before (the lookup's answer, and a ``Duplicate`` for an
     id that was not looked up, before its effect runs); an id it returns is this batch's,
     its record row-locked until the commit. That is the protocol's order (the record is
     written before anyone else's can be), only earlier: a consumer that replaced a frozen
@@ -391,12 +395,37 @@ class _PipelinedBatch(Batch):
         self._found.update(m for m in message_ids if m not in taken)
         return taken
 
+    def _take_new(self, message_ids: list[str]) -> None:
+        """``_take`` for the batch's first statement, betting that every id is new (the
+        rule: a copy is the exception): a plain insert, without ``ON CONFLICT`` and
+        ``RETURNING``, costs the server about half the work per record (measured: 6 against
+        14 µs). One record that exists fails it; the batch, which holds nothing yet, then
+        starts again with ``_take``, one round trip more."""
+        import psycopg
+
+        conn = self._conn
+        self._named = True  # the session's name for the batch set in the same statement
+        conn.execute(_INSERT.format(source=_NAMED),
+                     (self.queue, self.epoch, self.consumer, time.time(), message_ids,
+                      self._store.batching_name))
+        try:
+            self._pipeline.sync()
+        except psycopg.errors.UniqueViolation:
+            conn.execute("ROLLBACK")
+            self.begin()
+            self._named = False
+            self._take(message_ids)
+        else:
+            self._taken.update(message_ids)
+
     def lookup(self, looked_up: Sequence[str], staging: Sequence[str]) -> set[str]:
         """Takes the records of ``staging`` (one round trip with ``BEGIN``): an id not
         taken was committed before. ``looked_up`` outside ``staging`` are looked up."""
         fresh = [m for m in dict.fromkeys(staging)
                  if m not in self._taken and m not in self._found]
-        if fresh:
+        if fresh and not (self._taken or self._found or self._tried or self._named):
+            self._take_new(fresh)
+        elif fresh:
             self._take(fresh)
         rest = [m for m in looked_up if m not in self._taken and m not in self._found]
         found = {m for m in looked_up if m in self._found}
