@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from sac.sdk._core.partitioning import jump, key_digest, partition_of
 
-GO_PROGRAM = Path(__file__).resolve().parent.parent / "sdk" / "go" / "jump_hash.go"
+GO_PROGRAM = Path(__file__).resolve().parent / "go" / "jump_hash.go"
 
 @given(key=st.text(st.characters(exclude_categories=["Cs"])) | st.binary(),
        count=st.integers(1, 5000))
