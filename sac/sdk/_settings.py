@@ -463,13 +463,18 @@ def _zk_path(what: str, value: Any) -> None:
             f"'/', no empty, '.' or '..' part, not under /zookeeper), got {value!r}")
 
 
-def _zk_group(_inst: object, _attribute: attrs.Attribute[Any], value: Any) -> None:
-    _zk_path("GuardSettings.group", value)
+def _field(inst: object, attribute: attrs.Attribute[Any]) -> str:
+    """``Class.field``, as an error names it."""
+    return f"{type(inst).__name__}.{attribute.name}"
 
 
-def _zk_hosts(_inst: object, _attribute: attrs.Attribute[Any], value: Any) -> None:
+def _zk_group(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    _zk_path(_field(inst, attribute), value)
+
+
+def _zk_hosts(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     """ZooKeeper's connection string: ``host:port,host:port[/chroot]``."""
-    what = "GuardSettings.hosts"
+    what = _field(inst, attribute)
     if not isinstance(value, str) or not value.strip():
         raise ConfigurationError(
             f"{what} must be ZooKeeper's connection string ('host:port,host:port[/chroot]'), "
@@ -486,11 +491,11 @@ def _zk_hosts(_inst: object, _attribute: attrs.Attribute[Any], value: Any) -> No
         _zk_path(f"{what}'s chroot", f"/{chroot}")
 
 
-def _session_timeout(_inst: object, _attribute: attrs.Attribute[Any], value: Any) -> None:
+def _session_timeout(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if (isinstance(value, bool) or not isinstance(value, int | float)
             or not 0.001 <= value <= 3600):
         raise ConfigurationError(
-            f"GuardSettings.session_timeout must be a number of seconds in [0.001, 3600] (the "
+            f"{_field(inst, attribute)} must be a number of seconds in [0.001, 3600] (the "
             f"ZooKeeper server's bounds apply too), got {value!r}")
 
 
@@ -579,6 +584,35 @@ class GuardSettings:
     can read the record, forge one, or join the election; nodes made before without it are
     restricted at ``start()``. Every consumer of a group gives the same pair. None: the
     nodes are open to anyone who reaches ZooKeeper (its default ACL)."""
+
+
+MAX_PARTITIONS = 10_000
+"""A group's partition count at most: each is a quorum queue (and its parking queue)."""
+
+
+def _partition_count(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PARTITIONS:
+        raise ConfigurationError(
+            f"{_field(inst, attribute)} must be an integer from 1 to {MAX_PARTITIONS}, "
+            f"got {value!r}")
+
+
+@attrs.frozen
+class GroupSettings:
+    """A consumer group in ZooKeeper (extra ``zk``): its members, and which of them owns
+    which of the ``partitions`` (``sac.sdk.group``). Every member of a group gives the same
+    ``group`` and ``partitions``; a member whose count differs from the group's record is
+    refused at start."""
+
+    hosts: str = attrs.field(validator=_zk_hosts)
+    """ZooKeeper's connection string: ``host:port,host:port[/chroot]``."""
+    group: str = attrs.field(validator=_zk_group)
+    """The group's path, e.g. ``/sac/groups/orders``."""
+    partitions: int = attrs.field(validator=_partition_count)
+    session_timeout: float = attrs.field(default=10.0, validator=_session_timeout)
+    """Seconds: the lease. A member whose process froze or whose host is lost counts as
+    gone once its session expires, and its partitions go to others then."""
+    connect_timeout: float = attrs.field(default=10.0, validator=_positive)
 
 
 @attrs.frozen

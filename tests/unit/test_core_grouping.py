@@ -210,3 +210,22 @@ def test_a_record_read_late_cannot_give_a_moved_partition_back() -> None:
     b.read(grant)
     assert a.held() == {0}
     assert b.held() == {1}
+
+
+def test_records_round_trip_and_bad_ones_name_their_fault() -> None:
+    import pytest
+
+    record = Published(generation=3, owners=("a", None), target=("a", "b"), revoked_at=(0, 3))
+    assert Published.decode(record.encode()) == record
+    report = Report(seen=3, holding=frozenset({0, 5}))
+    assert Report.decode(report.encode()) == report
+    for data, fault in [(b"", "not JSON"), (b"[]", "not a JSON object"),
+                        (b'{"generation": -1}', "generation"),
+                        (b'{"generation": 1, "owners": [1], "target": [], "revoked_at": []}',
+                         "owners"),
+                        (b'{"generation": 1, "owners": ["a"], "target": [], "revoked_at": []}',
+                         "differ in length")]:
+        with pytest.raises(ValueError, match=fault):
+            Published.decode(data)
+    with pytest.raises(ValueError, match="holding"):
+        Report.decode(b'{"seen": 1, "holding": [true]}')

@@ -29,7 +29,9 @@ reads into actions: take a partition, let one go, report.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
@@ -65,6 +67,28 @@ class Published:
         """Every partition is where it is meant to be."""
         return self.owners == self.target
 
+    def encode(self) -> bytes:
+        return json.dumps({"generation": self.generation, "owners": self.owners,
+                           "target": self.target, "revoked_at": self.revoked_at},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Published:
+        """The record in ``data``; ``ValueError`` naming what is wrong with it."""
+        raw = _object(data, "the group's assignment record")
+        generation = _count(raw.get("generation"), "generation")
+        owners = _names(raw.get("owners"), "owners")
+        target = _names(raw.get("target"), "target")
+        revoked = raw.get("revoked_at")
+        if not isinstance(revoked, list):
+            raise ValueError("the group's assignment record: revoked_at is not a list")
+        revoked_at = tuple(_count(g, "revoked_at") for g in revoked)
+        if not len(owners) == len(target) == len(revoked_at):
+            raise ValueError("the group's assignment record: owners, target and revoked_at "
+                             "differ in length")
+        return cls(generation=generation, owners=owners, target=target,
+                   revoked_at=revoked_at)
+
 
 @attrs.frozen(kw_only=True)
 class Report:
@@ -72,6 +96,42 @@ class Report:
 
     seen: int = 0
     holding: frozenset[int] = frozenset()
+
+    def encode(self) -> bytes:
+        return json.dumps({"seen": self.seen, "holding": sorted(self.holding)},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> Report:
+        """The report in ``data``; ``ValueError`` naming what is wrong with it."""
+        raw = _object(data, "a member's report")
+        holding = raw.get("holding")
+        if not isinstance(holding, list):
+            raise ValueError("a member's report: holding is not a list")
+        return cls(seen=_count(raw.get("seen"), "seen"),
+                   holding=frozenset(_count(p, "holding") for p in holding))
+
+
+def _object(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        raw = json.loads(data)
+    except ValueError as exc:
+        raise ValueError(f"{what} is not JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{what} is not a JSON object")
+    return raw
+
+
+def _count(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{field}: {value!r} is not a count")
+    return value
+
+
+def _names(value: Any, field: str) -> tuple[str | None, ...]:
+    if not isinstance(value, list) or not all(v is None or isinstance(v, str) for v in value):
+        raise ValueError(f"{field} is not a list of member names")
+    return tuple(value)
 
 
 def decide(published: Published, reports: Mapping[str, Report]) -> Published | None:
