@@ -75,6 +75,7 @@ class GroupMembership:
         self._record = f"{settings.group}/assignment"
         self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._member: Member | None = None
+        self._unwritten: Report | None = None
         self._published: Published | None = None
         self._thread: threading.Thread | None = None
         self._watched: set[str] = set()
@@ -146,20 +147,38 @@ class GroupMembership:
     # ------------------------------------------------------------------ the one thread
 
     def _run(self) -> None:
+        """Everything waiting is carried out together, then the report written once and
+        the decision taken once: a member letting go of hundreds of partitions at a
+        rebalance writes one report, not one a partition."""
         self._events.put("record")
         while True:
-            event = self._events.get()
-            if isinstance(event, _Stop):
-                return
+            events = [self._events.get()]
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    events.append(self._events.get_nowait())
             try:
-                self._carry_out(event)
+                for event in events:
+                    if isinstance(event, _Stop):
+                        return
+                    self._carry_out(event)
+                if self._member is not None:
+                    self._write_report()
+                    self._decide()
             except KazooException as exc:
                 # A lost connection: kazoo reconnects, and the watches fire again.
                 log.warning("group %s: %r; waiting for ZooKeeper", self.settings.group, exc)
+                self._events.put("record")
             except Exception:
-                log.exception("group %s: handling %r failed", self.settings.group, event)
+                log.exception("group %s: handling %r failed", self.settings.group, events)
             with self.changed:
                 self.changed.notify_all()
+
+    def _write_report(self) -> None:
+        report = self._unwritten
+        member = self._member
+        if report is not None and member is not None:
+            self.client.set(f"{self._members}/{member.name}", report.encode())
+            self._unwritten = None
 
     def _carry_out(self, event: Any) -> None:
         member = self._member
@@ -185,7 +204,6 @@ class GroupMembership:
                 self._published = published
         elif isinstance(event, tuple) and event[0] == "let-go":
             self._perform(member.let_go(event[1]))
-        self._decide()
 
     def _perform(self, actions: list[Any]) -> None:
         member = self._member
@@ -194,7 +212,7 @@ class GroupMembership:
             if isinstance(action, Take):
                 self._on_take(action.partition)
             elif isinstance(action, Write):
-                self.client.set(f"{self._members}/{member.name}", action.report.encode())
+                self._unwritten = action.report  # written once the batch is carried out
             else:  # LetGo
                 self._on_let_go(action.partition)
 
@@ -238,6 +256,7 @@ class GroupMembership:
         member = self._member
         self._member = None
         self._published = None
+        self._unwritten = None
         if member is not None and member.held() and self._on_lost is not None:
             self._on_lost(member.held())
 
