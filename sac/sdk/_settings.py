@@ -28,6 +28,7 @@ from ._core.checks import positive as _positive
 from ._core.consuming import Handover, Parking
 from ._core.management_api import parse_endpoint
 from ._core.outbox import OutboxPolicy
+from ._core.partitioning import partition_of
 from ._core.poison import MessageIdFrom, worst_case
 from ._core.queues import UNLIMITED, BrokerVersion, delivery_limit_argument
 from ._core.urls import mask_url as mask_url  # re-exported: the transport and tests use it here
@@ -286,6 +287,88 @@ class QueueSettings:
         return QueueSettings(self.parking_queue, type="quorum", single_active_consumer=False,
                              parking_queue=None, declare=self.declare,
                              delivery_limit=UNLIMITED)
+
+
+MAX_PARTITIONS = 10_000
+"""A group's partition count at most: each is a quorum queue (and its parking queue)."""
+
+
+def _partition_count(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PARTITIONS:
+        raise ConfigurationError(
+            f"{_field(inst, attribute)} must be an integer from 1 to {MAX_PARTITIONS}, "
+            f"got {value!r}")
+
+
+PARTITION_INFIX = ".p"
+"""A partition's queue is ``<name>.p<index>``: ``orders.p0`` .. ``orders.p15``."""
+
+
+def _partitioned_name(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    _queue_name(inst, attribute, value)
+    widest = f"{value}{PARTITION_INFIX}{MAX_PARTITIONS - 1}{PARKED_SUFFIX}"
+    if len(widest.encode()) > 255:
+        raise ConfigurationError(
+            f"PartitionedQueue name {value!r} is too long: its partitions' parking queues "
+            "(<name>.p<index>.parked) must fit in 255 bytes")
+
+
+def _template(_inst: object, _attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, QueueSettings):
+        raise ConfigurationError(
+            f"PartitionedQueue.template must be a QueueSettings, got {type(value).__name__}")
+    if not value.single_active_consumer:
+        raise ConfigurationError(
+            "PartitionedQueue.template: every partition needs single_active_consumer (one "
+            "consumer at a time is what keeps a key's order)")
+
+
+@attrs.frozen
+class PartitionedQueue:
+    """``partitions`` single-active queues that hold one stream split by key: a key's
+    messages all go to one partition (``route``), in the order they were published, so one
+    active consumer per partition keeps each key's order while partitions are consumed side
+    by side.
+
+    Partition ``i`` is the queue ``<name>.p<i>`` with the ``template``'s settings (by
+    default the SDK's: quorum, single active consumer, a delivery limit) and its own parking
+    queue ``<name>.p<i>.parked``. Which partition a key belongs to is
+    ``sac.sdk._core.partitioning.partition_of``: the jump consistent hash of the key's
+    SHA-256, the same in every language a publisher may be written in.
+    """
+
+    name: str = attrs.field(validator=_partitioned_name)
+    partitions: int = attrs.field(validator=_partition_count)
+    template: QueueSettings = attrs.field(
+        factory=lambda: QueueSettings("partition"), validator=_template)
+    """Settings every partition's queue takes (its ``name`` and ``parking_queue`` are
+    replaced)."""
+
+    def queue_name(self, partition: int) -> str:
+        if isinstance(partition, bool) or not isinstance(partition, int) \
+                or not 0 <= partition < self.partitions:
+            raise ValueError(f"partition {partition!r} is not one of {self.name}'s "
+                             f"0..{self.partitions - 1}")
+        return f"{self.name}{PARTITION_INFIX}{partition}"
+
+    def queue(self, partition: int) -> QueueSettings:
+        """Partition ``partition``'s queue settings."""
+        name = self.queue_name(partition)
+        parking = None if self.template.parking_queue is None else f"{name}{PARKED_SUFFIX}"
+        return attrs.evolve(self.template, name=name, parking_queue=parking)
+
+    def queues(self) -> list[QueueSettings]:
+        return [self.queue(p) for p in range(self.partitions)]
+
+    def partition_of(self, key: str | bytes) -> int:
+        """The partition ``key``'s messages go to."""
+        if not isinstance(key, str | bytes) or not key:
+            raise ValueError(f"a partition key is a non-empty str or bytes, got {key!r}")
+        return partition_of(key, self.partitions)
+
+    def route(self, key: str | bytes) -> str:
+        """The queue ``key``'s messages go to (the routing key on the default exchange)."""
+        return self.queue_name(self.partition_of(key))
 
 
 @attrs.frozen
@@ -584,17 +667,6 @@ class GuardSettings:
     can read the record, forge one, or join the election; nodes made before without it are
     restricted at ``start()``. Every consumer of a group gives the same pair. None: the
     nodes are open to anyone who reaches ZooKeeper (its default ACL)."""
-
-
-MAX_PARTITIONS = 10_000
-"""A group's partition count at most: each is a quorum queue (and its parking queue)."""
-
-
-def _partition_count(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PARTITIONS:
-        raise ConfigurationError(
-            f"{_field(inst, attribute)} must be an integer from 1 to {MAX_PARTITIONS}, "
-            f"got {value!r}")
 
 
 @attrs.frozen
