@@ -37,12 +37,11 @@ from typing import Any
 from ._core.grouping import Member, Published, Report, Take, Write, decide
 from ._errors import ConfigurationError, ConnectError
 from ._settings import GroupSettings
-from .guard import ZK_EXTRA
+from .guard import ZK_EXTRA, connection_retry, stop_client
 
 try:
     from kazoo.client import KazooClient
     from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
-    from kazoo.retry import KazooRetry
 except ImportError as _missing:
     raise ConfigurationError(ZK_EXTRA) from _missing
 
@@ -83,10 +82,9 @@ class GroupMembership:
         self.changed = threading.Condition()
         """Notified after each event the membership's thread carried out: a caller can wait
         for a state it expects (``held``, ``published``) without polling blindly."""
-        retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_jitter=0.5,
-                           max_delay=max(0.1, min(2.0, settings.session_timeout / 4)))
         self.client = KazooClient(hosts=settings.hosts, timeout=settings.session_timeout,
-                                  connection_retry=retry, logger=logging.getLogger("sac.kazoo"))
+                                  connection_retry=connection_retry(settings.session_timeout),
+                                  logger=logging.getLogger("sac.kazoo"))
 
     # ------------------------------------------------------------------ what callers see
 
@@ -294,11 +292,7 @@ class GroupMembership:
     def _listener(self, state: str) -> None:
         """kazoo's connection thread: never block."""
         if not self._closing and state in ("LOST", "CONNECTED"):
-            self._events.put(state.lower() if state == "LOST" else "connected")
+            self._events.put(state.lower())
 
     def _stop_client(self) -> None:
-        self.client.remove_listener(self._listener)
-        try:
-            self.client.stop()
-        finally:
-            self.client.close()
+        stop_client(self.client, self._listener)

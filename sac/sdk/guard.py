@@ -60,6 +60,23 @@ except ImportError as _missing:
 
 log = logging.getLogger("sac.guard")
 
+
+def connection_retry(session_timeout: float) -> Any:
+    """kazoo's retry of a lost connection: for as long as the client lives (a member waits
+    for ZooKeeper as it waits for the broker), each wait jittered and short enough that a
+    suspended session is resumed well within its lease."""
+    return KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_jitter=0.5,
+                      max_delay=max(0.1, min(2.0, session_timeout / 4)))
+
+
+def stop_client(client: Any, listener: Callable[[str], None]) -> None:
+    """End a kazoo client's session and free it (blocking)."""
+    client.remove_listener(listener)
+    try:
+        client.stop()
+    finally:
+        client.close()
+
 SessionCallback = Callable[[SessionState], None]
 WonCallback = Callable[[int, Leadership], None]
 FailedCallback = Callable[[int, Exception], None]
@@ -118,11 +135,7 @@ class ZooKeeperGuard:
         self._on_won = on_won
         self._on_failed = on_failed
         self._asked_ms = round(settings.session_timeout * 1000)
-        # The connection is retried for as long as the consumer lives (a standby waits for
-        # ZooKeeper as it waits for the queue), each wait jittered and short enough that a
-        # suspended session is resumed well within its lease.
-        retry = KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_jitter=0.5,
-                           max_delay=max(0.1, min(2.0, settings.session_timeout / 4)))
+        retry = connection_retry(settings.session_timeout)
         self._acl: list[Any] | None = None
         auth_data = None
         if settings.auth is not None:
@@ -203,11 +216,7 @@ class ZooKeeperGuard:
                 contender.thread.join(5)
 
     def _stop_client(self) -> None:
-        self.client.remove_listener(self._listener)
-        try:
-            self.client.stop()
-        finally:
-            self.client.close()
+        stop_client(self.client, self._listener)
 
     # ------------------------------------------------------------------ from the loop
 
