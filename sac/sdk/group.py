@@ -32,9 +32,9 @@ import queue
 import secrets
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, assert_never
 
-from ._core.grouping import Member, Published, Report, Take, Write, decide
+from ._core.grouping import Action, LetGo, Member, Published, Report, Take, Write, decide
 from ._errors import ConfigurationError, ConnectError
 from ._settings import GroupSettings
 from .guard import ZK_EXTRA, connection_retry, stop_client
@@ -163,9 +163,9 @@ class GroupMembership:
                     self._write_report()
                     self._decide()
             except KazooException as exc:
-                # A lost connection: kazoo reconnects, and the watches fire again.
+                # A lost connection: kazoo reconnects, and "connected" reads everything
+                # again (a report not written yet is written then).
                 log.warning("group %s: %r; waiting for ZooKeeper", self.settings.group, exc)
-                self._events.put("record")
             except Exception:
                 log.exception("group %s: handling %r failed", self.settings.group, events)
             with self.changed:
@@ -189,7 +189,7 @@ class GroupMembership:
             return
         if member is None:
             return
-        if event == "record":
+        if event in ("record", "connected"):
             data, _ = self.client.get(self._record)
             try:
                 published = Published.decode(data)
@@ -203,16 +203,17 @@ class GroupMembership:
         elif isinstance(event, tuple) and event[0] == "let-go":
             self._perform(member.let_go(event[1]))
 
-    def _perform(self, actions: list[Any]) -> None:
-        member = self._member
-        assert member is not None
+    def _perform(self, actions: list[Action]) -> None:
         for action in actions:
-            if isinstance(action, Take):
-                self._on_take(action.partition)
-            elif isinstance(action, Write):
-                self._unwritten = action.report  # written once the batch is carried out
-            else:  # LetGo
-                self._on_let_go(action.partition)
+            match action:
+                case Take(partition=partition):
+                    self._on_take(partition)
+                case LetGo(partition=partition):
+                    self._on_let_go(partition)
+                case Write(report=report):
+                    self._unwritten = report  # written once the batch is carried out
+                case _:
+                    assert_never(action)
 
     def _decide(self) -> None:
         """When this member's name sorts first: the next record, if any, written only over
