@@ -20,8 +20,10 @@ from sac.sdk._core.outbox import OutboxPolicy
 from sac.sdk._core.poison import MessageIdFrom
 from sac.sdk._settings import (
     ConsumerSettings,
+    GroupSettings,
     GuardSettings,
     ManagementSettings,
+    PartitionedQueue,
     PublisherSettings,
 )
 from sac.sdk.dedup._store import Retention
@@ -38,6 +40,9 @@ MAKE: dict[type, Callable[..., object]] = {
     Backoff: Backoff,
     Retention: Retention,
     GuardSettings: lambda **kw: GuardSettings(**{"hosts": "zk:2181", "group": "/g", **kw}),
+    GroupSettings: lambda **kw: GroupSettings(**{"hosts": "zk:2181", "group": "/g",
+                                                 "partitions": 4, **kw}),
+    PartitionedQueue: lambda **kw: PartitionedQueue(**{"name": "orders", "partitions": 4, **kw}),
     OutboxPolicy: lambda **kw: OutboxPolicy(**{"window": 10, "nack_backoff": Backoff(), **kw}),
     Serializer: lambda **kw: Serializer(**{"content_type": "text/plain", "encode": bytes,
                                           "decode": bytes, **kw}),
@@ -73,6 +78,14 @@ BAD: dict[tuple[type, str], Any] = {
     (GuardSettings, "retry"): 3,
     (GuardSettings, "evict"): "yes",
     (GuardSettings, "auth"): ("app", ""),
+    (GroupSettings, "hosts"): "zk:two",
+    (GroupSettings, "group"): "g",
+    (GroupSettings, "partitions"): 0,
+    (GroupSettings, "session_timeout"): 0,
+    (GroupSettings, "connect_timeout"): -1,
+    (PartitionedQueue, "name"): "amq.orders",
+    (PartitionedQueue, "partitions"): 10_001,
+    (PartitionedQueue, "template"): QueueSettings("x", single_active_consumer=False),
     (ConsumerSettings, "management"): "http://app:pw@localhost:15672",
     (ConsumerSettings, "role_poll_interval"): 0,
     (ConsumerSettings, "handover"): "close",
