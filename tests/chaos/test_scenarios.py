@@ -23,7 +23,7 @@ import pytest
 
 from sac.chaos.errors import ChaosError
 from sac.chaos.partition import Partitions
-from sac.chaos.runner import run
+from sac.chaos.runner import delete_run_queue, run
 from sac.chaos.scenarios import SCENARIOS
 from sac.chaos.settings import ANOMALIES, RunSettings
 from sac.server import LocalCluster, LocalPostgres
@@ -97,6 +97,9 @@ def _reset(cluster: LocalCluster) -> None:
         parts.heal()
         assert all(parts.rules(i) == "" for i in parts.nodes)
     api = cluster.management()
+    for queue in api.queues():
+        if queue.name.startswith("chaos-") and not queue.name.endswith(".parked"):
+            delete_run_queue(cluster, queue.name)  # tried again while a node recovers
     for queue in api.queues():
         if queue.name.startswith("chaos-"):
             api.delete_queue(queue.name, if_empty=False)
