@@ -75,6 +75,8 @@ class GroupMembership:
         self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._member: Member | None = None
         self._unwritten: Report | None = None
+        self._names: list[str] = []
+        """The group's members, as the last children watch gave them."""
         self._published: Published | None = None
         self._thread: threading.Thread | None = None
         self._watched: set[str] = set()
@@ -187,6 +189,9 @@ class GroupMembership:
             self._join()  # a new session after the old one was lost: a new member
             self._events.put("record")
             return
+        if isinstance(event, tuple) and event[0] == "members":
+            self._names = event[1]
+            return
         if member is None:
             return
         if event in ("record", "connected"):
@@ -220,7 +225,7 @@ class GroupMembership:
         the one it was computed from."""
         member = self._member
         assert member is not None
-        names = self.client.get_children(self._members)
+        names = self._names  # from the watch: a member that only reads decides nothing
         if not names or min(names) != member.name:
             return
         count = self.settings.partitions
@@ -283,7 +288,7 @@ class GroupMembership:
                 self._watched.add(name)
                 self.client.DataWatch(f"{self._members}/{name}", self._report_changed)
         self._watched &= set(names)
-        self._events.put("reports")
+        self._events.put(("members", list(names)))
 
     def _report_changed(self, data: bytes | None, _stat: Any) -> bool:
         """kazoo's thread: a member's report changed; its node gone ends the watch."""

@@ -9,8 +9,8 @@ member. ``assign`` keeps three promises, in this order:
    ``P // M + 1`` of them, so no member has more than one partition above any other.
 2. **Sticky**: a partition stays with its owner while that owner is a member and keeps no
    more than its share. Of all the balanced assignments, the one returned moves the fewest
-   partitions: the members that keep the most get the larger shares (``moved_at_least``
-   says how few can move, and the property tests hold ``assign`` to it).
+   partitions: the members that keep the most get the larger shares (the property tests
+   hold ``assign`` to a search over every choice of who gets them).
 3. **Deterministic**: the answer depends on the set of members and the previous assignment,
    never on the order the members were listed in.
 
@@ -83,19 +83,3 @@ def shares(owners: Sequence[str | None], members: Iterable[str] = ()) -> dict[st
             held.setdefault(owner, []).append(partition)
     return held
 
-
-def moved_at_least(count: int, members: Iterable[str], previous: Sequence[str | None]) -> int:
-    """The fewest partitions any balanced assignment of ``count`` partitions among
-    ``members`` must move away from ``previous``: those without a live owner, and each
-    member's surplus over its share when the larger shares go to those keeping the most."""
-    group = sorted(set(members))
-    if not group:
-        return 0
-    base, extra = divmod(count, len(group))
-    live = set(group)
-    kept = shares([_previous_owner(previous, p) for p in range(count)], group)
-    orphans = sum(1 for p in range(count) if _previous_owner(previous, p) not in live)
-    largest = sorted((len(kept[member]) for member in group), reverse=True)
-    surplus = sum(max(0, held - base - (1 if rank < extra else 0))
-                  for rank, held in enumerate(largest))
-    return orphans + surplus

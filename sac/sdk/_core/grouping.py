@@ -150,6 +150,7 @@ def decide(published: Published, reports: Mapping[str, Report]) -> Published | N
     revoked_at = list(published.revoked_at)
     generation = published.generation + 1
     held = {p for report in reports.values() for p in report.holding}
+    oldest_seen = min((report.seen for report in reports.values()), default=0)
     for partition in range(count):
         owner = owners[partition]
         meant = target[partition]
@@ -161,8 +162,8 @@ def decide(published: Published, reports: Mapping[str, Report]) -> Published | N
             continue
         # Its holder is gone (nobody live holds it), or it was let go and every live
         # member has read that it was revoked.
-        if owner is not None or (meant is not None and partition not in held and all(
-                report.seen >= revoked_at[partition] for report in reports.values())):
+        if owner is not None or (meant is not None and partition not in held
+                                 and oldest_seen >= revoked_at[partition]):
             owners[partition] = meant
             revoked_at[partition] = 0
     new = Published(generation=generation, owners=tuple(owners), target=target,
